@@ -1,0 +1,129 @@
+// The planner: the single place where decisions live. A plan names the kernel family and the
+// work partition (tiles, splits, threads), the workspace it needs, and the evidence the
+// benchmark checks it against (bytes moved, FLOPs, occupancy, tolerance). Kernels read plans;
+// they never re-derive a split count or a tile size. Planning is pure host code: it never
+// touches or synchronises with a device.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/problem.hpp"
+
+namespace attnkit {
+
+// Seed 004's constants.
+inline constexpr double kFlashAttentionOutputToleranceAbs = 1.0e-3;
+inline constexpr std::uint32_t kTargetTilesPerSplit = 4;
+
+enum class Backend : std::uint8_t { kCpu, kCuda };
+
+enum class KernelFamily : std::uint8_t {
+  kScalarOnline,      // one query row at a time, keys one by one (seed 004's baseline)
+  kCooperativeTiled,  // key tiles shared by a block of rows, FlashAttention-2 style
+  kSplitKvDecode,     // GQA-packed flash-decoding: key range split, partial states merged
+};
+
+std::string to_string(Backend b);
+std::string to_string(KernelFamily f);
+
+// What the planner knows about the machine. Filled from the device (cuda::target()) or the host
+// (cpu_target()); tests may build one by hand.
+struct Target {
+  Backend backend = Backend::kCpu;
+  std::string name = "cpu";
+  int threads = 1;                            // CPU worker threads
+  std::int64_t cache_bytes = 32ll << 20;      // CPU last-level cache / GPU L2
+  int sm_count = 0;                           // GPU multiprocessors
+  int cc_major = 0, cc_minor = 0;             // GPU compute capability
+  std::int64_t shared_bytes_per_block = 0;    // opt-in maximum
+  std::int64_t shared_bytes_per_sm = 0;
+  int max_threads_per_sm = 0;
+  double peak_read_bytes_per_s = 0;           // datasheet lead, for predicted time (0 = unknown)
+};
+Target cpu_target(int threads = 0);  // 0 = hardware concurrency
+
+struct MemoryTraffic {
+  std::uint64_t global_read_bytes = 0;
+  std::uint64_t global_write_bytes = 0;
+  std::uint64_t shared_memory_bytes = 0;  // per block footprint
+};
+
+struct Evidence {
+  MemoryTraffic traffic;
+  std::uint32_t occupancy_proxy_bps = 0;  // basis points (10000 = all lanes busy)
+  std::uint64_t non_matmul_flops = 0;
+  std::uint64_t matmul_flops = 0;  // 4 * heads * visible pairs * head_dim (QK^T and PV)
+  std::uint64_t workspace_bytes = 0;
+  double output_tolerance_abs = kFlashAttentionOutputToleranceAbs;  // f32 parity (seed 004)
+  double rel_l2_tolerance = 1e-5;                                  // by input dtype (DESIGN.md)
+  double predicted_seconds = 0;  // max(bytes / peak bandwidth, flops / peak rate), 0 if unknown
+};
+
+// The work partition of seed 004, generalised.
+struct WorkPartition {
+  KernelFamily family = KernelFamily::kScalarOnline;
+  std::uint32_t tile_size = 1;              // keys per tile (scalar: 1)
+  std::uint32_t tile_count = 0;             // tiles over the planned key range
+  std::uint32_t sequence_splits = 1;        // parallel partial rows per query row
+  std::uint32_t tiles_per_split = 0;
+  std::uint32_t keys_per_split = 0;
+  std::uint32_t rows_per_block = 1;         // query rows served by one block (GQA group for decode)
+  std::uint32_t workgroups_per_row = 1;     // blocks per query row after splitting
+  std::uint32_t workgroup_lanes = 0;        // threads per block
+  std::uint32_t warp_lanes = 32;
+  std::uint32_t warps_per_block = 0;
+  std::uint32_t q_scratch_elements = 0;
+  std::uint32_t score_scratch_elements = 0;
+  std::uint32_t o_acc_scratch_elements = 0;
+  std::uint32_t split_reduce_scratch_elements = 0;
+  std::uint64_t grid_blocks = 0;            // blocks (GPU) or tasks (CPU) launched
+  std::uint32_t pipeline_stages = 1;        // buffered tiles in flight
+};
+
+// Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).
+struct FlashAttentionWorkPlan {
+  std::uint32_t seq_len = 0;
+  std::uint32_t head_dim = 0;
+  std::uint32_t logical_elements = 0;  // seq_len * head_dim
+  WorkPartition partition;
+  Evidence evidence;
+};
+FlashAttentionWorkPlan plan_flash_attention_scalar(std::uint32_t seq_len, std::uint32_t head_dim);
+FlashAttentionWorkPlan plan_flash_attention_tiled(std::uint32_t seq_len, std::uint32_t head_dim,
+                                                  std::uint32_t tile_size);
+
+struct DecodePlan {
+  DecodeProblem problem;
+  Target target;
+  WorkPartition partition;
+  Evidence evidence;
+  std::vector<std::string> reasons;  // why each choice was made, one line each
+};
+
+struct PrefillPlan {
+  PrefillProblem problem;
+  Target target;
+  WorkPartition partition;
+  Evidence evidence;
+  std::vector<std::string> reasons;
+};
+
+// family: leave unset to let the planner choose.
+DecodePlan plan_decode(const DecodeProblem& problem, const Target& target);
+DecodePlan plan_decode(const DecodeProblem& problem, const Target& target, KernelFamily family);
+PrefillPlan plan_prefill(const PrefillProblem& problem, const Target& target);
+PrefillPlan plan_prefill(const PrefillProblem& problem, const Target& target, KernelFamily family);
+
+// Printing: an aligned two-column table, and JSON (one object).
+std::string to_table(const DecodePlan& plan);
+std::string to_table(const PrefillPlan& plan);
+std::string to_table(const FlashAttentionWorkPlan& plan);
+std::string to_json(const DecodePlan& plan);
+std::string to_json(const PrefillPlan& plan);
+std::string to_json(const FlashAttentionWorkPlan& plan);
+
+// Tolerances of DESIGN.md by input storage dtype.
+double rel_l2_tolerance_for(DType input_dtype);
+
+}  // namespace attnkit

@@ -1,0 +1,24 @@
+// The float64 golden reference: every option, no shortcuts, slow on purpose.
+// It reads inputs through views (any dtype, any strides) and returns float64 results, so tests
+// compare kernels against the exact answer rather than against another rounded kernel.
+#pragma once
+#include <vector>
+
+#include "attnkit/problem.hpp"
+#include "attnkit/tensors.hpp"
+
+namespace attnkit::reference {
+
+struct Result {
+  std::vector<double> out;  // row-major, same logical shape as the call's out
+  std::vector<double> lse;  // one per query row; -inf for a row with no visible key
+};
+
+// Inputs must be host views. `lengths` of the tensors gives each sequence's valid keys.
+Result decode(const DecodeProblem& problem, const DecodeTensors& tensors);
+Result prefill(const PrefillProblem& problem, const PrefillTensors& tensors);
+
+// Rotate one vector of head_dim elements for position `pos` (float64).
+void rope(double* x, std::int64_t head_dim, std::int64_t pos, const RopeSpec& spec);
+
+}  // namespace attnkit::reference

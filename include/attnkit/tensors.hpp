@@ -1,0 +1,62 @@
+// The tensors of one call, as views. Optional tensors are left empty (data == nullptr).
+#pragma once
+#include "attnkit/tensor.hpp"
+
+namespace attnkit {
+
+struct DecodeTensors {
+  TensorView q;        // [batch, num_heads, head_dim], q_dtype
+  TensorView k_cache;  // [batch, kv_heads, max_seq, head_dim], kv_dtype
+  TensorView v_cache;  // same shape and dtype as k_cache
+  TensorView lengths;  // i32 [batch]: valid keys per sequence, 0..kv_len of the plan
+  TensorView out;      // [batch, num_heads, head_dim], out_dtype
+  TensorView lse;      // optional f32 [batch, num_heads]: natural-log sum-exp of the scaled scores
+};
+
+struct PrefillTensors {
+  TensorView q;    // [batch, num_heads, q_len, head_dim], dtype
+  TensorView k;    // [batch, kv_heads, kv_len, head_dim], dtype
+  TensorView v;    // same as k
+  TensorView out;  // [batch, num_heads, q_len, head_dim], out_dtype
+  TensorView lse;  // optional f32 [batch, num_heads, q_len]
+};
+
+// Writes one new token's K and/or V per sequence into the cache at positions[b].
+struct AppendTensors {
+  TensorView k_new;      // optional [batch, kv_heads, head_dim], cache dtype
+  TensorView v_new;      // optional, same shape; at least one of k_new / v_new
+  TensorView k_cache;    // [batch, kv_heads, max_seq, head_dim] (required when k_new given)
+  TensorView v_cache;    // required when v_new given
+  TensorView positions;  // i32 [batch], 0 <= position < max_seq
+};
+
+// Seed 000's fused step: RoPE on q and the new k, append k and v at positions[b],
+// then attend over positions[b] + 1 keys.
+struct FusedDecodeTensors {
+  TensorView q;          // [batch, num_heads, head_dim], un-rotated
+  TensorView k_new;      // [batch, kv_heads, head_dim], un-rotated, cache dtype
+  TensorView v_new;      // [batch, kv_heads, head_dim], cache dtype
+  TensorView k_cache;    // [batch, kv_heads, max_seq, head_dim]
+  TensorView v_cache;
+  TensorView positions;  // i32 [batch]
+  TensorView out;        // [batch, num_heads, head_dim]
+  TensorView lse;        // optional f32 [batch, num_heads]
+};
+
+// Partial softmax states of key splits: out_partial [splits, rows, head_dim] f32 normalised
+// per split, lse_partial [splits, rows] f32. Merged into out [rows, head_dim] and lse [rows].
+struct MergeTensors {
+  TensorView out_partial;
+  TensorView lse_partial;
+  TensorView out;
+  TensorView lse;  // optional
+};
+
+// Caller-owned scratch for split states. Its size comes from the plan (evidence.workspace_bytes).
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  DeviceKind device = DeviceKind::kCpu;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,22 @@
+// Argument validation shared by every backend: shapes, dtypes, strides, devices and pointers
+// against the problem. Each check throws Error with a Fix before any kernel writes anything.
+#pragma once
+#include "attnkit/problem.hpp"
+#include "attnkit/tensors.hpp"
+
+namespace attnkit {
+
+// `device` is where the kernel runs; every tensor must live there.
+void validate_decode(const DecodeProblem& problem, const DecodeTensors& t, DeviceKind device);
+void validate_prefill(const PrefillProblem& problem, const PrefillTensors& t, DeviceKind device);
+void validate_append(const AppendTensors& t, DeviceKind device);
+void validate_fused(const DecodeProblem& problem, const FusedDecodeTensors& t, const RopeSpec& rope,
+                    DeviceKind device);
+void validate_merge(const MergeTensors& t, DeviceKind device);
+void validate_workspace(const Workspace& ws, std::uint64_t needed_bytes, DeviceKind device);
+
+// Host-side checks of i32 index tensors (CPU runs, or device runs given host copies).
+void validate_lengths_host(const TensorView& lengths, std::int64_t batch, std::int64_t max_len,
+                           const char* context);
+
+}  // namespace attnkit

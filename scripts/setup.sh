@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs everything attnkit needs on a fresh Debian machine (idempotent; skips what is there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(cmake ninja-build g++ libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+              libomp-dev clang python3 python3-pip)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,108 @@
+#include "attnkit/problem.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "attnkit/error.hpp"
+
+namespace attnkit {
+namespace {
+
+constexpr std::int64_t kMaxHeadDim = 256;
+// Any element count of a call must stay below 2^62 so byte counts and offsets fit in int64.
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+
+void require_positive(const char* context, const char* name, std::int64_t value) {
+  require(value > 0, context, std::string(name) + "=" + std::to_string(value) + " is not positive",
+          std::string("pass ") + name + " >= 1");
+}
+
+std::int64_t checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
+  std::int64_t product = 1;
+  for (std::int64_t f : factors) {
+    if (f != 0 && product > kMaxElements / f) {
+      fail(context, "tensor sizes overflow (more than 2^62 elements)",
+           "split the call into smaller batches or shorter sequences");
+    }
+    product *= f;
+  }
+  return product;
+}
+
+void validate_common(const char* context, std::int64_t num_heads, std::int64_t kv_heads,
+                     std::int64_t head_dim, const AttentionOptions& options) {
+  require_positive(context, "num_heads", num_heads);
+  require_positive(context, "kv_heads", kv_heads);
+  require_positive(context, "head_dim", head_dim);
+  require(num_heads % kv_heads == 0, context,
+          "num_heads=" + std::to_string(num_heads) + " is not divisible by kv_heads=" + std::to_string(kv_heads),
+          "choose kv_heads as a divisor of num_heads (grouped-query: num_heads / kv_heads query heads share a KV head)");
+  require(head_dim % 8 == 0 && head_dim <= kMaxHeadDim, context,
+          "head_dim=" + std::to_string(head_dim) + " is not a multiple of 8 in 8..256",
+          "use a head_dim that is a multiple of 8, at most 256 (e.g. 64, 128)");
+  require(options.window >= 0, context, "window=" + std::to_string(options.window) + " is negative",
+          "pass window=0 for no sliding window, or the number of keys each query sees");
+  require(std::isfinite(options.scale) && options.scale >= 0.0f, context, "scale is negative or not finite",
+          "pass scale > 0, or 0 for 1/sqrt(head_dim)");
+  require(std::isfinite(options.softcap) && options.softcap >= 0.0f, context,
+          "softcap is negative or not finite", "pass softcap > 0, or 0 for no soft-cap");
+}
+
+void require_storage(const char* context, const char* name, DType t) {
+  require(is_storage_dtype(t), context, std::string(name) + " is " + std::string(dtype_name(t)),
+          "use f32, f16 or bf16");
+}
+
+}  // namespace
+
+float DecodeProblem::effective_scale() const {
+  return options.scale > 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+float PrefillProblem::effective_scale() const {
+  return options.scale > 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+void DecodeProblem::validate() const {
+  const char* ctx = "decode";
+  require_positive(ctx, "batch", batch);
+  validate_common(ctx, num_heads, kv_heads, head_dim, options);
+  require_positive(ctx, "max_seq", max_seq);
+  require_positive(ctx, "kv_len", kv_len);
+  require(kv_len <= max_seq, ctx,
+          "kv_len=" + std::to_string(kv_len) + " is above max_seq=" + std::to_string(max_seq),
+          "plan for kv_len <= max_seq (the cache holds max_seq keys per sequence)");
+  require_storage(ctx, "kv_dtype", kv_dtype);
+  require_storage(ctx, "q_dtype", q_dtype);
+  require_storage(ctx, "out_dtype", out_dtype);
+  checked_product(ctx, {batch, kv_heads, max_seq, head_dim});
+  checked_product(ctx, {batch, num_heads, head_dim});
+}
+
+void PrefillProblem::validate() const {
+  const char* ctx = "prefill";
+  require_positive(ctx, "batch", batch);
+  validate_common(ctx, num_heads, kv_heads, head_dim, options);
+  require_positive(ctx, "q_len", q_len);
+  require_positive(ctx, "kv_len", kv_len);
+  require(!causal || q_len <= kv_len, ctx,
+          "causal with q_len=" + std::to_string(q_len) + " > kv_len=" + std::to_string(kv_len),
+          "causal attention is bottom-right aligned and needs q_len <= kv_len; pass causal=false or more keys");
+  require_storage(ctx, "dtype", dtype);
+  require_storage(ctx, "out_dtype", out_dtype);
+  checked_product(ctx, {batch, num_heads, q_len, head_dim});
+  checked_product(ctx, {batch, kv_heads, kv_len, head_dim});
+  checked_product(ctx, {batch, num_heads, q_len, kv_len});
+}
+
+KeyRange visible_keys(std::int64_t query_pos, std::int64_t kv_len, bool causal, std::int64_t window) {
+  KeyRange r{0, kv_len};
+  if (causal) r.end = std::min(kv_len, query_pos + 1);
+  if (window > 0) r.begin = std::max<std::int64_t>(0, query_pos - window + 1);
+  if (r.end < r.begin) r.end = r.begin;
+  return r;
+}
+
+std::string to_string(RopeStyle style) { return style == RopeStyle::kHalf ? "half" : "interleaved"; }
+
+}  // namespace attnkit

@@ -1,0 +1,23 @@
+// Internal: the per-backend partition rules the planner calls. Each backend's rules live beside
+// its kernels' owner (cpu_rules.cpp, cuda_decode_rules.cpp, cuda_prefill_rules.cpp); the common
+// planner (plan_decode / plan_prefill) validates, calls the rules, then fills in the evidence.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "attnkit/plan.hpp"
+
+namespace attnkit::detail {
+
+// Each rule fills `partition` (family, tiles, splits, threads, scratch, grid) and appends one
+// line per decision to `reasons`. `requested` is the caller's family, or nullptr to choose.
+void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
+                          WorkPartition& partition, std::vector<std::string>& reasons);
+void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
+                           WorkPartition& partition, std::vector<std::string>& reasons);
+void partition_cuda_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
+                           WorkPartition& partition, std::vector<std::string>& reasons);
+void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
+                            WorkPartition& partition, std::vector<std::string>& reasons);
+
+}  // namespace attnkit::detail

@@ -1,0 +1,95 @@
+// Test support: owned host buffers of any dtype filled with fresh random values, poisoning,
+// and comparison against the float64 golden with the tolerances of DESIGN.md.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnkit/dtype.hpp"
+#include "attnkit/tensor.hpp"
+
+namespace attnkit::testing {
+
+// A fresh seed per call unless ATTNKIT_TEST_SEED is set (printed on failure for replay).
+inline std::uint64_t fresh_seed() {
+  if (const char* s = std::getenv("ATTNKIT_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  static std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Host buffer owning its bytes, viewable as a contiguous tensor.
+struct HostTensor {
+  std::vector<std::uint8_t> bytes;
+  TensorView view;
+
+  HostTensor() = default;
+  HostTensor(DType dtype, std::initializer_list<std::int64_t> shape) {
+    view = TensorView::contiguous(nullptr, dtype, shape);
+    bytes.resize(static_cast<std::size_t>(view.numel()) * dtype_size(dtype));
+    view.data = bytes.data();
+  }
+  HostTensor(const HostTensor&) = delete;
+  HostTensor& operator=(const HostTensor&) = delete;
+  HostTensor(HostTensor&& o) noexcept { *this = std::move(o); }
+  HostTensor& operator=(HostTensor&& o) noexcept {
+    bytes = std::move(o.bytes);
+    view = o.view;
+    view.data = bytes.data();
+    return *this;
+  }
+
+  std::size_t numel() const { return static_cast<std::size_t>(view.numel()); }
+  float get(std::size_t i) const { return load_as_float(bytes.data(), view.dtype, i); }
+  void set(std::size_t i, float x) { store_from_float(bytes.data(), view.dtype, i, x); }
+  std::int32_t* i32() { return reinterpret_cast<std::int32_t*>(bytes.data()); }
+};
+
+inline void fill_normal(HostTensor& t, std::mt19937_64& rng, float stddev = 1.0f, float mean = 0.0f) {
+  std::normal_distribution<float> dist(mean, stddev);
+  for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, dist(rng));
+}
+
+// Poison: NaN in every element, so an element the kernel forgot to write fails the check.
+inline void poison(HostTensor& t) {
+  for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, std::numeric_limits<float>::quiet_NaN());
+}
+
+struct Comparison {
+  double max_abs = 0;
+  double rel_l2 = 0;
+  std::size_t nan_count = 0;
+  std::size_t worst_index = 0;
+};
+
+// actual (any storage dtype) against the float64 golden.
+inline Comparison compare(const HostTensor& actual, const std::vector<double>& golden) {
+  Comparison c;
+  double err2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < golden.size(); ++i) {
+    const double a = actual.get(i);
+    if (std::isnan(a) && !std::isnan(golden[i])) {
+      ++c.nan_count;
+      continue;
+    }
+    const double d = std::abs(a - golden[i]);
+    if (d > c.max_abs) {
+      c.max_abs = d;
+      c.worst_index = i;
+    }
+    err2 += d * d;
+    ref2 += golden[i] * golden[i];
+  }
+  c.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return c;
+}
+
+inline std::string describe(const Comparison& c) {
+  return "max_abs=" + std::to_string(c.max_abs) + " rel_l2=" + std::to_string(c.rel_l2) +
+         " nan=" + std::to_string(c.nan_count) + " worst_index=" + std::to_string(c.worst_index);
+}
+
+}  // namespace attnkit::testing
