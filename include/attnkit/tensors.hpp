@@ -19,6 +19,13 @@ struct PrefillTensors {
   TensorView v;    // same as k
   TensorView out;  // [batch, num_heads, q_len, head_dim], out_dtype
   TensorView lse;  // optional f32 [batch, num_heads, q_len]
+  // Ragged batches (optional, both or neither): i32 [batch + 1] prefix offsets. Then q, out and
+  // lse are [1, num_heads, total_q, ...] and k, v [1, kv_heads, total_k, head_dim]; sequence b owns
+  // rows cu_seqlens_q[b]..cu_seqlens_q[b+1] and keys cu_seqlens_k[b]..cu_seqlens_k[b+1], and the
+  // problem's q_len / kv_len are the longest sequence's (planning bounds). Causal masks are
+  // bottom-right aligned per sequence; empty sequences are allowed.
+  TensorView cu_seqlens_q;
+  TensorView cu_seqlens_k;
 };
 
 // Writes one new token's K and/or V per sequence into the cache at positions[b].

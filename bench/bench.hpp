@@ -1,0 +1,59 @@
+// The benchmark interface shared by `attnkit bench` and the device script. Each backend's driver
+// times attnkit's kernels (and, on the GPU, the ceilings) under DESIGN.md's protocol and returns
+// rows; the CLI prints them as a table or JSON. Peers that live in Python (PyTorch SDPA) are
+// measured by bench/peers/*.py in the same run and merged by bench/render.py.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attnkit/plan.hpp"
+
+namespace attnkit::bench {
+
+struct Case {
+  std::string op = "decode";  // "decode" or "prefill"
+  std::int64_t batch = 1, num_heads = 32, kv_heads = 8, head_dim = 128;
+  std::int64_t q_len = 1, kv_len = 4096;
+  bool causal = true;
+  std::int64_t window = 0;
+  DType dtype = DType::kBF16;  // storage dtype of q, k, v (decode: KV; q and out follow it)
+};
+
+struct Row {
+  Case c;
+  std::string backend;   // "cpu" or "cuda"
+  std::string impl;      // "attnkit" or a ceiling's name
+  std::string timing;    // "events", "graph" (CUDA-graph replay) or "wall" (CPU)
+  double median_s = 0, min_s = 0, max_s = 0;
+  int repetitions = 0;
+  double bytes = 0;             // the plan's predicted global bytes (read + write)
+  double flops = 0;             // the plan's matmul FLOPs
+  double achieved_bytes_per_s = 0, achieved_flops_per_s = 0;
+  std::string ceiling_name;     // "read-bandwidth", "bf16-gemm", ...
+  double ceiling_value = 0;     // bytes/s or FLOP/s, measured in the same run
+  double pct_of_ceiling = 0;
+  double predicted_s = 0;       // bytes / ceiling (or flops / ceiling, whichever is larger)
+  std::string plan_json;        // the plan's evidence, as to_json()
+};
+
+struct Options {
+  int repetitions = 50;
+  int warmup = 5;
+  int threads = 0;  // CPU threads (0 = all)
+  std::function<void(const std::string&)> progress;  // called between cases of long sweeps
+};
+
+// Ceilings measured in the same run: `bytes` of pure reads, returns bytes/s.
+double cpu_read_ceiling(const Options& options);
+std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options);
+
+// Present only when built with CUDA (attnkit::cuda::built()); they throw Error otherwise.
+double cuda_read_ceiling(const Options& options);
+std::vector<Row> run_cuda(const std::vector<Case>& cases, const Options& options);
+
+// The default problem: llama3-8b-like decode and prefill.
+std::vector<Case> default_cases();
+
+}  // namespace attnkit::bench

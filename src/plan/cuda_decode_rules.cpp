@@ -1,0 +1,9 @@
+// Placeholder until this file's owner lands the real rules: planning for it fails loudly.
+#include "attnkit/error.hpp"
+#include "plan/rules.hpp"
+
+namespace attnkit::detail {
+void partition_cuda_decode(const DecodeProblem&, const Target&, const KernelFamily*, WorkPartition&, std::vector<std::string>&) {
+  fail("plan", "the cuda decode rules are not implemented yet", "use another backend");
+}
+}  // namespace attnkit::detail
