@@ -12,6 +12,8 @@ void validate_prefill(const PrefillProblem& problem, const PrefillTensors& t, De
 void validate_append(const AppendTensors& t, DeviceKind device);
 void validate_fused(const DecodeProblem& problem, const FusedDecodeTensors& t, const RopeSpec& rope,
                     DeviceKind device);
+// RoPE in place on x [batch, heads, head_dim] (storage dtype) at i32 positions[batch].
+void validate_rope(const TensorView& x, const TensorView& positions, const RopeSpec& rope, DeviceKind device);
 void validate_merge(const MergeTensors& t, DeviceKind device);
 void validate_workspace(const Workspace& ws, std::uint64_t needed_bytes, DeviceKind device);
 

@@ -1,0 +1,184 @@
+// The float64 golden: every option, written for clarity, not speed.
+// Inputs: host views of any storage dtype and any strides. Each query row gathers its visible
+// keys (the masking convention of problem.hpp: masked keys are skipped, never scored), takes
+// scores in double, applies the soft-cap, then a two-pass softmax (max, then sum) and the
+// weighted sum of V. A row with no visible key gives zeros and an LSE of -inf.
+#include "attnkit/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attnkit/error.hpp"
+
+namespace attnkit::reference {
+namespace {
+
+double element(const TensorView& t, std::int64_t offset) {
+  return static_cast<double>(load_as_float(t.data, t.dtype, static_cast<std::size_t>(offset)));
+}
+
+std::int64_t offset3(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2) {
+  return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2];
+}
+std::int64_t offset4(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2, std::int64_t i3) {
+  return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3];
+}
+
+std::int64_t read_i32(const TensorView& t, std::int64_t i) {
+  return static_cast<const std::int32_t*>(t.data)[i * t.strides[0]];
+}
+
+void require_host_input(const char* context, const char* name, const TensorView& t, int rank) {
+  require(t.data != nullptr && t.device == DeviceKind::kCpu, context,
+          std::string(name) + " is not a host tensor (" + t.describe() + ")",
+          "copy the inputs to host memory before calling the reference");
+  require(t.rank == rank, context, std::string(name) + " has rank " + std::to_string(t.rank),
+          "pass the shapes documented in tensors.hpp");
+}
+
+// One query row against its keys [begin, end) of one KV head. `key_at(j)` and `value_at(j, d)`
+// read key j; `q` holds the row. Writes head_dim outputs and returns the LSE.
+template <class KeyDot, class ValueAt>
+double attend_row(std::int64_t head_dim, std::int64_t begin, std::int64_t end, double scale, double softcap,
+                  KeyDot key_dot, ValueAt value_at, double* out) {
+  for (std::int64_t d = 0; d < head_dim; ++d) out[d] = 0.0;
+  if (end <= begin) return -std::numeric_limits<double>::infinity();
+  std::vector<double> scores(static_cast<std::size_t>(end - begin));
+  double max_score = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = begin; j < end; ++j) {
+    double s = scale * key_dot(j);
+    if (softcap > 0.0) s = softcap * std::tanh(s / softcap);
+    scores[static_cast<std::size_t>(j - begin)] = s;
+    max_score = std::max(max_score, s);
+  }
+  double sum = 0.0;
+  for (double& s : scores) {
+    s = std::exp(s - max_score);
+    sum += s;
+  }
+  for (std::int64_t j = begin; j < end; ++j) {
+    const double p = scores[static_cast<std::size_t>(j - begin)] / sum;
+    for (std::int64_t d = 0; d < head_dim; ++d) out[d] += p * value_at(j, d);
+  }
+  return max_score + std::log(sum);
+}
+
+}  // namespace
+
+Result decode(const DecodeProblem& p, const DecodeTensors& t) {
+  p.validate();
+  const char* ctx = "reference::decode";
+  require_host_input(ctx, "q", t.q, 3);
+  require_host_input(ctx, "k_cache", t.k_cache, 4);
+  require_host_input(ctx, "v_cache", t.v_cache, 4);
+  require_host_input(ctx, "lengths", t.lengths, 1);
+  const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim, group = p.group_size();
+  const double scale = p.effective_scale(), softcap = p.options.softcap;
+  Result r;
+  r.out.assign(static_cast<std::size_t>(B * H * D), 0.0);
+  r.lse.assign(static_cast<std::size_t>(B * H), 0.0);
+  std::vector<double> q(static_cast<std::size_t>(D));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t len = read_i32(t.lengths, b);
+    require(len >= 0 && len <= p.max_seq, ctx, "lengths[" + std::to_string(b) + "] is outside 0..max_seq",
+            "pass valid lengths");
+    // The query is the newest token: position len - 1, sees keys [len - window, len).
+    const KeyRange keys = visible_keys(len - 1, len, true, p.options.window);
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t kvh = h / group;
+      for (std::int64_t d = 0; d < D; ++d) q[d] = element(t.q, offset3(t.q, b, h, d));
+      auto key_dot = [&](std::int64_t j) {
+        double acc = 0.0;
+        for (std::int64_t d = 0; d < D; ++d) acc += q[d] * element(t.k_cache, offset4(t.k_cache, b, kvh, j, d));
+        return acc;
+      };
+      auto value_at = [&](std::int64_t j, std::int64_t d) {
+        return element(t.v_cache, offset4(t.v_cache, b, kvh, j, d));
+      };
+      const std::size_t row = static_cast<std::size_t>(b * H + h);
+      r.lse[row] = attend_row(D, keys.begin, keys.end, scale, softcap, key_dot, value_at, &r.out[row * D]);
+    }
+  }
+  return r;
+}
+
+Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
+  p.validate();
+  const char* ctx = "reference::prefill";
+  require_host_input(ctx, "q", t.q, 4);
+  require_host_input(ctx, "k", t.k, 4);
+  require_host_input(ctx, "v", t.v, 4);
+  const bool ragged = !t.cu_seqlens_q.empty();
+  if (ragged) {
+    require_host_input(ctx, "cu_seqlens_q", t.cu_seqlens_q, 1);
+    require_host_input(ctx, "cu_seqlens_k", t.cu_seqlens_k, 1);
+  }
+  const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim, group = p.group_size();
+  const std::int64_t rows_per_head = ragged ? t.q.shape[2] : p.q_len;
+  const std::int64_t outer = ragged ? 1 : B;
+  const double scale = p.effective_scale(), softcap = p.options.softcap;
+  Result r;
+  r.out.assign(static_cast<std::size_t>(outer * H * rows_per_head * D), 0.0);
+  r.lse.assign(static_cast<std::size_t>(outer * H * rows_per_head), 0.0);
+  std::vector<double> q(static_cast<std::size_t>(D));
+  for (std::int64_t b = 0; b < B; ++b) {
+    // Sequence b's rows and keys inside the (possibly packed) tensors.
+    const std::int64_t tb = ragged ? 0 : b;
+    const std::int64_t q0 = ragged ? read_i32(t.cu_seqlens_q, b) : 0;
+    const std::int64_t k0 = ragged ? read_i32(t.cu_seqlens_k, b) : 0;
+    const std::int64_t lq = ragged ? read_i32(t.cu_seqlens_q, b + 1) - q0 : p.q_len;
+    const std::int64_t lk = ragged ? read_i32(t.cu_seqlens_k, b + 1) - k0 : p.kv_len;
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t kvh = h / group;
+      for (std::int64_t i = 0; i < lq; ++i) {
+        // Bottom-right alignment: the last query row sits at the last key.
+        const KeyRange keys = visible_keys(i + (lk - lq), lk, p.causal, p.options.window);
+        for (std::int64_t d = 0; d < D; ++d) q[d] = element(t.q, offset4(t.q, tb, h, q0 + i, d));
+        auto key_dot = [&](std::int64_t j) {
+          double acc = 0.0;
+          for (std::int64_t d = 0; d < D; ++d) acc += q[d] * element(t.k, offset4(t.k, tb, kvh, k0 + j, d));
+          return acc;
+        };
+        auto value_at = [&](std::int64_t j, std::int64_t d) {
+          return element(t.v, offset4(t.v, tb, kvh, k0 + j, d));
+        };
+        const std::size_t row = static_cast<std::size_t>((tb * H + h) * rows_per_head + q0 + i);
+        r.lse[row] = attend_row(D, keys.begin, keys.end, scale, softcap, key_dot, value_at, &r.out[row * D]);
+      }
+    }
+  }
+  return r;
+}
+
+void rope(double* x, std::int64_t head_dim, std::int64_t pos, const RopeSpec& spec) {
+  require(head_dim > 0 && head_dim % 2 == 0, "reference::rope", "head_dim=" + std::to_string(head_dim) + " is not even",
+          "use an even head_dim");
+  require(pos >= 0, "reference::rope", "position " + std::to_string(pos) + " is negative", "pass positions >= 0");
+  const bool tables = spec.cos_table != nullptr;
+  require(!tables || pos < spec.table_positions, "reference::rope",
+          "position " + std::to_string(pos) + " is beyond the tables (" + std::to_string(spec.table_positions) + ")",
+          "extend the cos/sin tables");
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t i = 0; i < half; ++i) {
+    double c, s;
+    if (tables) {
+      c = spec.cos_table[pos * half + i];
+      s = spec.sin_table[pos * half + i];
+    } else {
+      const double angle = static_cast<double>(pos) *
+                           std::pow(static_cast<double>(spec.theta), -2.0 * static_cast<double>(i) / head_dim);
+      c = std::cos(angle);
+      s = std::sin(angle);
+    }
+    const std::int64_t a = spec.style == RopeStyle::kHalf ? i : 2 * i;
+    const std::int64_t b = spec.style == RopeStyle::kHalf ? i + half : 2 * i + 1;
+    const double x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+}  // namespace attnkit::reference
