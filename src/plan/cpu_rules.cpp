@@ -1,12 +1,205 @@
-// Placeholder until this file's owner lands the real rules: planning for it fails loudly.
+// The CPU partition rules: how decode and prefill work is cut into tasks for the thread pool.
+//
+// A CPU "block" is one task run start to finish by one thread: grid_blocks counts tasks.
+// Decode (kSplitKvDecode): a task is one (sequence, KV head, key split); it packs the whole GQA
+//   group (rows_per_block = group size) so each K/V row is read once for all its query heads.
+//   Keys are split only when there are too few (sequence, KV head) units to keep every thread busy.
+// Prefill (kCooperativeTiled): a task is one (sequence, query head, block of query rows); the key
+//   tile (tile_size) is converted to f32 once per block and reused by every row of it.
+// Cache sizes: Target carries only the last-level cache, so the per-core L1d and L2 the tiles are
+// sized for are the conservative values below (every AVX2/AVX-512 x86 core of the last decade has
+// at least these), stated in the reasons.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+
 #include "attnkit/error.hpp"
 #include "plan/rules.hpp"
 
 namespace attnkit::detail {
-void partition_cpu_decode(const DecodeProblem&, const Target&, const KernelFamily*, WorkPartition&, std::vector<std::string>&) {
-  fail("plan", "the cpu rules are not implemented yet", "use another backend");
+namespace {
+
+constexpr std::uint64_t kAssumedL1Bytes = 32 << 10;
+constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
+constexpr std::uint64_t kF32Bytes = 4;
+// One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
+constexpr std::uint32_t kVectorLanes = 16;
+// Seed 004's scalar baseline accounting.
+constexpr std::uint32_t kScalarLanes = 128;
+constexpr std::uint32_t kWarpLanes = 32;
+
+std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+std::uint64_t div_up(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+std::uint32_t u32(std::uint64_t v, const char* ctx, const char* what) {
+  require(v <= 0xffffffffull, ctx, std::string(what) + " = " + std::to_string(v) + " overflows 32 bits",
+          "use smaller dimensions (or split the call into smaller batches / shorter sequences)");
+  return static_cast<std::uint32_t>(v);
 }
-void partition_cpu_prefill(const PrefillProblem&, const Target&, const KernelFamily*, WorkPartition&, std::vector<std::string>&) {
-  fail("plan", "the cpu rules are not implemented yet", "use another backend");
+
+std::uint64_t floor_pow2(std::uint64_t v) {
+  std::uint64_t p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
 }
+
+int thread_count(const Target& t) { return std::max(1, t.threads); }
+
+// The scalar online baseline: one query row per task, keys one by one (seed 004's scalar plan).
+void scalar_partition(std::uint64_t rows, std::uint64_t keys, std::int64_t head_dim, const char* ctx,
+                      WorkPartition& p, std::vector<std::string>& reasons) {
+  p = WorkPartition{};
+  p.family = KernelFamily::kScalarOnline;
+  p.tile_size = 1;
+  p.tile_count = u32(keys, ctx, "keys");
+  p.sequence_splits = 1;
+  p.tiles_per_split = p.tile_count;
+  p.keys_per_split = p.tile_count;
+  p.rows_per_block = 1;
+  p.workgroups_per_row = 1;
+  p.workgroup_lanes = kScalarLanes;
+  p.warp_lanes = kWarpLanes;
+  p.warps_per_block = kScalarLanes / kWarpLanes;
+  p.q_scratch_elements = u32(u(kScalarLanes) * u(head_dim), ctx, "q scratch");
+  p.score_scratch_elements = 0;
+  p.o_acc_scratch_elements = p.q_scratch_elements;
+  p.split_reduce_scratch_elements = 0;
+  p.grid_blocks = rows;
+  p.pipeline_stages = 1;
+  reasons.push_back("family: scalar_online (requested): one query row per task, keys one by one, no splits "
+                    "(seed 004's baseline; scratch counted as its 128 lanes x head_dim)");
+}
+
+}  // namespace
+
+void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
+                          WorkPartition& p, std::vector<std::string>& reasons) {
+  const char* ctx = "plan_decode";
+  const std::uint64_t keys = pr.options.window > 0 ? std::min(u(pr.kv_len), u(pr.options.window)) : u(pr.kv_len);
+  if (requested != nullptr && *requested == KernelFamily::kScalarOnline) {
+    scalar_partition(u(pr.batch) * u(pr.num_heads), keys, pr.head_dim, ctx, p, reasons);
+    return;
+  }
+  require(requested == nullptr || *requested == KernelFamily::kSplitKvDecode, ctx,
+          "the CPU has no " + to_string(*requested) + " decode kernel",
+          "request split_kv_decode or scalar_online, or leave the family unset");
+  const int threads = thread_count(t);
+  const std::uint64_t group = u(pr.group_size());
+  const std::uint64_t hd = u(pr.head_dim);
+  p = WorkPartition{};
+  p.family = KernelFamily::kSplitKvDecode;
+  reasons.push_back("family: split_kv_decode: one task per (sequence, KV head, key split), the GQA group of " +
+                    std::to_string(group) + " query heads packed so each K/V row is read once");
+
+  // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
+  // stay in half of L1 (the other half streams K and V).
+  const std::uint64_t fixed = 2 * group * hd * kF32Bytes;
+  const std::uint64_t budget = kAssumedL1Bytes / 2;
+  std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
+  tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
+  reasons.push_back("tile: " + std::to_string(tile) + " keys, so the group's q, accumulators and tile scores (" +
+                    std::to_string((fixed + group * tile * kF32Bytes) >> 10) +
+                    " KiB) stay in half of an assumed 32 KiB L1d");
+
+  // Splits: only when (sequence, KV head) units alone leave threads idle or unevenly loaded.
+  const std::uint64_t units = u(pr.batch) * u(pr.kv_heads);
+  std::uint64_t splits = 1;
+  if (units < 4 * u(threads)) {
+    splits = u(threads) / std::gcd(units, u(threads));  // units * splits is a multiple of threads
+  }
+  // Seed 004's target: at least kTargetTilesPerSplit tiles per split, so merging stays cheap.
+  const std::uint64_t max_splits = std::max<std::uint64_t>(1, keys / (tile * kTargetTilesPerSplit));
+  const std::uint64_t wanted = splits;
+  splits = std::min(splits, max_splits);
+  std::uint64_t keys_per_split = div_up(div_up(keys, splits), tile) * tile;
+  splits = div_up(keys, keys_per_split);
+  if (splits == 1) keys_per_split = keys;
+  if (wanted == 1) {
+    reasons.push_back("splits: 1: " + std::to_string(units) + " (sequence, KV head) tasks already keep " +
+                      std::to_string(threads) + " threads busy");
+  } else {
+    reasons.push_back("splits: " + std::to_string(splits) + " per row (" + std::to_string(units) +
+                      " (sequence, KV head) units for " + std::to_string(threads) + " threads" +
+                      (splits < wanted ? std::string(", capped to keep >= ") + std::to_string(kTargetTilesPerSplit) +
+                                             " tiles per split"
+                                       : std::string()) +
+                      "), " + std::to_string(keys_per_split) + " keys each");
+  }
+
+  p.tile_size = u32(tile, ctx, "tile");
+  p.tile_count = u32(div_up(keys, tile), ctx, "tile count");
+  p.sequence_splits = u32(splits, ctx, "splits");
+  p.keys_per_split = u32(keys_per_split, ctx, "keys per split");
+  p.tiles_per_split = u32(div_up(keys_per_split, tile), ctx, "tiles per split");
+  p.rows_per_block = u32(group, ctx, "group");
+  p.workgroups_per_row = p.sequence_splits;
+  p.workgroup_lanes = 1;  // a task runs on one thread
+  p.warp_lanes = kVectorLanes;
+  p.warps_per_block = 1;
+  p.q_scratch_elements = u32(group * hd, ctx, "q scratch");
+  p.score_scratch_elements = u32(group * tile, ctx, "score scratch");
+  p.o_acc_scratch_elements = u32(group * hd, ctx, "accumulator scratch");
+  p.split_reduce_scratch_elements = splits > 1 ? u32(splits * group * (hd + 2), ctx, "split reduce scratch") : 0;
+  p.grid_blocks = units * splits;
+  p.pipeline_stages = 1;
+  reasons.push_back("threads: " + std::to_string(threads) + " for " + std::to_string(p.grid_blocks) +
+                    " tasks; keys are streamed (hardware prefetch), one stage");
+}
+
+void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const KernelFamily* requested,
+                           WorkPartition& p, std::vector<std::string>& reasons) {
+  const char* ctx = "plan_prefill";
+  if (requested != nullptr && *requested == KernelFamily::kScalarOnline) {
+    scalar_partition(u(pr.batch) * u(pr.num_heads) * u(pr.q_len), u(pr.kv_len), pr.head_dim, ctx, p, reasons);
+    return;
+  }
+  require(requested == nullptr || *requested == KernelFamily::kCooperativeTiled, ctx,
+          "the CPU has no " + to_string(*requested) + " prefill kernel",
+          "request cooperative_tiled or scalar_online, or leave the family unset");
+  const int threads = thread_count(t);
+  const std::uint64_t hd = u(pr.head_dim);
+  p = WorkPartition{};
+  p.family = KernelFamily::kCooperativeTiled;
+  reasons.push_back("family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
+                    "Q K^T and P V micro-kernels in f32");
+
+  // Key tile: the f32 copy of one K tile (reused by every row micro-block) fits in L1.
+  std::uint64_t tile = std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
+  tile = std::min<std::uint64_t>(tile, std::max<std::uint64_t>(32, div_up(u(pr.kv_len), 32) * 32));
+  reasons.push_back("tile: " + std::to_string(tile) + " keys: the f32 K tile (" +
+                    std::to_string(tile * hd * kF32Bytes >> 10) + " KiB) fits an assumed 32 KiB L1d");
+
+  // Query rows per block: q and the output accumulator in f32 fill at most a quarter of L2, and
+  // the blocks still give each thread several tasks to balance causal work.
+  std::uint64_t rows = std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * kF32Bytes)), 16, 128);
+  const std::uint64_t q_len = std::max<std::uint64_t>(1, u(pr.q_len));
+  while (rows > 16 && rows / 2 >= 16 && u(pr.batch) * u(pr.num_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
+  rows = std::min<std::uint64_t>(rows, div_up(q_len, 8) * 8);
+  const std::uint64_t blocks = div_up(q_len, rows);
+  const std::uint64_t tasks = u(pr.batch) * u(pr.num_heads) * blocks;
+  reasons.push_back("rows: " + std::to_string(rows) + " query rows per block (q and accumulator " +
+                    std::to_string(2 * rows * hd * kF32Bytes >> 10) + " KiB, within a quarter of an assumed 1 MiB L2); " +
+                    std::to_string(tasks) + " tasks for " + std::to_string(threads) + " threads");
+  reasons.push_back("splits: 1: query rows already give the threads independent work (no merge needed)");
+
+  const std::uint64_t keys = std::max<std::uint64_t>(1, u(pr.kv_len));
+  p.tile_size = u32(tile, ctx, "tile");
+  p.tile_count = u32(div_up(keys, tile), ctx, "tile count");
+  p.sequence_splits = 1;
+  p.keys_per_split = u32(keys, ctx, "keys");
+  p.tiles_per_split = p.tile_count;
+  p.rows_per_block = u32(rows, ctx, "rows per block");
+  p.workgroups_per_row = 1;
+  p.workgroup_lanes = 1;
+  p.warp_lanes = kVectorLanes;
+  p.warps_per_block = 1;
+  p.q_scratch_elements = u32(rows * hd, ctx, "q scratch");
+  p.score_scratch_elements = u32(rows * tile, ctx, "score scratch");
+  p.o_acc_scratch_elements = u32(rows * hd, ctx, "accumulator scratch");
+  p.split_reduce_scratch_elements = 0;
+  p.grid_blocks = tasks;
+  p.pipeline_stages = 1;
+}
+
 }  // namespace attnkit::detail
