@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/problem.hpp"
@@ -40,8 +41,12 @@ struct Target {
   std::int64_t shared_bytes_per_sm = 0;
   int max_threads_per_sm = 0;
   double peak_read_bytes_per_s = 0;           // datasheet lead, for predicted time (0 = unknown)
+  double peak_matmul_flops_per_s = 0;         // dense f16/bf16 matmul rate (0 = unknown)
 };
 Target cpu_target(int threads = 0);  // 0 = hardware concurrency
+// Datasheet targets, for planning GPU work on a machine without that GPU:
+// "h200", "h100" (SXM) or "cpu" (this host). Throws Error naming the known names otherwise.
+Target known_target(std::string_view name);
 
 struct MemoryTraffic {
   std::uint64_t global_read_bytes = 0;
