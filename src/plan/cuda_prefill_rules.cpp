@@ -1,9 +1,172 @@
-// Placeholder until this file's owner lands the real rules: planning for it fails loudly.
+// CUDA prefill partition rules (seed 004's planner, for the GPU).
+//
+// Families:
+//   kCooperativeTiled: tensor-core FlashAttention-2 kernel (src/cuda/prefill/tiled_prefill.cuh) for
+//     f16/bf16 inputs at the head dims of cuda_prefill::kTiledConfigs. A block owns rows_per_block
+//     query rows of one (batch, head); K/V tiles of tile_size keys stream through shared memory.
+//   kScalarOnline: one warp per query row (f32 inputs, other head dims): correct, not fast.
+// Key splits: when q tiles * batch * heads cannot fill every SM (one wave at the occupancy the
+// shared memory and registers allow), the key range is cut into sequence_splits parts of at least
+// kTargetTilesPerSplit tiles; partial states go to the workspace and are merged afterwards.
+// Pure host code: compiled with or without CUDA.
+#include <algorithm>
+#include <string>
+
 #include "attnkit/error.hpp"
+#include "cuda/prefill/prefill_config.hpp"
+#include "plan/checked_math.hpp"
 #include "plan/rules.hpp"
 
 namespace attnkit::detail {
-void partition_cuda_prefill(const PrefillProblem&, const Target&, const KernelFamily*, WorkPartition&, std::vector<std::string>&) {
-  fail("plan", "the cuda prefill rules are not implemented yet", "use another backend");
+namespace {
+
+constexpr const char* kContext = "plan (cuda prefill)";
+
+std::uint32_t to_u32(std::uint64_t v, const char* what) {
+  require(v <= UINT32_MAX, kContext, std::string(what) + "=" + std::to_string(v) + " does not fit 32 bits",
+          "split the call into smaller batches or shorter sequences");
+  return static_cast<std::uint32_t>(v);
 }
+
+// Blocks of one config that fit on one SM at once (shared memory, registers, threads).
+int blocks_per_sm(const cuda_prefill::TiledConfig& c, const Target& t) {
+  const std::int64_t smem = cuda_prefill::tiled_shared_bytes(c);
+  const int threads = c.warps * 32;
+  const std::int64_t smem_per_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : 228 * 1024;
+  const int threads_per_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : 2048;
+  // Each block also reserves 1 KiB of shared memory for the runtime.
+  const std::int64_t by_smem = smem_per_sm / (smem + 1024);
+  const std::int64_t by_threads = threads_per_sm / threads;
+  const std::int64_t by_regs = 65536 / (static_cast<std::int64_t>(cuda_prefill::tiled_registers_per_thread(c)) * threads);
+  return static_cast<int>(std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs})));
+}
+
+void partition_scalar(const PrefillProblem& p, WorkPartition& part, std::vector<std::string>& reasons) {
+  const std::uint32_t warps = cuda_prefill::kScalarWarpsPerBlock;
+  part.family = KernelFamily::kScalarOnline;
+  part.tile_size = 1;
+  part.tile_count = to_u32(static_cast<std::uint64_t>(p.kv_len), "tile_count");
+  part.sequence_splits = 1;
+  part.tiles_per_split = part.tile_count;
+  part.keys_per_split = part.tile_count;
+  part.rows_per_block = warps;
+  part.workgroups_per_row = 1;
+  part.warp_lanes = 32;
+  part.warps_per_block = warps;
+  part.workgroup_lanes = warps * 32;
+  part.q_scratch_elements = 0;  // q lives in registers, head_dim / 32 per lane
+  part.score_scratch_elements = 0;
+  part.o_acc_scratch_elements = 0;
+  part.split_reduce_scratch_elements = 0;
+  part.pipeline_stages = 1;
+  const std::uint64_t rows = checked_product({static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads),
+                                              static_cast<std::uint64_t>(p.q_len)},
+                                             kContext, "query rows");
+  part.grid_blocks = div_ceil(rows, std::uint64_t{warps});
+  reasons.push_back("scalar-online: one warp per query row, " + std::to_string(warps) +
+                    " rows per block, keys one at a time (f32-exact path)");
+}
+
+}  // namespace
+
+void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
+                            WorkPartition& part, std::vector<std::string>& reasons) {
+  const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(p.head_dim);
+  const bool half_inputs = p.dtype == DType::kF16 || p.dtype == DType::kBF16;
+  const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;
+
+  if (requested != nullptr && *requested == KernelFamily::kSplitKvDecode) {
+    fail(kContext, "split-kv-decode is a decode family", "plan prefill with cooperative-tiled or scalar-online");
+  }
+  require(out_ok, kContext,
+          "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
+          "use out_dtype equal to the input dtype, or f32");
+  require(p.head_dim <= cuda_prefill::kScalarMaxHeadDim, kContext,
+          "head_dim=" + std::to_string(p.head_dim) + " is above 256", "use head_dim <= 256");
+
+  bool tiled = half_inputs && config != nullptr;
+  if (requested != nullptr && *requested == KernelFamily::kCooperativeTiled) {
+    require(half_inputs, kContext, "the cooperative-tiled kernel needs f16 or bf16 inputs, got " +
+                                       std::string(dtype_name(p.dtype)),
+            "convert q, k and v to f16/bf16, or plan with scalar-online for f32");
+    require(config != nullptr, kContext,
+            "the cooperative-tiled kernel has no instantiation for head_dim=" + std::to_string(p.head_dim),
+            "use head_dim 64, 96, 128 or 256, or plan with scalar-online");
+  }
+  if (requested != nullptr && *requested == KernelFamily::kScalarOnline) tiled = false;
+
+  if (!tiled) {
+    if (requested == nullptr) {
+      reasons.push_back(!half_inputs ? "inputs are " + std::string(dtype_name(p.dtype)) +
+                                           ": tensor cores would round them, so the exact scalar path runs"
+                                     : "no tiled instantiation for head_dim=" + std::to_string(p.head_dim) +
+                                           " (64, 96, 128, 256): scalar path");
+    } else {
+      reasons.push_back("scalar-online requested by the caller");
+    }
+    partition_scalar(p, part, reasons);
+    return;
+  }
+
+  const cuda_prefill::TiledConfig& c = *config;
+  const std::uint64_t q_tiles = div_ceil(static_cast<std::uint64_t>(p.q_len), static_cast<std::uint64_t>(c.rows_per_block));
+  const std::uint64_t kv_tiles = div_ceil(static_cast<std::uint64_t>(p.kv_len), static_cast<std::uint64_t>(c.keys_per_tile));
+  const std::uint64_t base_blocks = checked_product(
+      {q_tiles, static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads)}, kContext, "blocks");
+
+  part.family = KernelFamily::kCooperativeTiled;
+  part.rows_per_block = static_cast<std::uint32_t>(c.rows_per_block);
+  part.tile_size = static_cast<std::uint32_t>(c.keys_per_tile);
+  part.tile_count = to_u32(kv_tiles, "tile_count");
+  part.warp_lanes = 32;
+  part.warps_per_block = static_cast<std::uint32_t>(c.warps);
+  part.workgroup_lanes = static_cast<std::uint32_t>(c.warps * 32);
+  part.pipeline_stages = static_cast<std::uint32_t>(c.stages);
+  part.q_scratch_elements = static_cast<std::uint32_t>(c.rows_per_block * c.head_dim);
+  part.score_scratch_elements = static_cast<std::uint32_t>(c.rows_per_block * c.keys_per_tile);
+  part.o_acc_scratch_elements = static_cast<std::uint32_t>(c.rows_per_block * c.head_dim);
+  reasons.push_back("cooperative-tiled (tensor cores): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
+                    std::to_string(p.head_dim) + " has an instantiation");
+  reasons.push_back(std::to_string(c.rows_per_block) + " query rows per block (" + std::to_string(c.warps) +
+                    " warps x 16 rows), " + std::to_string(c.keys_per_tile) + " keys per tile: K/V tile reuse vs " +
+                    (c.q_in_registers ? "registers for Q, S and O" : "the 128-register O accumulator (Q re-read from shared memory)"));
+  const int fit = blocks_per_sm(c, t);
+  reasons.push_back(std::to_string(c.stages) + " shared-memory stages for K and V (cp.async): " +
+                    std::to_string(cuda_prefill::tiled_shared_bytes(c)) + " bytes per block, " +
+                    std::to_string(fit) + " block(s) per SM");
+
+  // Key splits: only when one wave is not full, and never below kTargetTilesPerSplit tiles a split.
+  const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+  const std::uint64_t wave = sms * static_cast<std::uint64_t>(fit);
+  std::uint64_t splits = 1;
+  if (base_blocks < wave) {
+    const std::uint64_t wanted = div_ceil(wave, base_blocks);
+    const std::uint64_t by_length = std::max<std::uint64_t>(1, kv_tiles / kTargetTilesPerSplit);
+    splits = std::min({wanted, by_length, static_cast<std::uint64_t>(cuda_prefill::kMaxKeySplits)});
+  }
+  std::uint64_t tiles_per_split = div_ceil(kv_tiles, splits);
+  splits = div_ceil(kv_tiles, tiles_per_split);  // no empty trailing split
+  part.sequence_splits = to_u32(splits, "sequence_splits");
+  part.tiles_per_split = to_u32(tiles_per_split, "tiles_per_split");
+  part.keys_per_split = to_u32(tiles_per_split * static_cast<std::uint64_t>(c.keys_per_tile), "keys_per_split");
+  part.workgroups_per_row = part.sequence_splits;
+  part.split_reduce_scratch_elements =
+      splits > 1 ? to_u32(checked_product({splits, static_cast<std::uint64_t>(c.head_dim) + 1}, kContext, "split scratch"),
+                          "split_reduce_scratch_elements")
+                 : 0;
+  part.grid_blocks = checked_mul(base_blocks, splits, kContext, "grid blocks");
+  if (splits > 1) {
+    reasons.push_back(std::to_string(base_blocks) + " blocks fill less than one wave (" + std::to_string(wave) +
+                      "): keys split " + std::to_string(splits) + " ways, " + std::to_string(tiles_per_split) +
+                      " tiles each, states merged after");
+  } else {
+    reasons.push_back(std::to_string(base_blocks) + " blocks" +
+                      (base_blocks >= wave ? " fill at least one wave (" + std::to_string(wave) + "): no key split"
+                                           : ": too few key tiles to split (" + std::to_string(kv_tiles) + ")"));
+  }
+  if (p.causal || p.options.window > 0) {
+    reasons.push_back("masked tiles are skipped, only boundary tiles are masked; causal blocks run longest-first");
+  }
+}
+
 }  // namespace attnkit::detail

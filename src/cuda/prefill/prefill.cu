@@ -1,0 +1,195 @@
+// cuda::prefill: validates the call, resolves the plan's tensors into kernel arguments and
+// launches the family the plan names (tiled tensor-core kernel, then the split merge when the
+// plan splits keys; or the scalar-online kernel). Decides nothing: every size comes from the plan.
+//
+// The tiled instantiations are listed once, in kTiledConfigs (prefill_config.hpp) x {f16, bf16}.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <utility>
+
+#include "attnkit/cuda.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/validate.hpp"
+#include "cuda/prefill/prefill_config.hpp"
+#include "cuda/prefill/prefill_params.cuh"
+#include "cuda/prefill/scalar_prefill.cuh"
+#include "cuda/prefill/split_merge.cuh"
+#include "cuda/prefill/tiled_prefill.cuh"
+
+namespace attnkit::cuda {
+namespace {
+
+using cuda_prefill::OutKind;
+using cuda_prefill::PrefillParams;
+constexpr const char* kContext = "cuda::prefill";
+
+void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, kContext, std::string(what) + " failed to launch: " + cudaGetErrorString(err),
+          "check the device, the tensors' device pointers and the shared-memory limit (sm_90a build)");
+}
+
+// The stride of dimension `dim` of a tensor of rank 4 (or 3 for LSE).
+void set_strides(const TensorView& t, std::int64_t& batch, std::int64_t& head, std::int64_t& row) {
+  batch = t.strides[0];
+  head = t.strides[1];
+  row = t.strides[2];
+}
+
+template <class T>
+void launch_scalar(const PrefillParams& p, const PrefillPlan& plan, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.q_len + cuda_prefill::kScalarWarpsPerBlock - 1) /
+                                        cuda_prefill::kScalarWarpsPerBlock),
+                  static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
+  (void)plan;
+  cuda_prefill::scalar_prefill_kernel<T><<<grid, cuda_prefill::kScalarWarpsPerBlock * 32, 0, stream>>>(p);
+  check_launch("scalar_prefill_kernel");
+}
+
+template <int kIndex, class T>
+void launch_tiled_config(const PrefillParams& p, cudaStream_t stream) {
+  constexpr cuda_prefill::TiledConfig c = cuda_prefill::kTiledConfigs[kIndex];
+  auto kernel = cuda_prefill::tiled_prefill_kernel<c.head_dim, c.keys_per_tile, c.warps, c.stages, c.q_in_registers, T>;
+  constexpr int smem = static_cast<int>(cuda_prefill::tiled_shared_bytes(c));
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  require(attr == cudaSuccess, kContext,
+          "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
+          "run on a GPU with at least that much shared memory per block (H100/H200)");
+  const dim3 grid(static_cast<unsigned>((p.q_len + c.rows_per_block - 1) / c.rows_per_block),
+                  static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch * p.splits));
+  kernel<<<grid, c.warps * 32, smem, stream>>>(p);
+  check_launch("tiled_prefill_kernel");
+}
+
+template <class T, std::size_t... kIndex>
+void launch_tiled(const PrefillParams& p, cudaStream_t stream, std::index_sequence<kIndex...>) {
+  bool launched = false;
+  ((cuda_prefill::kTiledConfigs[kIndex].head_dim == p.head_dim && !launched
+        ? (launch_tiled_config<static_cast<int>(kIndex), T>(p, stream), launched = true)
+        : false),
+   ...);
+  require(launched, kContext, "no tiled kernel for head_dim=" + std::to_string(p.head_dim),
+          "plan again: the planner only picks head dims listed in kTiledConfigs");
+}
+
+template <class T>
+void launch_merge(const PrefillParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.q_len + cuda_prefill::kMergeWarpsPerBlock - 1) /
+                                        cuda_prefill::kMergeWarpsPerBlock),
+                  static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
+  cuda_prefill::split_merge_kernel<T><<<grid, cuda_prefill::kMergeWarpsPerBlock * 32, 0, stream>>>(p);
+  check_launch("split_merge_kernel");
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspace, Stream stream_handle) {
+  const PrefillProblem& pr = plan.problem;
+  require(plan.target.backend == Backend::kCuda, kContext, "the plan was made for the " + to_string(plan.target.backend),
+          "plan with a CUDA target (cuda::target())");
+  validate_prefill(pr, t, DeviceKind::kCuda);
+  const WorkPartition& part = plan.partition;
+  const bool ragged = !t.cu_seqlens_q.empty();
+  const std::int64_t rows_total = ragged ? t.q.shape[2] : pr.batch * pr.q_len;
+  require(pr.q_len <= INT32_MAX && pr.kv_len <= INT32_MAX && rows_total <= INT32_MAX, kContext,
+          "sequence lengths above 2^31", "split the call into shorter sequences");
+
+  PrefillParams p{};
+  p.q = t.q.data;
+  p.k = t.k.data;
+  p.v = t.v.data;
+  p.out = t.out.data;
+  p.lse = t.lse.empty() ? nullptr : t.lse.as<float>();
+  set_strides(t.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+  set_strides(t.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+  set_strides(t.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+  set_strides(t.out, p.o_batch_stride, p.o_head_stride, p.o_row_stride);
+  if (!t.lse.empty()) set_strides(t.lse, p.lse_batch_stride, p.lse_head_stride, p.lse_row_stride);
+  p.cu_seqlens_q = ragged ? t.cu_seqlens_q.as<const int>() : nullptr;
+  p.cu_seqlens_k = ragged ? t.cu_seqlens_k.as<const int>() : nullptr;
+  p.batch = static_cast<int>(pr.batch);
+  p.num_heads = static_cast<int>(pr.num_heads);
+  p.group_size = static_cast<int>(pr.group_size());
+  p.head_dim = static_cast<int>(pr.head_dim);
+  p.q_len = static_cast<int>(pr.q_len);
+  p.kv_len = static_cast<int>(pr.kv_len);
+  p.causal = pr.causal;
+  p.window = pr.options.window;
+  p.scale = pr.effective_scale();
+  p.softcap = pr.options.softcap;
+  require(pr.out_dtype == pr.dtype || pr.out_dtype == DType::kF32, kContext,
+          "out_dtype " + std::string(dtype_name(pr.out_dtype)) + " with inputs " + std::string(dtype_name(pr.dtype)),
+          "use out_dtype equal to the input dtype, or f32");
+  p.out_kind = pr.out_dtype == DType::kF32 ? OutKind::kF32 : OutKind::kInput;
+  p.splits = 1;
+  p.tiles_per_split = 0;
+  p.workspace_rows = pr.batch * pr.q_len;
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+
+  if (part.family == KernelFamily::kScalarOnline) {
+    switch (pr.dtype) {
+      case DType::kF32: launch_scalar<float>(p, plan, stream); break;
+      case DType::kF16: launch_scalar<__half>(p, plan, stream); break;
+      case DType::kBF16: launch_scalar<__nv_bfloat16>(p, plan, stream); break;
+      default: fail(kContext, "unsupported input dtype", "use f32, f16 or bf16");
+    }
+    return;
+  }
+  require(part.family == KernelFamily::kCooperativeTiled, kContext,
+          "the plan names the " + to_string(part.family) + " family, which prefill does not run",
+          "plan prefill with plan_prefill (cooperative-tiled or scalar-online)");
+  const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(pr.head_dim);
+  require(config != nullptr && part.rows_per_block == static_cast<std::uint32_t>(config->rows_per_block) &&
+              part.tile_size == static_cast<std::uint32_t>(config->keys_per_tile) &&
+              part.warps_per_block == static_cast<std::uint32_t>(config->warps) &&
+              (pr.dtype == DType::kF16 || pr.dtype == DType::kBF16),
+          kContext, "the plan's tiles do not match a compiled tiled kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
+          "plan with plan_prefill from this build of attnkit");
+  // cp.async moves 16-byte rows: every base pointer and row/head/batch stride must keep that.
+  for (const TensorView* tv : {&t.q, &t.k, &t.v}) {
+    bool ok = aligned16(tv->data);
+    for (int d = 0; d < 3; ++d) ok = ok && (tv->strides[d] % 8 == 0 || tv->shape[d] == 1);
+    require(ok, kContext, "tensor " + tv->describe() + " has rows that are not 16-byte aligned",
+            "pass 16-byte aligned tensors whose strides are multiples of 8 elements, or plan scalar-online");
+  }
+  {
+    const std::int64_t unit = pr.out_dtype == DType::kF32 ? 2 : 2;  // two elements per store
+    bool ok = reinterpret_cast<std::uintptr_t>(t.out.data) % (unit * dtype_size(pr.out_dtype)) == 0;
+    for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
+    require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
+            "pass out with even strides and an aligned base pointer");
+  }
+
+  p.splits = static_cast<int>(part.sequence_splits);
+  p.tiles_per_split = static_cast<int>(part.tiles_per_split);
+  require(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch), kContext,
+          "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
+          "plan again with plan_prefill");
+  if (p.splits > 1) {
+    const std::uint64_t rows = static_cast<std::uint64_t>(p.splits) * pr.num_heads * p.workspace_rows;
+    const std::uint64_t needed = rows * (pr.head_dim + 1) * sizeof(float);
+    validate_workspace(workspace, needed, DeviceKind::kCuda);
+    require(workspace.bytes >= needed, kContext,
+            "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
+            "allocate plan.evidence.workspace_bytes of device memory");
+    require(aligned16(workspace.data), kContext, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
+    p.partial_out = static_cast<float*>(workspace.data);
+    p.partial_lse = p.partial_out + rows * pr.head_dim;
+  }
+
+  const auto configs = std::make_index_sequence<std::size(cuda_prefill::kTiledConfigs)>{};
+  if (pr.dtype == DType::kF16) {
+    launch_tiled<__half>(p, stream, configs);
+    if (p.splits > 1) launch_merge<__half>(p, stream);
+  } else {
+    launch_tiled<__nv_bfloat16>(p, stream, configs);
+    if (p.splits > 1) launch_merge<__nv_bfloat16>(p, stream);
+  }
+}
+
+}  // namespace attnkit::cuda
