@@ -31,9 +31,10 @@ void check_partition(const Target& target, Job job, const KernelFamily* requeste
   require(detail::backend_has_family(target.backend, job, p.family), ctx,
           rules + " chose " + to_string(p.family) + ", which this backend does not implement",
           "fix the rules or add the family to src/plan/families.cpp");
-  require(requested == nullptr || p.family == *requested, ctx,
-          rules + " chose " + to_string(p.family) + " although " + to_string(*requested) + " was requested",
-          "make the rules honour the requested family");
+  if (requested != nullptr && p.family != *requested) {
+    fail(ctx, rules + " chose " + to_string(p.family) + " although " + to_string(*requested) + " was requested",
+         "make the rules honour the requested family");
+  }
   require(p.tile_size >= 1 && p.sequence_splits >= 1 && p.rows_per_block >= 1, ctx,
           rules + " left tile_size, sequence_splits or rows_per_block at 0",
           "set each to at least 1 in the rules");

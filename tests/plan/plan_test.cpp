@@ -1,0 +1,123 @@
+// plan_decode / plan_prefill end to end: validation, family checks, and evidence consistent with
+// the partition the backend's rules chose (the CPU rules; the CUDA ones are checked where they exist).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "attnkit/error.hpp"
+#include "attnkit/plan.hpp"
+#include "plan/evidence.hpp"
+
+using namespace attnkit;
+
+namespace {
+
+std::string error_of(auto&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Target cpu(int threads) {
+  Target t;  // built by hand so the test does not depend on the host
+  t.backend = Backend::kCpu;
+  t.threads = threads;
+  return t;
+}
+
+}  // namespace
+
+TEST(PlanDecode, InvalidProblemIsRejectedBeforeRules) {
+  DecodeProblem p;
+  p.kv_heads = 5;  // 32 % 5 != 0
+  const std::string message = error_of([&] { plan_decode(p, cpu(4)); });
+  EXPECT_NE(message.find("Fix:"), std::string::npos) << message;
+  EXPECT_NE(message.find("kv_heads"), std::string::npos) << message;
+}
+
+TEST(PlanDecode, UnavailableFamilyNamesTheOnesThatExist) {
+  const DecodeProblem p;
+  const std::string cpu_message = error_of([&] { plan_decode(p, cpu(4), KernelFamily::kCooperativeTiled); });
+  EXPECT_NE(cpu_message.find("Fix:"), std::string::npos) << cpu_message;
+  EXPECT_NE(cpu_message.find("split_kv_decode"), std::string::npos) << cpu_message;
+  EXPECT_NE(cpu_message.find("scalar_online"), std::string::npos) << cpu_message;
+  // Checked before any rule runs, so it holds whatever the CUDA rules' state.
+  const std::string gpu_message = error_of([&] { plan_decode(p, known_target("h200"), KernelFamily::kScalarOnline); });
+  EXPECT_NE(gpu_message.find("Fix:"), std::string::npos) << gpu_message;
+  EXPECT_NE(gpu_message.find("split_kv_decode"), std::string::npos) << gpu_message;
+  const std::string prefill_message =
+      error_of([&] { plan_prefill(PrefillProblem{}, cpu(4), KernelFamily::kSplitKvDecode); });
+  EXPECT_NE(prefill_message.find("cooperative_tiled"), std::string::npos) << prefill_message;
+}
+
+TEST(PlanDecode, EvidenceMatchesThePartitionChosen) {
+  DecodeProblem p;
+  p.batch = 2;
+  p.kv_len = 3000;
+  p.max_seq = 4096;
+  const DecodePlan plan = plan_decode(p, cpu(8));
+  EXPECT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
+  EXPECT_FALSE(plan.reasons.empty());
+  const Evidence expected = detail::compute_decode_evidence(p, plan.partition, plan.target);
+  EXPECT_EQ(plan.evidence.traffic.global_read_bytes, expected.traffic.global_read_bytes);
+  EXPECT_EQ(plan.evidence.workspace_bytes, expected.workspace_bytes);
+  EXPECT_EQ(plan.evidence.matmul_flops, 4ull * 2 * 32 * 3000 * 128);
+  EXPECT_EQ(plan.evidence.workspace_bytes == 0, plan.partition.sequence_splits == 1);
+  // The packed family reads K/V once per KV head, the scalar baseline once per query head.
+  const DecodePlan scalar = plan_decode(p, cpu(8), KernelFamily::kScalarOnline);
+  EXPECT_EQ(scalar.partition.family, KernelFamily::kScalarOnline);
+  EXPECT_GT(scalar.evidence.traffic.global_read_bytes, plan.evidence.traffic.global_read_bytes);
+}
+
+TEST(PlanPrefill, EvidenceMatchesThePartitionChosen) {
+  PrefillProblem p;
+  p.batch = 1;
+  p.q_len = 500;
+  p.kv_len = 800;
+  const PrefillPlan plan = plan_prefill(p, cpu(4));
+  EXPECT_EQ(plan.partition.family, KernelFamily::kCooperativeTiled);
+  std::uint64_t pairs = 0;
+  for (std::uint64_t r = 0; r < 500; ++r) pairs += 300 + r + 1;
+  EXPECT_EQ(plan.evidence.matmul_flops, 4ull * 32 * pairs * 128);
+  EXPECT_EQ(plan.evidence.rel_l2_tolerance, 1e-2);
+  EXPECT_EQ(plan_prefill(p, cpu(4), KernelFamily::kScalarOnline).partition.family, KernelFamily::kScalarOnline);
+}
+
+TEST(PlanGpu, PlansOrSaysWhyNot) {
+  // The CUDA rules are another engineer's; until they land, planning for the GPU must fail loudly.
+  const Target h200 = known_target("h200");
+  try {
+    const DecodePlan plan = plan_decode(DecodeProblem{}, h200);
+    EXPECT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
+    EXPECT_GT(plan.evidence.predicted_seconds, 0.0);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Fix:"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Targets, KnownTargets) {
+  const Target h200 = known_target("h200");
+  EXPECT_EQ(h200.backend, Backend::kCuda);
+  EXPECT_EQ(h200.sm_count, 132);
+  EXPECT_EQ(h200.cc_major, 9);
+  EXPECT_EQ(h200.shared_bytes_per_block, 232448);
+  EXPECT_EQ(h200.peak_read_bytes_per_s, 4.8e12);
+  EXPECT_EQ(known_target("H100").peak_read_bytes_per_s, 3.35e12);
+  EXPECT_EQ(known_target("cpu").backend, Backend::kCpu);
+  const std::string message = error_of([] { known_target("a100"); });
+  EXPECT_NE(message.find("Fix:"), std::string::npos);
+  EXPECT_NE(message.find("h200"), std::string::npos);
+}
+
+TEST(Targets, CpuTargetReadsTheHost) {
+  const Target t = cpu_target();
+  EXPECT_EQ(t.backend, Backend::kCpu);
+  EXPECT_GE(t.threads, 1);
+  EXPECT_GT(t.cache_bytes, 0);
+  EXPECT_FALSE(t.name.empty());
+  EXPECT_EQ(cpu_target(3).threads, 3);
+  EXPECT_THROW(cpu_target(-1), Error);
+}
