@@ -247,3 +247,20 @@ TEST(Tolerance, ByDtype) {
   EXPECT_EQ(rel_l2_tolerance_for(DType::kBF16), 1e-2);
   EXPECT_THROW(rel_l2_tolerance_for(DType::kI32), Error);
 }
+
+TEST(PrefillEvidence, SeedProblemAsMinimumTraffic) {
+  // Seed 004's 4096 x 128 problem (one head, f32, not causal): each input once, each output once,
+  // far below the seed's per-row re-read model.
+  PrefillProblem p;
+  p.batch = p.num_heads = p.kv_heads = 1;
+  p.head_dim = 128;
+  p.q_len = p.kv_len = 4096;
+  p.causal = false;
+  p.dtype = p.out_dtype = DType::kF32;
+  const Evidence e = detail::compute_prefill_evidence(p, tiled(), gpu());
+  EXPECT_EQ(e.traffic.global_read_bytes, 3ull * 4096 * 128 * 4);
+  EXPECT_EQ(e.traffic.global_write_bytes, 4096ull * 128 * 4 + 4096 * 4);
+  const auto seed = plan_flash_attention_tiled(4096, 128, 128);
+  EXPECT_EQ(e.matmul_flops, seed.evidence.matmul_flops);
+  EXPECT_GT(seed.evidence.traffic.global_read_bytes, 1000 * e.traffic.global_read_bytes);
+}
