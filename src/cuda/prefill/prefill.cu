@@ -13,6 +13,7 @@
 #include "attnkit/cuda.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/validate.hpp"
+#include "cuda/common/device_pointer.hpp"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill/scalar_prefill.cuh"
@@ -93,6 +94,11 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   require(plan.target.backend == Backend::kCuda, kContext, "the plan was made for the " + to_string(plan.target.backend),
           "plan with a CUDA target (cuda::target())");
   validate_prefill(pr, t, DeviceKind::kCuda);
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &t.q}, {"k", &t.k}, {"v", &t.v},
+                                   {"out", &t.out}, {"lse", &t.lse}, {"cu_seqlens_q", &t.cu_seqlens_q},
+                                   {"cu_seqlens_k", &t.cu_seqlens_k}}) {
+    cuda_common::require_device_memory(*view, kContext, name);
+  }
   const WorkPartition& part = plan.partition;
   const bool ragged = !t.cu_seqlens_q.empty();
   const std::int64_t rows_total = ragged ? t.q.shape[2] : pr.batch * pr.q_len;
