@@ -1,10 +1,11 @@
 // CUDA prefill partition rules (seed 004's planner, for the GPU).
 //
-// Families:
-//   kCooperativeTiled: tensor-core FlashAttention-2 kernel (src/cuda/prefill/tiled_prefill.cuh) for
-//     f16/bf16 inputs at the head dims of cuda_prefill::kTiledConfigs. A block owns rows_per_block
-//     query rows of one (batch, head); K/V tiles of tile_size keys stream through shared memory.
-//   kScalarOnline: one warp per query row (f32 inputs, other head dims): correct, not fast.
+// Family kCooperativeTiled (key tiles shared by a block of query rows), two kernels:
+//   tensor cores (src/cuda/prefill/tiled_prefill.cuh) for f16/bf16 inputs at the head dims of
+//     cuda_prefill::kTiledConfigs: a block owns rows_per_block query rows of one (batch, head); K/V
+//     tiles of tile_size keys stream through shared memory;
+//   SIMT (simt_tiled_prefill.cuh) for f32 inputs (tensor cores would round them) and other head
+//     dims: one warp per row, f32 K/V tiles in shared memory: exact, not fast.
 // Key splits: when q tiles * batch * heads cannot fill every SM (one wave at the occupancy the
 // shared memory and registers allow), the key range is cut into sequence_splits parts of at least
 // kTargetTilesPerSplit tiles; partial states go to the workspace and are merged afterwards.
@@ -41,21 +42,22 @@ int blocks_per_sm(const cuda_prefill::TiledConfig& c, const Target& t) {
   return static_cast<int>(std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs})));
 }
 
-void partition_scalar(const PrefillProblem& p, WorkPartition& part, std::vector<std::string>& reasons) {
-  const std::uint32_t warps = cuda_prefill::kScalarWarpsPerBlock;
-  part.family = KernelFamily::kScalarOnline;
-  part.tile_size = 1;
-  part.tile_count = to_u32(static_cast<std::uint64_t>(p.kv_len), "tile_count");
+void partition_simt(const PrefillProblem& p, WorkPartition& part, std::vector<std::string>& reasons) {
+  const std::uint32_t warps = cuda_prefill::kSimtWarpsPerBlock;
+  const std::uint32_t tile = cuda_prefill::kSimtKeysPerTile;
+  part.family = KernelFamily::kCooperativeTiled;
+  part.tile_size = tile;
+  part.tile_count = to_u32(div_ceil(static_cast<std::uint64_t>(p.kv_len), std::uint64_t{tile}), "tile_count");
   part.sequence_splits = 1;
   part.tiles_per_split = part.tile_count;
-  part.keys_per_split = part.tile_count;
+  part.keys_per_split = to_u32(std::uint64_t{part.tile_count} * tile, "keys_per_split");
   part.rows_per_block = warps;
   part.workgroups_per_row = 1;
   part.warp_lanes = 32;
   part.warps_per_block = warps;
   part.workgroup_lanes = warps * 32;
   part.q_scratch_elements = 0;  // q lives in registers, head_dim / 32 per lane
-  part.score_scratch_elements = 0;
+  part.score_scratch_elements = 0;  // one score at a time per warp
   part.o_acc_scratch_elements = 0;
   part.split_reduce_scratch_elements = 0;
   part.pipeline_stages = 1;
@@ -63,8 +65,9 @@ void partition_scalar(const PrefillProblem& p, WorkPartition& part, std::vector<
                                               static_cast<std::uint64_t>(p.q_len)},
                                              kContext, "query rows");
   part.grid_blocks = div_ceil(rows, std::uint64_t{warps});
-  reasons.push_back("scalar-online: one warp per query row, " + std::to_string(warps) +
-                    " rows per block, keys one at a time (f32-exact path)");
+  reasons.push_back("SIMT tiles: one warp per query row, " + std::to_string(warps) + " rows per block share f32 K/V tiles of " +
+                    std::to_string(tile) + " keys (" + std::to_string(2 * tile * cuda_prefill::kSimtMaxHeadDim * 4) +
+                    " bytes of shared memory); no key split");
 }
 
 }  // namespace
@@ -76,35 +79,25 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;
 
   if (requested != nullptr && *requested == KernelFamily::kSplitKvDecode) {
-    fail(kContext, "split-kv-decode is a decode family", "plan prefill with cooperative-tiled or scalar-online");
+    fail(kContext, "split-kv-decode is a decode family", "plan prefill with cooperative-tiled");
+  }
+  if (requested != nullptr && *requested == KernelFamily::kScalarOnline) {
+    fail(kContext, "the GPU has no scalar-online prefill kernel (its exact f32 path is the SIMT variant of "
+                   "cooperative-tiled)",
+         "plan with cooperative-tiled (or leave the family unset), or run scalar-online on the CPU");
   }
   require(out_ok, kContext,
           "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
           "use out_dtype equal to the input dtype, or f32");
-  require(p.head_dim <= cuda_prefill::kScalarMaxHeadDim, kContext,
+  require(p.head_dim <= cuda_prefill::kSimtMaxHeadDim, kContext,
           "head_dim=" + std::to_string(p.head_dim) + " is above 256", "use head_dim <= 256");
 
-  bool tiled = half_inputs && config != nullptr;
-  if (requested != nullptr && *requested == KernelFamily::kCooperativeTiled) {
-    require(half_inputs, kContext, "the cooperative-tiled kernel needs f16 or bf16 inputs, got " +
-                                       std::string(dtype_name(p.dtype)),
-            "convert q, k and v to f16/bf16, or plan with scalar-online for f32");
-    require(config != nullptr, kContext,
-            "the cooperative-tiled kernel has no instantiation for head_dim=" + std::to_string(p.head_dim),
-            "use head_dim 64, 96, 128 or 256, or plan with scalar-online");
-  }
-  if (requested != nullptr && *requested == KernelFamily::kScalarOnline) tiled = false;
-
-  if (!tiled) {
-    if (requested == nullptr) {
-      reasons.push_back(!half_inputs ? "inputs are " + std::string(dtype_name(p.dtype)) +
-                                           ": tensor cores would round them, so the exact scalar path runs"
-                                     : "no tiled instantiation for head_dim=" + std::to_string(p.head_dim) +
-                                           " (64, 96, 128, 256): scalar path");
-    } else {
-      reasons.push_back("scalar-online requested by the caller");
-    }
-    partition_scalar(p, part, reasons);
+  if (!half_inputs || config == nullptr) {
+    reasons.push_back(!half_inputs ? "inputs are " + std::string(dtype_name(p.dtype)) +
+                                         ": tensor cores would round them, so the exact SIMT kernel runs"
+                                   : "no tensor-core instantiation for head_dim=" + std::to_string(p.head_dim) +
+                                         " (64, 96, 128, 256): SIMT kernel");
+    partition_simt(p, part, reasons);
     return;
   }
 

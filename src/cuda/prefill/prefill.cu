@@ -1,6 +1,6 @@
 // cuda::prefill: validates the call, resolves the plan's tensors into kernel arguments and
-// launches the family the plan names (tiled tensor-core kernel, then the split merge when the
-// plan splits keys; or the scalar-online kernel). Decides nothing: every size comes from the plan.
+// launches the kernel the plan names (tensor-core tiled kernel, then the split merge when the plan
+// splits keys; or the SIMT tiled kernel for f32). Decides nothing: every size comes from the plan.
 //
 // The tiled instantiations are listed once, in kTiledConfigs (prefill_config.hpp) x {f16, bf16}.
 #include <cuda_bf16.h>
@@ -16,7 +16,7 @@
 #include "cuda/common/device_pointer.hpp"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill/prefill_params.cuh"
-#include "cuda/prefill/scalar_prefill.cuh"
+#include "cuda/prefill/simt_tiled_prefill.cuh"
 #include "cuda/prefill/split_merge.cuh"
 #include "cuda/prefill/tiled_prefill.cuh"
 
@@ -41,13 +41,12 @@ void set_strides(const TensorView& t, std::int64_t& batch, std::int64_t& head, s
 }
 
 template <class T>
-void launch_scalar(const PrefillParams& p, const PrefillPlan& plan, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.q_len + cuda_prefill::kScalarWarpsPerBlock - 1) /
-                                        cuda_prefill::kScalarWarpsPerBlock),
+void launch_simt(const PrefillParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.q_len + cuda_prefill::kSimtWarpsPerBlock - 1) /
+                                        cuda_prefill::kSimtWarpsPerBlock),
                   static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
-  (void)plan;
-  cuda_prefill::scalar_prefill_kernel<T><<<grid, cuda_prefill::kScalarWarpsPerBlock * 32, 0, stream>>>(p);
-  check_launch("scalar_prefill_kernel");
+  cuda_prefill::simt_tiled_prefill_kernel<T><<<grid, cuda_prefill::kSimtWarpsPerBlock * 32, 0, stream>>>(p);
+  check_launch("simt_tiled_prefill_kernel");
 }
 
 template <int kIndex, class T>
@@ -137,23 +136,26 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   p.workspace_rows = pr.batch * pr.q_len;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
 
-  if (part.family == KernelFamily::kScalarOnline) {
+  require(part.family == KernelFamily::kCooperativeTiled, kContext,
+          "the plan names the " + to_string(part.family) + " family, which CUDA prefill does not run",
+          "plan prefill with plan_prefill (cooperative-tiled)");
+  const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(pr.head_dim);
+  const bool half_inputs = pr.dtype == DType::kF16 || pr.dtype == DType::kBF16;
+  if (!half_inputs || config == nullptr) {  // the SIMT variant (f32 inputs, other head dims)
+    require(part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill::kSimtWarpsPerBlock) &&
+                part.tile_size == static_cast<std::uint32_t>(cuda_prefill::kSimtKeysPerTile) && part.sequence_splits == 1,
+            kContext, "the plan's tiles do not match the SIMT tiled kernel", "plan with plan_prefill from this build");
     switch (pr.dtype) {
-      case DType::kF32: launch_scalar<float>(p, plan, stream); break;
-      case DType::kF16: launch_scalar<__half>(p, plan, stream); break;
-      case DType::kBF16: launch_scalar<__nv_bfloat16>(p, plan, stream); break;
+      case DType::kF32: launch_simt<float>(p, stream); break;
+      case DType::kF16: launch_simt<__half>(p, stream); break;
+      case DType::kBF16: launch_simt<__nv_bfloat16>(p, stream); break;
       default: fail(kContext, "unsupported input dtype", "use f32, f16 or bf16");
     }
     return;
   }
-  require(part.family == KernelFamily::kCooperativeTiled, kContext,
-          "the plan names the " + to_string(part.family) + " family, which prefill does not run",
-          "plan prefill with plan_prefill (cooperative-tiled or scalar-online)");
-  const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(pr.head_dim);
-  require(config != nullptr && part.rows_per_block == static_cast<std::uint32_t>(config->rows_per_block) &&
+  require(part.rows_per_block == static_cast<std::uint32_t>(config->rows_per_block) &&
               part.tile_size == static_cast<std::uint32_t>(config->keys_per_tile) &&
-              part.warps_per_block == static_cast<std::uint32_t>(config->warps) &&
-              (pr.dtype == DType::kF16 || pr.dtype == DType::kBF16),
+              part.warps_per_block == static_cast<std::uint32_t>(config->warps),
           kContext, "the plan's tiles do not match a compiled tiled kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
           "plan with plan_prefill from this build of attnkit");
   // cp.async moves 16-byte rows: every base pointer and row/head/batch stride must keep that.
@@ -161,7 +163,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     bool ok = aligned16(tv->data);
     for (int d = 0; d < 3; ++d) ok = ok && (tv->strides[d] % 8 == 0 || tv->shape[d] == 1);
     require(ok, kContext, "tensor " + tv->describe() + " has rows that are not 16-byte aligned",
-            "pass 16-byte aligned tensors whose strides are multiples of 8 elements, or plan scalar-online");
+            "pass 16-byte aligned tensors whose strides are multiples of 8 elements, or use f32 inputs (SIMT path)");
   }
   {
     const std::int64_t unit = pr.out_dtype == DType::kF32 ? 2 : 2;  // two elements per store

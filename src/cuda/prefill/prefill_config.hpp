@@ -49,10 +49,12 @@ inline constexpr int tiled_registers_per_thread(const TiledConfig& c) {
   return c.head_dim == 64 ? 210 : c.head_dim == 96 ? 192 : c.head_dim == 128 ? 217 : 246;
 }
 
-// Scalar-online family on the GPU (f32 inputs, or head dims without a tiled config): one warp per
-// query row, keys one at a time, head_dim spread over the lanes.
-inline constexpr int kScalarWarpsPerBlock = 4;
-inline constexpr int kScalarMaxHeadDim = 256;
+// The same family without tensor cores (f32 inputs, or head dims without a tensor-core config):
+// one warp per query row, kSimtWarpsPerBlock rows per block sharing f32 K/V tiles of
+// kSimtKeysPerTile keys in shared memory (2 * 16 * 256 * 4 = 32 KiB static).
+inline constexpr int kSimtWarpsPerBlock = 8;
+inline constexpr int kSimtKeysPerTile = 16;
+inline constexpr int kSimtMaxHeadDim = 256;
 
 // Upper bound on key splits (each split's partial state costs a workspace row).
 inline constexpr int kMaxKeySplits = 64;

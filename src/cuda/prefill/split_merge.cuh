@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "cuda/prefill/prefill_params.cuh"
-#include "cuda/prefill/scalar_prefill.cuh"
+#include "cuda/prefill/simt_tiled_prefill.cuh"
 
 namespace attnkit::cuda_prefill {
 
