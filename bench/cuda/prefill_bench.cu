@@ -1,0 +1,257 @@
+// CUDA prefill benchmark and the bf16 GEMM ceiling (see prefill_bench.hpp).
+// Protocol (DESIGN.md): inputs filled on the device, warm-up runs, then `repetitions` timed runs,
+// each preceded by a 256 MiB memset so no run reads warm L2 (the H200's L2 is 60 MB), timed with
+// CUDA events around the launch alone; median, min and max reported.
+//
+// Built with -DATTNKIT_PREFILL_BENCH_MAIN it is also a standalone program (the device script's
+// prefill step): `prefill_bench [--quick]` prints the sweep's rows as JSON lines.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/attnkit.hpp"
+#include "cuda/prefill_bench.hpp"
+
+namespace attnkit::bench {
+namespace {
+
+constexpr const char* kContext = "bench (cuda prefill)";
+constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
+
+void check(cudaError_t err, const char* what) {
+  require(err == cudaSuccess, kContext, std::string(what) + ": " + cudaGetErrorString(err),
+          "check that a CUDA device is present and has enough free memory");
+}
+void check(cublasStatus_t st, const char* what) {
+  require(st == CUBLAS_STATUS_SUCCESS, kContext, std::string(what) + " failed (cuBLAS status " + std::to_string(st) + ")",
+          "check the cuBLAS installation and the device");
+}
+
+// Device buffer freed on scope exit.
+struct Buffer {
+  void* data = nullptr;
+  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&data, std::max<std::size_t>(bytes, 16)), "cudaMalloc"); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { cudaFree(data); }
+};
+
+// Deterministic values in [-2, 2) from a hash of the index (no host round trip).
+template <class T>
+__global__ void fill_kernel(T* x, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = static_cast<float>(h & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
+    if constexpr (std::is_same_v<T, float>) {
+      x[i] = u;
+    } else if constexpr (std::is_same_v<T, __half>) {
+      x[i] = __float2half_rn(u);
+    } else {
+      x[i] = __float2bfloat16_rn(u);
+    }
+  }
+}
+
+void fill(void* data, DType t, std::int64_t n, std::uint32_t seed) {
+  const int blocks = 1024, threads = 256;
+  switch (t) {
+    case DType::kF32: fill_kernel<<<blocks, threads>>>(static_cast<float*>(data), n, seed); break;
+    case DType::kF16: fill_kernel<<<blocks, threads>>>(static_cast<__half*>(data), n, seed); break;
+    default: fill_kernel<<<blocks, threads>>>(static_cast<__nv_bfloat16*>(data), n, seed); break;
+  }
+  check(cudaGetLastError(), "fill");
+}
+
+struct Timing {
+  double median_s = 0, min_s = 0, max_s = 0;
+  int repetitions = 0;
+};
+
+// Times `run` (which enqueues work on the default stream) under the protocol.
+template <class Run>
+Timing time_events(const Options& options, Buffer& flush, Run&& run) {
+  for (int i = 0; i < std::max(1, options.warmup); ++i) run();
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> times;
+  const int reps = std::max(1, options.repetitions);
+  for (int i = 0; i < reps; ++i) {
+    check(cudaMemsetAsync(flush.data, i & 0xff, kFlushBytes), "L2 flush");
+    check(cudaEventRecord(start), "cudaEventRecord");
+    run();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  Timing t;
+  t.median_s = times[times.size() / 2];
+  t.min_s = times.front();
+  t.max_s = times.back();
+  t.repetitions = reps;
+  return t;
+}
+
+PrefillProblem problem_of(const Case& c) {
+  PrefillProblem p;
+  p.batch = c.batch;
+  p.num_heads = c.num_heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.q_len = c.q_len;
+  p.kv_len = c.kv_len;
+  p.causal = c.causal;
+  p.options.window = c.window;
+  p.dtype = p.out_dtype = c.dtype;
+  return p;
+}
+
+}  // namespace
+
+double cuda_bf16_gemm_ceiling(const Options& options, int size) {
+  const std::size_t n = static_cast<std::size_t>(size);
+  Buffer a(n * n * 2), b(n * n * 2), c(n * n * 2), flush(kFlushBytes);
+  fill(a.data, DType::kBF16, static_cast<std::int64_t>(n * n), 1);
+  fill(b.data, DType::kBF16, static_cast<std::int64_t>(n * n), 2);
+  cublasHandle_t handle;
+  check(cublasCreate(&handle), "cublasCreate");
+  const float alpha = 1.0f, beta = 0.0f;
+  Options o = options;
+  o.repetitions = std::min(options.repetitions, 20);
+  const Timing t = time_events(o, flush, [&] {
+    check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a.data, CUDA_R_16BF, size, b.data,
+                       CUDA_R_16BF, size, &beta, c.data, CUDA_R_16BF, size, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+  });
+  cublasDestroy(handle);
+  return 2.0 * static_cast<double>(n) * n * n / t.median_s;
+}
+
+std::vector<Case> prefill_sweep_cases() {
+  std::vector<Case> cases;
+  for (std::int64_t d : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      for (std::int64_t s = 512; s <= 16384; s *= 2) {
+        Case c;
+        c.op = "prefill";
+        c.head_dim = d;
+        c.num_heads = c.kv_heads = 2048 / d;
+        c.q_len = c.kv_len = s;
+        c.batch = 16384 / s;
+        c.causal = causal;
+        c.dtype = DType::kBF16;
+        cases.push_back(c);
+      }
+    }
+  }
+  return cases;
+}
+
+std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options& options) {
+  require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
+  std::vector<Row> rows;
+  const double gemm = cuda_bf16_gemm_ceiling(options);
+  {
+    Row r;
+    r.backend = "cuda";
+    r.impl = "cublas-bf16-gemm";
+    r.timing = "events";
+    r.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+    r.achieved_flops_per_s = gemm;
+    r.median_s = r.flops / gemm;
+    r.ceiling_name = "bf16-gemm";
+    r.ceiling_value = gemm;
+    r.pct_of_ceiling = 100.0;
+    rows.push_back(r);
+  }
+  const Target target = cuda::target();
+  Buffer flush(kFlushBytes);
+  for (const Case& c : cases) {
+    if (c.op != "prefill") continue;
+    if (options.progress) options.progress("prefill d" + std::to_string(c.head_dim) + " s" + std::to_string(c.q_len));
+    const PrefillProblem p = problem_of(c);
+    const PrefillPlan plan = plan_prefill(p, target);
+    const std::int64_t q_elems = p.batch * p.num_heads * p.q_len * p.head_dim;
+    const std::int64_t kv_elems = p.batch * p.kv_heads * p.kv_len * p.head_dim;
+    const std::size_t es = dtype_size(p.dtype);
+    Buffer q(q_elems * es), k(kv_elems * es), v(kv_elems * es), out(q_elems * dtype_size(p.out_dtype));
+    Buffer ws(plan.evidence.workspace_bytes);
+    fill(q.data, p.dtype, q_elems, 11);
+    fill(k.data, p.dtype, kv_elems, 12);
+    fill(v.data, p.dtype, kv_elems, 13);
+    auto view = [&](void* data, DType t, std::int64_t heads, std::int64_t len) {
+      return TensorView::contiguous(data, t, {p.batch, heads, len, p.head_dim}, DeviceKind::kCuda);
+    };
+    const PrefillTensors t{view(q.data, p.dtype, p.num_heads, p.q_len), view(k.data, p.dtype, p.kv_heads, p.kv_len),
+                           view(v.data, p.dtype, p.kv_heads, p.kv_len),
+                           view(out.data, p.out_dtype, p.num_heads, p.q_len), {}, {}, {}};
+    const Workspace workspace{ws.data, plan.evidence.workspace_bytes, DeviceKind::kCuda};
+    const Timing tm = time_events(options, flush, [&] { cuda::prefill(plan, t, workspace); });
+
+    Row r;
+    r.c = c;
+    r.backend = "cuda";
+    r.impl = "attnkit";
+    r.timing = "events";
+    r.median_s = tm.median_s;
+    r.min_s = tm.min_s;
+    r.max_s = tm.max_s;
+    r.repetitions = tm.repetitions;
+    r.bytes = static_cast<double>(plan.evidence.traffic.global_read_bytes + plan.evidence.traffic.global_write_bytes);
+    r.flops = static_cast<double>(plan.evidence.matmul_flops);
+    r.achieved_bytes_per_s = r.bytes / tm.median_s;
+    r.achieved_flops_per_s = r.flops / tm.median_s;
+    r.ceiling_name = "bf16-gemm";
+    r.ceiling_value = gemm;
+    r.pct_of_ceiling = 100.0 * r.achieved_flops_per_s / gemm;
+    r.predicted_s = r.flops / gemm;
+    r.plan_json = to_json(plan);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace attnkit::bench
+
+#ifdef ATTNKIT_PREFILL_BENCH_MAIN
+#include <cstdio>
+#include <cstring>
+
+int main(int argc, char** argv) {
+  using namespace attnkit::bench;
+  Options options;
+  std::vector<Case> cases = prefill_sweep_cases();
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) options.repetitions = 10;
+  }
+  options.progress = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  const std::vector<Row> rows = run_cuda_prefill(cases, options);
+  for (const Row& r : rows) {
+    std::printf(
+        "{\"impl\": \"%s\", \"head_dim\": %lld, \"causal\": %s, \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, "
+        "\"median_s\": %.9g, \"min_s\": %.9g, \"max_s\": %.9g, \"reps\": %d, \"flops\": %.6g, \"tflops\": %.3f, "
+        "\"pct_of_gemm\": %.2f, \"gemm_tflops\": %.3f}\n",
+        r.impl.c_str(), static_cast<long long>(r.c.head_dim), r.c.causal ? "true" : "false",
+        static_cast<long long>(r.c.q_len), static_cast<long long>(r.c.batch), static_cast<long long>(r.c.num_heads),
+        r.median_s, r.min_s, r.max_s, r.repetitions, r.flops, r.achieved_flops_per_s / 1e12, r.pct_of_ceiling,
+        r.ceiling_value / 1e12);
+  }
+  return 0;
+}
+#endif

@@ -1,0 +1,23 @@
+// The CUDA prefill benchmark (called by the bench/cuda/ driver): times attnkit's prefill on each
+// "prefill" case under DESIGN.md's protocol (CUDA events, warm-up, L2 flushed before every
+// repetition, median), and measures the tensor-core ceiling in the same run: a cuBLAS bf16 GEMM
+// (8192^3, f32 accumulation). PyTorch's SDPA backends are timed by bench/peers/torch_prefill.py.
+#pragma once
+#include <vector>
+
+#include "bench.hpp"
+
+namespace attnkit::bench {
+
+// Rows: one "cublas-bf16-gemm" ceiling row, then one "attnkit" row per prefill case (others are
+// skipped), each with its FLOP rate as a % of that ceiling.
+std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options& options);
+
+// The bf16 GEMM ceiling alone (FLOP/s), m = n = k = `size`.
+double cuda_bf16_gemm_ceiling(const Options& options, int size = 8192);
+
+// The prefill sweep of BASELINES.md: 16k tokens per batch, hidden 2048 (heads = 2048 / head_dim,
+// kv_heads = heads), head_dim 64 / 128 / 256, causal and not, seq_len 512 .. 16384, bf16.
+std::vector<Case> prefill_sweep_cases();
+
+}  // namespace attnkit::bench
