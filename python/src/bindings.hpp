@@ -1,0 +1,35 @@
+// The parts of the attnkit._attnkit module, each bound in its own file, and the conversion of
+// DLPack arrays (numpy, torch, cupy) into attnkit's non-owning tensor views.
+#pragma once
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "attnkit/tensors.hpp"
+
+namespace attnkit::python {
+
+namespace nb = nanobind;
+
+// Inputs may be read-only (a numpy array with writeable=False); outputs must be writable.
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
+
+// A view of the array's own memory (no copy): data pointer, dtype, shape, strides in elements
+// and device. `name` is the argument's name, for the error message when the array cannot be viewed.
+TensorView view_of(const InArray& array, const char* name);
+TensorView view_of(const OutArray& array, const char* name);
+TensorView view_of(const std::optional<InArray>& array, const char* name);   // empty view for None
+TensorView view_of(const std::optional<OutArray>& array, const char* name);  // empty view for None
+
+// A byte buffer of any dtype as the kernels' scratch.
+Workspace workspace_of(const std::optional<OutArray>& array);
+
+void bind_errors(nb::module_& m);
+void bind_plans(nb::module_& m);
+void bind_runs(nb::module_& m);
+void bind_reference(nb::module_& m);
+
+}  // namespace attnkit::python

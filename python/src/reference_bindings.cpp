@@ -1,0 +1,90 @@
+// The float64 golden (attnkit::reference) for Python tests: host arrays in, float64 numpy
+// arrays out, shaped like the call's out (out) and out without head_dim (lse).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+
+#include <string>
+
+#include <utility>
+#include <vector>
+
+#include "attnkit/error.hpp"
+#include "attnkit/plan.hpp"
+#include "attnkit/reference.hpp"
+#include "bindings.hpp"
+
+namespace attnkit::python {
+namespace {
+
+using namespace nb::literals;
+using F64Array = nb::ndarray<nb::numpy, double>;
+using OptIn = std::optional<InArray>;
+
+F64Array numpy_f64(std::vector<double>&& values, const TensorView& like, int rank) {
+  auto* owned = new std::vector<double>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+  std::size_t shape[TensorView::kMaxRank];
+  std::size_t expected = 1;
+  for (int i = 0; i < rank; ++i) {
+    shape[i] = static_cast<std::size_t>(like.shape[i]);
+    expected *= shape[i];
+  }
+  require(expected == owned->size(), "reference", "the golden returned " + std::to_string(owned->size()) +
+          " values for a shape of " + std::to_string(expected), "report this as a bug in attnkit::reference");
+  return F64Array(owned->data(), static_cast<std::size_t>(rank), shape, owner);
+}
+
+void require_host(const TensorView& v, const char* name) {
+  require(v.device == DeviceKind::kCpu, "reference", std::string(name) + " is on CUDA",
+          "the golden reads host memory: copy the inputs to the CPU first");
+}
+
+}  // namespace
+
+void bind_reference(nb::module_& m) {
+  m.def(
+      "reference_decode",
+      [](const DecodePlan& plan, const InArray& q, const InArray& k_cache, const InArray& v_cache,
+         const InArray& lengths) {
+        DecodeTensors t;
+        t.q = view_of(q, "q");
+        t.k_cache = view_of(k_cache, "k_cache");
+        t.v_cache = view_of(v_cache, "v_cache");
+        t.lengths = view_of(lengths, "lengths");
+        for (auto [v, name] : {std::pair{&t.q, "q"}, {&t.k_cache, "k_cache"}, {&t.v_cache, "v_cache"},
+                               {&t.lengths, "lengths"}}) {
+          require_host(*v, name);
+        }
+        reference::Result r;
+        {
+          nb::gil_scoped_release release;
+          r = reference::decode(plan.problem, t);
+        }
+        return std::make_pair(numpy_f64(std::move(r.out), t.q, t.q.rank), numpy_f64(std::move(r.lse), t.q, t.q.rank - 1));
+      },
+      "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a,
+      "The float64 golden of decode: (out, lse) as float64 numpy arrays.");
+
+  m.def(
+      "reference_prefill",
+      [](const PrefillPlan& plan, const InArray& q, const InArray& k, const InArray& v, const OptIn& cu_seqlens_q,
+         const OptIn& cu_seqlens_k) {
+        PrefillTensors t;
+        t.q = view_of(q, "q");
+        t.k = view_of(k, "k");
+        t.v = view_of(v, "v");
+        t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
+        t.cu_seqlens_k = view_of(cu_seqlens_k, "cu_seqlens_k");
+        for (auto [v, name] : {std::pair{&t.q, "q"}, {&t.k, "k"}, {&t.v, "v"}}) require_host(*v, name);
+        reference::Result r;
+        {
+          nb::gil_scoped_release release;
+          r = reference::prefill(plan.problem, t);
+        }
+        return std::make_pair(numpy_f64(std::move(r.out), t.q, t.q.rank), numpy_f64(std::move(r.lse), t.q, t.q.rank - 1));
+      },
+      "plan"_a, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(),
+      "The float64 golden of prefill: (out, lse) as float64 numpy arrays.");
+}
+
+}  // namespace attnkit::python
