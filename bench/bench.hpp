@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct Row {
   Case c;
   std::string backend;   // "cpu" or "cuda"
   std::string impl;      // "attnkit" or a ceiling's name
+  std::string family;    // the planned kernel family (to_string), empty for ceilings
   std::string timing;    // "events", "graph" (CUDA-graph replay) or "wall" (CPU)
   double median_s = 0, min_s = 0, max_s = 0;
   int repetitions = 0;
@@ -36,6 +38,7 @@ struct Row {
   double pct_of_ceiling = 0;
   double predicted_s = 0;       // bytes / ceiling (or flops / ceiling, whichever is larger)
   std::string plan_json;        // the plan's evidence, as to_json()
+  std::string skipped;          // non-empty: the case did not run (e.g. kernel not implemented), why
 };
 
 struct Options {
@@ -43,10 +46,20 @@ struct Options {
   int warmup = 5;
   int threads = 0;  // CPU threads (0 = all)
   std::function<void(const std::string&)> progress;  // called between cases of long sweeps
+  std::optional<KernelFamily> family;  // force a kernel family (default: the planner's choice)
+  std::int64_t ceiling_bytes = 0;      // read-ceiling buffer size (0 = 4x the LLC, 256 MiB..2 GiB)
+};
+
+// A ceiling measured in this run: what it is and its value (bytes/s or FLOP/s).
+struct Ceiling {
+  std::string name;
+  double value = 0;
 };
 
 // Ceilings measured in the same run: `bytes` of pure reads, returns bytes/s.
 double cpu_read_ceiling(const Options& options);
+// Peak f32 FMA rate of this CPU (all threads, widest ISA present), in FLOP/s (2 per FMA lane).
+Ceiling cpu_fma_ceiling(const Options& options);
 std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options);
 
 // Present only when built with CUDA (attnkit::cuda::built()); they throw Error otherwise.

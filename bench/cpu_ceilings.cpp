@@ -1,0 +1,168 @@
+// CPU ceilings, measured in the same run as the kernels they bound.
+//   read bandwidth: every thread XOR-reduces its slice of a buffer 4x the last-level cache (at
+//     least 256 MiB, at most 2 GiB), so every pass streams from DRAM; 32-byte loads (AVX2) where
+//     present.
+//   FMA rate: every thread runs 12 independent f32 FMA chains per ISA level (enough to cover a
+//     4-cycle latency on two pipes), so the loop is bound by FMA throughput alone.
+// Both report the best of several passes: a ceiling is what the machine can do, not its median.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "attnkit/error.hpp"
+#include "bench.hpp"
+
+namespace attnkit::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kAlign = 64;
+constexpr int kCeilingPasses = 8;
+
+int thread_count(const Options& options) { return options.threads > 0 ? options.threads : omp_get_max_threads(); }
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+__attribute__((target("avx2"))) std::uint64_t xor_read_avx2(const std::uint8_t* p, std::size_t bytes) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 1) ^
+                                    _mm256_extract_epi64(a, 2) ^ _mm256_extract_epi64(a, 3));
+}
+
+std::uint64_t xor_read_generic(const std::uint8_t* p, std::size_t bytes) {
+  const auto* words = reinterpret_cast<const std::uint64_t*>(p);
+  std::uint64_t a0 = 0, a1 = 0;
+  for (std::size_t i = 0; i + 2 <= bytes / 8; i += 2) {
+    a0 ^= words[i];
+    a1 ^= words[i + 1];
+  }
+  return a0 ^ a1;
+}
+
+// 12 chains x lanes of acc = acc * a + b; converges to 1, so no overflow or denormals.
+__attribute__((target("avx512f"))) float fma_chains_avx512(long iterations) {
+  __m512 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * j);
+  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(0.0001f);
+  for (long i = 0; i < iterations; ++i) {
+    for (int j = 0; j < 12; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int j = 1; j < 12; ++j) sum = _mm512_add_ps(sum, acc[j]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations) {
+  __m256 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * j);
+  const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(0.0001f);
+  for (long i = 0; i < iterations; ++i) {
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  }
+  __m256 sum = acc[0];
+  for (int j = 1; j < 12; ++j) sum = _mm256_add_ps(sum, acc[j]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  float total = 0;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+// Best FLOP/s over passes of `chains` on every thread at once; `flops_per_iteration` per thread.
+template <class Chains>
+double fma_rate(const Options& options, Chains chains, double flops_per_iteration) {
+  constexpr long kIterations = 4'000'000;
+  const int threads = thread_count(options);
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    float total = 0;
+    const auto start = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += chains(kIterations);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    sink = sink + total;
+    best = std::max(best, flops_per_iteration * kIterations * threads / seconds);
+  }
+  return best;
+}
+
+}  // namespace
+
+double cpu_read_ceiling(const Options& options) {
+  const std::int64_t llc = cpu_target(options.threads).cache_bytes;
+  const std::int64_t requested =
+      options.ceiling_bytes > 0 ? options.ceiling_bytes : std::clamp<std::int64_t>(4 * llc, 256ll << 20, 2ll << 30);
+  const int threads = thread_count(options);
+  // Whole 4 KiB pages per thread, so slices are aligned and equal.
+  const std::size_t slice = static_cast<std::size_t>((requested / threads + 4095) / 4096 * 4096);
+  const std::size_t bytes = slice * static_cast<std::size_t>(threads);
+  std::unique_ptr<std::uint8_t, AlignedFree> buffer(static_cast<std::uint8_t*>(std::aligned_alloc(kAlign, bytes)));
+  require(buffer != nullptr, "bench::cpu_read_ceiling", "cannot allocate " + std::to_string(bytes >> 20) + " MiB",
+          "free memory, or pass a smaller ceiling buffer");
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  std::uint8_t* base = buffer.get();
+  // First touch by the thread that later reads the slice (page placement on NUMA hosts).
+#pragma omp parallel num_threads(threads)
+  {
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+    for (std::size_t i = 0; i < slice; ++i) base[t * slice + i] = static_cast<std::uint8_t>(i * 131 + t);
+  }
+  double best = 0;
+  volatile std::uint64_t sink = 0;
+  for (int pass = 0; pass < kCeilingPasses; ++pass) {
+    std::uint64_t total = 0;
+    const auto start = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(^ : total)
+    {
+      const std::uint8_t* mine = base + static_cast<std::size_t>(omp_get_thread_num()) * slice;
+      total ^= avx2 ? xor_read_avx2(mine, slice) : xor_read_generic(mine, slice);
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    sink = sink ^ total;
+    best = std::max(best, static_cast<double>(bytes) / seconds);
+  }
+  return best;
+}
+
+Ceiling cpu_fma_ceiling(const Options& options) {
+  Ceiling best{"f32-fma scalar", 0};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    best = {"f32-fma avx2", fma_rate(options, fma_chains_avx2, 12.0 * 8 * 2)};
+  }
+  if (__builtin_cpu_supports("avx512f")) {
+    const double rate = fma_rate(options, fma_chains_avx512, 12.0 * 16 * 2);
+    if (rate > best.value) best = {"f32-fma avx512", rate};
+  }
+  if (best.value == 0) {
+    // No FMA unit the loops can use: a scalar multiply-add chain is the honest bound.
+    auto scalar = [](long iterations) {
+      float acc[12];
+      for (int j = 0; j < 12; ++j) acc[j] = 0.5f + 0.01f * j;
+      for (long i = 0; i < iterations; ++i) {
+        for (float& x : acc) x = x * 0.9999f + 0.0001f;
+      }
+      float total = 0;
+      for (float x : acc) total += x;
+      return total;
+    };
+    best.value = fma_rate(options, scalar, 12.0 * 2);
+  }
+  return best;
+}
+
+}  // namespace attnkit::bench

@@ -1,0 +1,244 @@
+// The CPU benchmark driver. Per case: plan with cpu_target, build random inputs, time the plan's
+// kernel with std::chrono::steady_clock around each repetition (warm-up first; the median over
+// Options::repetitions is the result), and relate it to ceilings measured in this run.
+//
+// Caches: inputs are rotated, not flushed. Enough copies of q/k/v (and out) are made that the
+// copies together exceed twice the last-level cache, and repetition r uses copy r % copies, so
+// each repetition reads its inputs from DRAM as a real decode step would (the KV cache of a
+// previous step is long evicted). Cases whose inputs alone exceed 2x LLC use a single copy.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "attnkit/cpu.hpp"
+#include "attnkit/error.hpp"
+#include "bench.hpp"
+
+namespace attnkit::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kMaxCopies = 64;
+
+// An owned buffer viewed as one contiguous tensor.
+struct Buffer {
+  std::vector<std::uint8_t> bytes;
+  TensorView view;
+  Buffer(DType dtype, std::initializer_list<std::int64_t> shape) {
+    view = TensorView::contiguous(nullptr, dtype, shape);
+    bytes.resize(static_cast<std::size_t>(view.numel()) * dtype_size(dtype));
+    view.data = bytes.data();
+  }
+};
+
+// Values in [-2, 2): cheap to draw for hundreds of MiB; the kernels' speed does not depend on them.
+void fill_random(Buffer& b, std::uint64_t seed) {
+  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  const std::size_t n = static_cast<std::size_t>(b.view.numel());
+  for (std::size_t i = 0; i < n; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    const float x = static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f;
+    store_from_float(b.bytes.data(), b.view.dtype, i, x);
+  }
+}
+
+int copies_for(std::int64_t bytes_per_copy, std::int64_t cache_bytes) {
+  const std::int64_t wanted = (2 * cache_bytes + bytes_per_copy - 1) / std::max<std::int64_t>(bytes_per_copy, 1);
+  return static_cast<int>(std::clamp<std::int64_t>(wanted, 1, kMaxCopies));
+}
+
+std::string describe(const Case& c) {
+  std::string text = c.op + " b" + std::to_string(c.batch) + " h" + std::to_string(c.num_heads) + "/" +
+                     std::to_string(c.kv_heads) + " d" + std::to_string(c.head_dim);
+  if (c.op == "prefill") text += " q" + std::to_string(c.q_len);
+  text += " kv" + std::to_string(c.kv_len) + " " + std::string(dtype_name(c.dtype));
+  if (c.op == "prefill" && c.causal) text += " causal";
+  if (c.window > 0) text += " w" + std::to_string(c.window);
+  return text;
+}
+
+// Times `run(copy)`: warm-up, then one steady_clock interval per repetition.
+template <class Run>
+void time_repetitions(Row& row, const Options& options, int copies, Run run) {
+  for (int i = 0; i < options.warmup; ++i) run(i % copies);
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(options.repetitions));
+  for (int i = 0; i < options.repetitions; ++i) {
+    const int copy = (options.warmup + i) % copies;
+    const auto start = Clock::now();
+    run(copy);
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t n = seconds.size();
+  row.median_s = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+  row.min_s = seconds.front();
+  row.max_s = seconds.back();
+  row.repetitions = static_cast<int>(n);
+}
+
+template <class Plan>
+void fill_from_plan(Row& row, const Plan& plan) {
+  row.family = to_string(plan.partition.family);
+  row.bytes = static_cast<double>(plan.evidence.traffic.global_read_bytes + plan.evidence.traffic.global_write_bytes);
+  row.flops = static_cast<double>(plan.evidence.matmul_flops);
+  row.plan_json = to_json(plan);
+}
+
+void run_decode(Row& row, const Case& c, const Target& target, const Options& options) {
+  DecodeProblem p;
+  p.batch = c.batch;
+  p.num_heads = c.num_heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.max_seq = c.kv_len;
+  p.kv_len = c.kv_len;
+  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+  p.options.window = c.window;
+  const DecodePlan plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);
+  fill_from_plan(row, plan);
+
+  const std::int64_t cache_bytes = 2 * c.batch * c.kv_heads * c.kv_len * c.head_dim * static_cast<std::int64_t>(dtype_size(c.dtype));
+  const int copies = copies_for(cache_bytes, target.cache_bytes);
+  std::vector<Buffer> q, k, v, out;
+  for (int i = 0; i < copies; ++i) {
+    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim});
+    k.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
+    v.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
+    out.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim});
+    if (i == 0) {
+      fill_random(q[0], 1);
+      fill_random(k[0], 2);
+      fill_random(v[0], 3);
+    } else {
+      std::memcpy(q[i].bytes.data(), q[0].bytes.data(), q[0].bytes.size());
+      std::memcpy(k[i].bytes.data(), k[0].bytes.data(), k[0].bytes.size());
+      std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
+    }
+  }
+  Buffer lengths(DType::kI32, {c.batch});
+  for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
+  std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
+  const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  time_repetitions(row, options, copies, [&](int i) {
+    cpu::decode(plan, DecodeTensors{q[i].view, k[i].view, v[i].view, lengths.view, out[i].view, {}}, ws);
+  });
+}
+
+void run_prefill(Row& row, const Case& c, const Target& target, const Options& options) {
+  PrefillProblem p;
+  p.batch = c.batch;
+  p.num_heads = c.num_heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.q_len = c.q_len;
+  p.kv_len = c.kv_len;
+  p.causal = c.causal;
+  p.dtype = p.out_dtype = c.dtype;
+  p.options.window = c.window;
+  const PrefillPlan plan = options.family ? plan_prefill(p, target, *options.family) : plan_prefill(p, target);
+  fill_from_plan(row, plan);
+
+  const std::int64_t element = static_cast<std::int64_t>(dtype_size(c.dtype));
+  const std::int64_t copy_bytes = (2 * c.batch * c.num_heads * c.q_len + 2 * c.batch * c.kv_heads * c.kv_len) * c.head_dim * element;
+  const int copies = copies_for(copy_bytes, target.cache_bytes);
+  std::vector<Buffer> q, k, v, out;
+  for (int i = 0; i < copies; ++i) {
+    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.q_len, c.head_dim});
+    k.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
+    v.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
+    out.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.q_len, c.head_dim});
+    if (i == 0) {
+      fill_random(q[0], 4);
+      fill_random(k[0], 5);
+      fill_random(v[0], 6);
+    } else {
+      std::memcpy(q[i].bytes.data(), q[0].bytes.data(), q[0].bytes.size());
+      std::memcpy(k[i].bytes.data(), k[0].bytes.data(), k[0].bytes.size());
+      std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
+    }
+  }
+  std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
+  const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  time_repetitions(row, options, copies, [&](int i) {
+    PrefillTensors t;
+    t.q = q[i].view;
+    t.k = k[i].view;
+    t.v = v[i].view;
+    t.out = out[i].view;
+    cpu::prefill(plan, t, ws);
+  });
+}
+
+Row ceiling_row(const std::string& name, double value) {
+  Row row;
+  row.backend = "cpu";
+  row.impl = name;
+  row.timing = "wall";
+  row.ceiling_name = name;
+  row.ceiling_value = value;
+  row.pct_of_ceiling = 100.0;
+  return row;
+}
+
+}  // namespace
+
+std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options) {
+  require(options.repetitions >= 1 && options.warmup >= 0, "bench::run_cpu",
+          "repetitions must be >= 1 and warmup >= 0", "pass --reps N with N >= 1");
+  const Target target = cpu_target(options.threads);
+  if (options.progress) options.progress("measuring the read-bandwidth and FMA ceilings");
+  const double read_ceiling = cpu_read_ceiling(options);
+  const Ceiling fma = cpu_fma_ceiling(options);
+  std::vector<Row> rows = {ceiling_row("read-bandwidth", read_ceiling), ceiling_row(fma.name, fma.value)};
+  rows[0].achieved_bytes_per_s = read_ceiling;
+  rows[1].achieved_flops_per_s = fma.value;
+
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    if (options.progress) {
+      options.progress("[" + std::to_string(i + 1) + "/" + std::to_string(cases.size()) + "] " + describe(c));
+    }
+    Row row;
+    row.c = c;
+    row.backend = "cpu";
+    row.impl = "attnkit";
+    row.timing = "wall";
+    try {
+      require(c.op == "decode" || c.op == "prefill", "bench::run_cpu", "unknown op '" + c.op + "'",
+              "use op \"decode\" or \"prefill\"");
+      if (c.op == "decode") {
+        run_decode(row, c, target, options);
+      } else {
+        run_prefill(row, c, target, options);
+      }
+    } catch (const Error& e) {
+      // A case that cannot run (family not implemented, plan rejected) is reported, not timed.
+      row.skipped = e.what();
+      rows.push_back(row);
+      continue;
+    }
+    row.achieved_bytes_per_s = row.bytes / row.median_s;
+    row.achieved_flops_per_s = row.flops / row.median_s;
+    // Decode is bound by reading the cache, prefill by arithmetic: each is judged by its own limit.
+    if (c.op == "decode") {
+      row.ceiling_name = "read-bandwidth";
+      row.ceiling_value = read_ceiling;
+      row.pct_of_ceiling = 100.0 * row.achieved_bytes_per_s / read_ceiling;
+    } else {
+      row.ceiling_name = fma.name;
+      row.ceiling_value = fma.value;
+      row.pct_of_ceiling = 100.0 * row.achieved_flops_per_s / fma.value;
+    }
+    row.predicted_s = std::max(row.bytes / read_ceiling, row.flops / fma.value);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace attnkit::bench

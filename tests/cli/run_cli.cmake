@@ -1,0 +1,32 @@
+# Runs one `attnkit` CLI test: PROGRAM with ARGS ('|'-separated), then checks
+#   the exit status (0, or non-zero with EXPECT_FAIL), STDOUT_REGEX / STDERR_REGEX when given, and
+#   with JSON that stdout is one JSON document (string(JSON) parses it).
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND "${PROGRAM}" ${args}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REPLACE ";" " " shown "${args}")
+set(context "attnkit ${shown}\n--- exit status: ${rc}\n--- stdout:\n${out}\n--- stderr:\n${err}")
+
+if(EXPECT_FAIL)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "expected a non-zero exit status\n${context}")
+  endif()
+  if(NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "expected a clean error exit, not a crash\n${context}")
+  endif()
+elseif(NOT rc EQUAL 0)
+  message(FATAL_ERROR "expected exit status 0\n${context}")
+endif()
+if(NOT "${STDOUT_REGEX}" STREQUAL "" AND NOT out MATCHES "${STDOUT_REGEX}")
+  message(FATAL_ERROR "stdout does not match '${STDOUT_REGEX}'\n${context}")
+endif()
+if(NOT "${STDERR_REGEX}" STREQUAL "" AND NOT err MATCHES "${STDERR_REGEX}")
+  message(FATAL_ERROR "stderr does not match '${STDERR_REGEX}'\n${context}")
+endif()
+if(JSON)
+  string(JSON type ERROR_VARIABLE json_error TYPE "${out}")
+  if(json_error OR NOT type STREQUAL "OBJECT")
+    message(FATAL_ERROR "stdout is not one JSON object (${json_error})\n${context}")
+  endif()
+endif()
+message(STATUS "ok: attnkit ${shown}")

@@ -1,0 +1,246 @@
+// `attnkit bench`: cases from the defaults or from sweep flags, run by the backend's driver
+// (bench::run_cpu / bench::run_cuda), printed as a table or as one JSON document.
+#include "bench_command.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "attnkit/cuda.hpp"
+#include "attnkit/error.hpp"
+#include "bench.hpp"
+#include "build_info.hpp"
+#include "model_presets.hpp"
+#include "shape_flags.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+constexpr int kCudaRepetitions = 50;  // DESIGN.md's GPU protocol
+constexpr int kCpuRepetitions = 20;   // CPU repetitions run for up to seconds each
+
+struct BenchFlags {
+  std::string backend;
+  std::string op = "all";
+  std::string model = "llama3-8b";
+  std::vector<std::int64_t> batches, kv_lens;
+  std::vector<std::string> dtypes;
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;  // 0: the model's
+  std::int64_t q_len = 0;
+  std::int64_t window = -1;  // -1: the preset's
+  bool no_causal = false;
+  std::string family;
+  int threads = 0, reps = 0, warmup = 5;
+  std::int64_t ceiling_mib = 0;
+  bool json = false;
+  CLI::Option* model_opt = nullptr;
+};
+
+bool is_sweep(const BenchFlags& f) {
+  return f.op != "all" || !f.batches.empty() || !f.kv_lens.empty() || !f.dtypes.empty() || f.q_len > 0 ||
+         f.window >= 0 || f.no_causal || f.heads > 0 || f.kv_heads > 0 || f.head_dim > 0;
+}
+
+// The model's shape, then any explicit --heads/--kv-heads/--head-dim/--window over it.
+void apply_model(bench::Case& c, const ModelPreset& m, const BenchFlags& f) {
+  c.num_heads = f.heads > 0 ? f.heads : m.num_heads;
+  c.kv_heads = f.kv_heads > 0 ? f.kv_heads : m.kv_heads;
+  c.head_dim = f.head_dim > 0 ? f.head_dim : m.head_dim;
+  c.window = f.window >= 0 ? f.window : m.window;
+}
+
+// The defaults (bench::default_cases), or the cross product of the sweep flags.
+std::vector<bench::Case> make_cases(const BenchFlags& f) {
+  const ModelPreset& model = find_model_preset(f.model);
+  std::vector<bench::Case> cases;
+  if (!is_sweep(f)) {
+    cases = bench::default_cases();
+    if (f.model_opt != nullptr && f.model_opt->count() > 0) {
+      for (bench::Case& c : cases) apply_model(c, model, f);
+    }
+    return cases;
+  }
+  std::vector<std::string> ops = f.op == "all" ? std::vector<std::string>{"decode", "prefill"} : std::vector<std::string>{f.op};
+  for (const std::string& op : ops) {
+    const bool decode = op == "decode";
+    const std::vector<std::int64_t> batches = !f.batches.empty() ? f.batches : decode ? std::vector<std::int64_t>{1, 8} : std::vector<std::int64_t>{1};
+    const std::vector<std::int64_t> kv_lens = !f.kv_lens.empty() ? f.kv_lens : std::vector<std::int64_t>{decode ? 4096 : 1024};
+    const std::vector<std::string> dtypes = !f.dtypes.empty() ? f.dtypes : std::vector<std::string>{"bf16"};
+    for (const std::string& dtype : dtypes) {
+      for (std::int64_t kv_len : kv_lens) {
+        for (std::int64_t batch : batches) {
+          bench::Case c;
+          c.op = op;
+          c.batch = batch;
+          c.kv_len = kv_len;
+          c.q_len = decode ? 1 : (f.q_len > 0 ? f.q_len : kv_len);
+          c.causal = decode || !f.no_causal;
+          c.dtype = parse_dtype(dtype);
+          apply_model(c, model, f);
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::string si(double value, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (value >= 1000.0 && i < 5) {
+    value /= 1000.0;
+    ++i;
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, "%.3g %s%s", value, prefixes[i], unit);
+  return text;
+}
+
+std::string case_shape(const bench::Case& c) {
+  std::string text = "b" + std::to_string(c.batch) + " h" + std::to_string(c.num_heads) + "/" + std::to_string(c.kv_heads) +
+                     " d" + std::to_string(c.head_dim);
+  if (c.op == "prefill") text += " q" + std::to_string(c.q_len);
+  text += " kv" + std::to_string(c.kv_len);
+  if (c.op == "prefill") text += c.causal ? " causal" : " full";
+  if (c.window > 0) text += " w" + std::to_string(c.window);
+  return text;
+}
+
+bool is_ceiling(const bench::Row& r) { return r.impl == r.ceiling_name && r.impl != "attnkit"; }
+
+void print_table(const std::vector<bench::Row>& rows, const std::string& device, const bench::Options& options) {
+  std::printf("# attnkit bench on %s (%s), commit %s, %d repetitions after %d warm-up, median shown\n",
+              rows.empty() ? "?" : rows.front().backend.c_str(), device.c_str(), git_commit().c_str(),
+              options.repetitions, options.warmup);
+  std::string ceilings;
+  for (const bench::Row& r : rows) {
+    if (!is_ceiling(r)) continue;
+    const bool rate = r.ceiling_name.find("fma") != std::string::npos || r.ceiling_name.find("gemm") != std::string::npos;
+    ceilings += (ceilings.empty() ? "" : ", ") + r.ceiling_name + " " + si(r.ceiling_value, rate ? "FLOP/s" : "B/s");
+  }
+  std::printf("# ceilings measured in this run: %s\n", ceilings.c_str());
+  std::printf("%-8s %-30s %-5s %-18s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "median_ms",
+              "min_ms", "achieved", "%ceil", "predicted_ms", "plan_MB");
+  for (const bench::Row& r : rows) {
+    if (is_ceiling(r)) continue;
+    if (!r.skipped.empty()) {
+      std::printf("%-8s %-30s %-5s SKIPPED: %s\n", r.c.op.c_str(), case_shape(r.c).c_str(),
+                  std::string(dtype_name(r.c.dtype)).c_str(), r.skipped.c_str());
+      continue;
+    }
+    const bool decode = r.c.op == "decode";
+    const std::string achieved = decode ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
+    std::printf("%-8s %-30s %-5s %-18s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
+                case_shape(r.c).c_str(), std::string(dtype_name(r.c.dtype)).c_str(),
+                (r.impl == "attnkit" ? r.family : r.impl).c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(),
+                r.pct_of_ceiling, r.predicted_s * 1e3, r.bytes / (1 << 20));
+  }
+}
+
+nlohmann::json row_json(const bench::Row& r) {
+  nlohmann::json j = {
+      {"op", r.c.op}, {"batch", r.c.batch}, {"num_heads", r.c.num_heads}, {"kv_heads", r.c.kv_heads},
+      {"head_dim", r.c.head_dim}, {"q_len", r.c.q_len}, {"kv_len", r.c.kv_len}, {"causal", r.c.causal},
+      {"window", r.c.window}, {"dtype", std::string(dtype_name(r.c.dtype))}, {"backend", r.backend},
+      {"impl", r.impl}, {"family", r.family}, {"timing", r.timing}, {"median_s", r.median_s},
+      {"min_s", r.min_s}, {"max_s", r.max_s}, {"repetitions", r.repetitions}, {"bytes", r.bytes},
+      {"flops", r.flops}, {"achieved_bytes_per_s", r.achieved_bytes_per_s},
+      {"achieved_flops_per_s", r.achieved_flops_per_s}, {"ceiling_name", r.ceiling_name},
+      {"ceiling_value", r.ceiling_value}, {"pct_of_ceiling", r.pct_of_ceiling}, {"predicted_s", r.predicted_s}};
+  if (!r.skipped.empty()) j["skipped"] = r.skipped;
+  if (!r.plan_json.empty()) {
+    // Embedded as an object when it parses (it should); as the raw text otherwise.
+    nlohmann::json plan = nlohmann::json::parse(r.plan_json, nullptr, false);
+    j["plan"] = plan.is_discarded() ? nlohmann::json(r.plan_json) : plan;
+  }
+  return j;
+}
+
+void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_code) {
+  const bool have_cuda = cuda::built() && cuda::device_count() > 0;
+  std::string backend = f.backend;
+  if (backend.empty()) backend = have_cuda ? "cuda" : "cpu";
+  if (backend == "cuda") {
+    require(cuda::built(), "attnkit bench --backend cuda", "built without CUDA",
+            "rebuild with -DATTNKIT_CUDA=ON on a machine with nvcc, or pass --backend cpu");
+    require(have_cuda, "attnkit bench --backend cuda", "no CUDA device is visible",
+            "run on a machine with an NVIDIA GPU, or pass --backend cpu");
+  }
+  bench::Options options;
+  options.repetitions = f.reps > 0 ? f.reps : (backend == "cuda" ? kCudaRepetitions : kCpuRepetitions);
+  options.warmup = f.warmup;
+  options.threads = f.threads;
+  options.family = parse_family(f.family);
+  options.ceiling_bytes = f.ceiling_mib << 20;
+  // Progress on stderr once a run has lasted a couple of seconds (always on a terminal).
+  const auto start = std::chrono::steady_clock::now();
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  options.progress = [start, terminal](const std::string& message) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (terminal || elapsed >= 2.0) std::fprintf(stderr, "[%6.1fs] %s\n", elapsed, message.c_str());
+  };
+  const std::vector<bench::Case> cases = make_cases(f);
+  const std::string device = backend == "cuda" ? cuda::target().name : cpu_target(f.threads).name;
+  const std::vector<bench::Row> rows = backend == "cuda" ? bench::run_cuda(cases, options) : bench::run_cpu(cases, options);
+
+  if (f.json) {
+    nlohmann::json doc = {{"commit", git_commit()},
+                          {"device", device},
+                          {"backend", backend},
+                          {"command", command_line},
+                          {"repetitions", options.repetitions},
+                          {"warmup", options.warmup},
+                          {"threads", backend == "cpu" ? cpu_target(f.threads).threads : 0},
+                          {"rows", nlohmann::json::array()}};
+    for (const bench::Row& r : rows) doc["rows"].push_back(row_json(r));
+    std::cout << doc.dump(2) << '\n';
+  } else {
+    print_table(rows, device, options);
+  }
+  // A case that could not be measured is not a result: say so and fail the command.
+  int skipped = 0;
+  for (const bench::Row& r : rows) skipped += r.skipped.empty() ? 0 : 1;
+  if (skipped > 0) {
+    std::fprintf(stderr, "attnkit bench: %d case(s) skipped (see their rows). Fix: pass --family scalar, or wait for the kernels named there\n", skipped);
+    exit_code = 1;
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, const std::string& command_line, int& exit_code) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time attnkit's kernels against ceilings measured in the same run");
+  cmd->add_option("--backend", f->backend, "cpu or cuda (default: cuda when built and a device is visible)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--op", f->op, "decode, prefill or all")->check(CLI::IsMember({"decode", "prefill", "all"}))->capture_default_str();
+  f->model_opt = cmd->add_option("--model", f->model, "shape preset: " + model_preset_names())->capture_default_str();
+  cmd->add_option("--batch", f->batches, "batch sizes, comma-separated (default: decode 1,8; prefill 1)")->delimiter(',');
+  cmd->add_option("--kv-len", f->kv_lens, "key counts, comma-separated (default: decode 4096; prefill 1024)")->delimiter(',');
+  cmd->add_option("--dtype", f->dtypes, "dtypes, comma-separated: f32, f16, bf16 (default: bf16)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--heads", f->heads, "query heads (default: the model's)");
+  cmd->add_option("--kv-heads", f->kv_heads, "KV heads (default: the model's)");
+  cmd->add_option("--head-dim", f->head_dim, "head dimension (default: the model's)");
+  cmd->add_option("--q-len", f->q_len, "prefill query rows (default: = kv-len)");
+  cmd->add_option("--window", f->window, "sliding window (default: the model's)");
+  cmd->add_flag("--no-causal", f->no_causal, "prefill without the causal mask");
+  cmd->add_option("--family", f->family, "force a kernel family: scalar, tiled, split-kv")
+      ->check(CLI::IsMember({"scalar", "tiled", "split-kv"}));
+  cmd->add_option("--threads", f->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--reps", f->reps, "timed repetitions, median reported (default: cuda 50, cpu 20)");
+  cmd->add_option("--warmup", f->warmup, "untimed repetitions first")->capture_default_str();
+  cmd->add_option("--ceiling-mib", f->ceiling_mib, "CPU read-ceiling buffer in MiB (default: 4x LLC, 256..2048)");
+  cmd->add_flag("--json", f->json, "one JSON document: commit, device, command, rows");
+  cmd->callback([f, command_line, &exit_code] { run_bench(*f, command_line, exit_code); });
+}
+
+}  // namespace attnkit::cli

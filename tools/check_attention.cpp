@@ -1,0 +1,417 @@
+// `attnkit check` for attention: decode, prefill and the fused rope+append+decode step, on every
+// family the planner accepts, against the float64 golden. Inputs are fresh normal draws; outputs
+// are poisoned with NaN; KV-cache slots past each sequence's length are NaN too, because an
+// unwritten cache slot holds anything and a kernel must skip, not read, what it may not see.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "attnkit/cpu.hpp"
+#include "attnkit/cuda.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/reference.hpp"
+#include "check_support.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+struct DecodeShape {
+  std::int64_t batch, heads, kv_heads, head_dim, kv_len, max_seq, window;
+  float softcap;
+  bool empty_sequence;  // last sequence has length 0: zeros and LSE -inf, never NaN
+};
+
+struct PrefillShape {
+  std::int64_t batch, heads, kv_heads, head_dim, q_len, kv_len;
+  bool causal;
+  std::int64_t window;
+  float softcap;
+};
+
+std::string describe(const DecodeShape& s) {
+  std::string text = "b" + std::to_string(s.batch) + " h" + std::to_string(s.heads) + "/" +
+                     std::to_string(s.kv_heads) + " d" + std::to_string(s.head_dim) + " kv" +
+                     std::to_string(s.kv_len) + "/" + std::to_string(s.max_seq);
+  if (s.window > 0) text += " w" + std::to_string(s.window);
+  if (s.softcap > 0) text += " cap" + std::to_string(static_cast<int>(s.softcap));
+  if (s.empty_sequence) text += " +empty";
+  return text;
+}
+
+std::string describe(const PrefillShape& s) {
+  std::string text = "b" + std::to_string(s.batch) + " h" + std::to_string(s.heads) + "/" +
+                     std::to_string(s.kv_heads) + " d" + std::to_string(s.head_dim) + " q" +
+                     std::to_string(s.q_len) + " kv" + std::to_string(s.kv_len) + (s.causal ? " causal" : "");
+  if (s.window > 0) text += " w" + std::to_string(s.window);
+  if (s.softcap > 0) text += " cap" + std::to_string(static_cast<int>(s.softcap));
+  return text;
+}
+
+std::vector<DecodeShape> decode_shapes(bool quick) {
+  std::vector<DecodeShape> shapes = {
+      {3, 8, 2, 128, 333, 400, 0, 0.0f, false},
+      {2, 12, 4, 64, 1000, 1024, 100, 30.0f, false},
+  };
+  if (!quick) {
+    shapes.push_back({4, 16, 16, 72, 77, 80, 0, 0.0f, true});
+    shapes.push_back({2, 8, 1, 256, 517, 600, 0, 50.0f, false});
+    shapes.push_back({1, 32, 8, 128, 4096, 4096, 0, 0.0f, false});
+  }
+  return shapes;
+}
+
+std::vector<PrefillShape> prefill_shapes(bool quick) {
+  std::vector<PrefillShape> shapes = {
+      {2, 8, 2, 128, 77, 130, true, 0, 0.0f},
+      {1, 4, 4, 64, 100, 100, false, 0, 0.0f},
+      {2, 6, 3, 64, 65, 65, true, 17, 20.0f},
+  };
+  if (!quick) {
+    shapes.push_back({1, 16, 2, 128, 300, 300, true, 0, 0.0f});
+    shapes.push_back({1, 8, 8, 256, 33, 200, true, 0, 0.0f});
+    shapes.push_back({1, 4, 2, 64, 40, 20, true, 0, 0.0f});  // rows before the first key: empty
+  }
+  return shapes;
+}
+
+std::vector<DType> dtypes(bool quick) {
+  if (quick) return {DType::kF32, DType::kBF16};
+  return {DType::kF32, DType::kF16, DType::kBF16};
+}
+
+// Lengths: the first sequence is full, the others random in [1, kv_len] (last 0 if asked).
+void fill_lengths(HostTensor& lengths, std::int64_t kv_len, bool empty_last, std::mt19937_64& rng) {
+  std::uniform_int_distribution<std::int64_t> dist(1, kv_len);
+  const auto batch = static_cast<std::int64_t>(lengths.numel());
+  for (std::int64_t b = 0; b < batch; ++b) {
+    lengths.i32()[b] = static_cast<std::int32_t>(b == 0 ? kv_len : dist(rng));
+  }
+  if (empty_last && batch > 1) lengths.i32()[batch - 1] = 0;
+}
+
+// NaN in every cache slot at or past lengths[b].
+void poison_past_lengths(HostTensor& cache, const std::int32_t* lengths, std::int64_t batch,
+                         std::int64_t kv_heads, std::int64_t max_seq, std::int64_t head_dim) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < kv_heads; ++h) {
+      const std::size_t row0 = static_cast<std::size_t>((b * kv_heads + h) * max_seq);
+      poison_range(cache, (row0 + lengths[b]) * head_dim, (row0 + max_seq) * head_dim);
+    }
+  }
+}
+
+// Plans `family` for the target; a rejected plan becomes a SKIPPED row with the planner's reason.
+template <class Plan, class Problem, class PlanFn>
+bool try_plan(CheckRow& row, const Problem& problem, const Target& target, KernelFamily family,
+              PlanFn plan_fn, Plan& plan) {
+  try {
+    plan = plan_fn(problem, target, family);
+    return true;
+  } catch (const Error& e) {
+    row.status = Status::kSkipped;
+    row.note = std::string("plan: ") + e.what();
+    return false;
+  }
+}
+
+std::string family_name(KernelFamily f) {
+  switch (f) {
+    case KernelFamily::kScalarOnline: return "scalar";
+    case KernelFamily::kCooperativeTiled: return "tiled";
+    case KernelFamily::kSplitKvDecode: return "split-kv";
+  }
+  return "?";
+}
+
+void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFamily family) {
+  CheckRow row;
+  row.kernel = "decode/" + family_name(family);
+  row.shape = describe(s);
+  row.dtype = dtype_pair(dtype, dtype);
+  guarded(ctx, row, [&](CheckRow& r) {
+    DecodeProblem p;
+    p.batch = s.batch;
+    p.num_heads = s.heads;
+    p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.kv_len = s.kv_len;
+    p.max_seq = s.max_seq;
+    p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+    p.options.window = s.window;
+    p.options.softcap = s.softcap;
+    DecodePlan plan;
+    auto plan_fn = [](const DecodeProblem& pr, const Target& t, KernelFamily f) { return plan_decode(pr, t, f); };
+    if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+
+    HostTensor q(dtype, {s.batch, s.heads, s.head_dim});
+    HostTensor k(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
+    HostTensor v(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
+    HostTensor lengths(DType::kI32, {s.batch});
+    HostTensor out(dtype, {s.batch, s.heads, s.head_dim});
+    HostTensor lse(DType::kF32, {s.batch, s.heads});
+    testing::fill_normal(q, ctx.rng);
+    testing::fill_normal(k, ctx.rng);
+    testing::fill_normal(v, ctx.rng);
+    fill_lengths(lengths, s.kv_len, s.empty_sequence, ctx.rng);
+    poison_past_lengths(k, lengths.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
+    poison_past_lengths(v, lengths.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
+    testing::poison(out);
+    testing::poison(lse);
+    const DecodeTensors host{q.view, k.view, v.view, lengths.view, out.view, lse.view};
+    const reference::Result golden = reference::decode(p, host);
+
+    Staging stage(ctx.cuda);
+    const DecodeTensors t{stage.put(q), stage.put(k), stage.put(v), stage.put(lengths), stage.put(out),
+                          stage.put(lse)};
+    const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
+    if (ctx.cuda) {
+      cuda::decode(plan, t, ws);
+    } else {
+      cpu::decode(plan, t, ws);
+    }
+    stage.take_back();
+    judge(r, testing::compare(out, golden.out), tolerance_for(dtype, dtype));
+    const std::string lse_problem = check_lse(lse, golden.lse, tolerance_for(dtype, dtype).rel);
+    if (!lse_problem.empty()) {
+      r.status = Status::kFail;
+      r.note += lse_problem;
+    }
+  });
+}
+
+void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, KernelFamily family) {
+  CheckRow row;
+  row.kernel = "prefill/" + family_name(family);
+  row.shape = describe(s);
+  row.dtype = dtype_pair(dtype, dtype);
+  guarded(ctx, row, [&](CheckRow& r) {
+    PrefillProblem p;
+    p.batch = s.batch;
+    p.num_heads = s.heads;
+    p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.q_len = s.q_len;
+    p.kv_len = s.kv_len;
+    p.causal = s.causal;
+    p.dtype = p.out_dtype = dtype;
+    p.options.window = s.window;
+    p.options.softcap = s.softcap;
+    PrefillPlan plan;
+    auto plan_fn = [](const PrefillProblem& pr, const Target& t, KernelFamily f) { return plan_prefill(pr, t, f); };
+    if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+
+    HostTensor q(dtype, {s.batch, s.heads, s.q_len, s.head_dim});
+    HostTensor k(dtype, {s.batch, s.kv_heads, s.kv_len, s.head_dim});
+    HostTensor v(dtype, {s.batch, s.kv_heads, s.kv_len, s.head_dim});
+    HostTensor out(dtype, {s.batch, s.heads, s.q_len, s.head_dim});
+    HostTensor lse(DType::kF32, {s.batch, s.heads, s.q_len});
+    testing::fill_normal(q, ctx.rng);
+    testing::fill_normal(k, ctx.rng);
+    testing::fill_normal(v, ctx.rng);
+    testing::poison(out);
+    testing::poison(lse);
+    PrefillTensors host;
+    host.q = q.view;
+    host.k = k.view;
+    host.v = v.view;
+    host.out = out.view;
+    host.lse = lse.view;
+    const reference::Result golden = reference::prefill(p, host);
+
+    Staging stage(ctx.cuda);
+    PrefillTensors t;
+    t.q = stage.put(q);
+    t.k = stage.put(k);
+    t.v = stage.put(v);
+    t.out = stage.put(out);
+    t.lse = stage.put(lse);
+    const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
+    if (ctx.cuda) {
+      cuda::prefill(plan, t, ws);
+    } else {
+      cpu::prefill(plan, t, ws);
+    }
+    stage.take_back();
+    judge(r, testing::compare(out, golden.out), tolerance_for(dtype, dtype));
+    const std::string lse_problem = check_lse(lse, golden.lse, tolerance_for(dtype, dtype).rel);
+    if (!lse_problem.empty()) {
+      r.status = Status::kFail;
+      r.note += lse_problem;
+    }
+  });
+}
+
+// Seed 000's fused step. Golden: rotate q and k_new in float64, store k_new (rounded to the cache
+// dtype, as the cache must hold it) and v_new at positions[b], then the float64 decode over
+// positions[b] + 1 keys. The written cache rows are checked as well as the output.
+void check_fused(CheckContext& ctx, const DecodeShape& s, DType dtype, RopeStyle style, KernelFamily family) {
+  CheckRow row;
+  row.kernel = "fused-rope-append-decode/" + to_string(style) + "/" + family_name(family);
+  row.shape = describe(s);
+  row.dtype = dtype_pair(dtype, dtype);
+  guarded(ctx, row, [&](CheckRow& r) {
+    HostTensor positions(DType::kI32, {s.batch});
+    std::uniform_int_distribution<std::int64_t> pos_dist(0, s.kv_len - 1);
+    std::int64_t longest = 0;
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      positions.i32()[b] = static_cast<std::int32_t>(b == 0 ? s.kv_len - 1 : pos_dist(ctx.rng));
+      longest = std::max<std::int64_t>(longest, positions.i32()[b] + 1);
+    }
+    DecodeProblem p;
+    p.batch = s.batch;
+    p.num_heads = s.heads;
+    p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.kv_len = longest;
+    p.max_seq = s.max_seq;
+    p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+    p.options.window = s.window;
+    p.options.softcap = s.softcap;
+    DecodePlan plan;
+    auto plan_fn = [](const DecodeProblem& pr, const Target& t, KernelFamily f) { return plan_decode(pr, t, f); };
+    if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+    RopeSpec rope;
+    rope.style = style;
+
+    HostTensor q(dtype, {s.batch, s.heads, s.head_dim});
+    HostTensor k_new(dtype, {s.batch, s.kv_heads, s.head_dim});
+    HostTensor v_new(dtype, {s.batch, s.kv_heads, s.head_dim});
+    HostTensor k(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
+    HostTensor v(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
+    HostTensor out(dtype, {s.batch, s.heads, s.head_dim});
+    HostTensor lse(DType::kF32, {s.batch, s.heads});
+    for (HostTensor* t : {&q, &k_new, &v_new, &k, &v}) testing::fill_normal(*t, ctx.rng);
+    // Slots past the new token are unwritten cache; the new token's slot is written by the call.
+    HostTensor after(DType::kI32, {s.batch});
+    for (std::int64_t b = 0; b < s.batch; ++b) after.i32()[b] = positions.i32()[b] + 1;
+    poison_past_lengths(k, after.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
+    poison_past_lengths(v, after.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      for (std::int64_t h = 0; h < s.kv_heads; ++h) {
+        const std::size_t slot = static_cast<std::size_t>(((b * s.kv_heads + h) * s.max_seq + positions.i32()[b]) * s.head_dim);
+        poison_range(k, slot, slot + s.head_dim);
+        poison_range(v, slot, slot + s.head_dim);
+      }
+    }
+    testing::poison(out);
+    testing::poison(lse);
+
+    // Golden inputs: copies of the caches with the rotated k and v written, and q rotated (f32).
+    HostTensor k_gold(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
+    HostTensor v_gold(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
+    k_gold.bytes = k.bytes;
+    v_gold.bytes = v.bytes;
+    k_gold.view.data = k_gold.bytes.data();
+    v_gold.view.data = v_gold.bytes.data();
+    HostTensor q_gold(DType::kF32, {s.batch, s.heads, s.head_dim});
+    std::vector<double> x(static_cast<std::size_t>(s.head_dim));
+    std::vector<double> k_rows_golden;  // the rotated rows the cache must hold
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      const std::int64_t pos = positions.i32()[b];
+      for (std::int64_t h = 0; h < s.heads; ++h) {
+        const std::size_t base = static_cast<std::size_t>((b * s.heads + h) * s.head_dim);
+        for (std::int64_t d = 0; d < s.head_dim; ++d) x[d] = q.get(base + d);
+        reference::rope(x.data(), s.head_dim, pos, rope);
+        for (std::int64_t d = 0; d < s.head_dim; ++d) q_gold.set(base + d, static_cast<float>(x[d]));
+      }
+      for (std::int64_t h = 0; h < s.kv_heads; ++h) {
+        const std::size_t src = static_cast<std::size_t>((b * s.kv_heads + h) * s.head_dim);
+        const std::size_t slot = static_cast<std::size_t>(((b * s.kv_heads + h) * s.max_seq + pos) * s.head_dim);
+        for (std::int64_t d = 0; d < s.head_dim; ++d) x[d] = k_new.get(src + d);
+        reference::rope(x.data(), s.head_dim, pos, rope);
+        for (std::int64_t d = 0; d < s.head_dim; ++d) {
+          k_gold.set(slot + d, static_cast<float>(x[d]));
+          v_gold.set(slot + d, v_new.get(src + d));
+          k_rows_golden.push_back(x[d]);
+        }
+      }
+    }
+    DecodeProblem gp = p;
+    gp.q_dtype = DType::kF32;
+    const DecodeTensors host{q_gold.view, k_gold.view, v_gold.view, after.view, out.view, lse.view};
+    const reference::Result golden = reference::decode(gp, host);
+
+    Staging stage(ctx.cuda);
+    FusedDecodeTensors t;
+    t.q = stage.put(q);
+    t.k_new = stage.put(k_new);
+    t.v_new = stage.put(v_new);
+    t.k_cache = stage.put(k);
+    t.v_cache = stage.put(v);
+    t.positions = stage.put(positions);
+    t.out = stage.put(out);
+    t.lse = stage.put(lse);
+    const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
+    if (ctx.cuda) {
+      cuda::fused_rope_append_decode(plan, t, rope, ws);
+    } else {
+      cpu::fused_rope_append_decode(plan, t, rope, ws);
+    }
+    stage.take_back();
+    const Tolerance tol = tolerance_for(dtype, dtype);
+    judge(r, testing::compare(out, golden.out), tol);
+    const std::string lse_problem = check_lse(lse, golden.lse, tolerance_for(dtype, dtype).rel);
+    if (!lse_problem.empty()) {
+      r.status = Status::kFail;
+      r.note += lse_problem;
+    }
+    // The cache rows written at positions[b]: k rotated, v copied.
+    HostTensor k_rows(dtype, {static_cast<std::int64_t>(k_rows_golden.size())});
+    std::vector<double> v_rows_golden;
+    HostTensor v_rows(dtype, {static_cast<std::int64_t>(k_rows_golden.size())});
+    std::size_t n = 0;
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      for (std::int64_t h = 0; h < s.kv_heads; ++h) {
+        const std::size_t src = static_cast<std::size_t>((b * s.kv_heads + h) * s.head_dim);
+        const std::size_t slot = static_cast<std::size_t>(((b * s.kv_heads + h) * s.max_seq + positions.i32()[b]) * s.head_dim);
+        for (std::int64_t d = 0; d < s.head_dim; ++d, ++n) {
+          k_rows.set(n, k.get(slot + d));
+          v_rows.set(n, v.get(slot + d));
+          v_rows_golden.push_back(v_new.get(src + d));
+        }
+      }
+    }
+    const testing::Comparison kc = testing::compare(k_rows, k_rows_golden);
+    const testing::Comparison vc = testing::compare(v_rows, v_rows_golden);
+    if (kc.nan_count > 0 || !(kc.rel_l2 <= tol.rel) || vc.nan_count > 0 || vc.max_abs != 0.0) {
+      r.status = Status::kFail;
+      r.note += "cache rows: k " + testing::describe(kc) + ", v " + testing::describe(vc) + "; ";
+    }
+  });
+}
+
+}  // namespace
+
+void check_attention(CheckContext& ctx) {
+  const std::vector<KernelFamily> decode_families = {KernelFamily::kScalarOnline, KernelFamily::kSplitKvDecode};
+  const std::vector<KernelFamily> prefill_families = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled};
+  for (KernelFamily family : decode_families) {
+    for (const DecodeShape& s : decode_shapes(ctx.quick)) {
+      for (DType dtype : dtypes(ctx.quick)) check_decode(ctx, s, dtype, family);
+    }
+  }
+  for (KernelFamily family : prefill_families) {
+    for (const PrefillShape& s : prefill_shapes(ctx.quick)) {
+      for (DType dtype : dtypes(ctx.quick)) check_prefill(ctx, s, dtype, family);
+    }
+  }
+  const std::vector<DecodeShape> fused_shapes = {
+      {3, 8, 2, 128, 300, 320, 0, 0.0f, false},
+      {2, 12, 4, 64, 2048, 2048, 256, 0.0f, false},
+  };
+  for (KernelFamily family : decode_families) {
+    for (const DecodeShape& s : fused_shapes) {
+      for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
+        if (ctx.quick) {
+          check_fused(ctx, s, style == RopeStyle::kHalf ? DType::kF32 : DType::kBF16, style, family);
+        } else {
+          for (DType dtype : dtypes(false)) check_fused(ctx, s, dtype, style, family);
+        }
+      }
+      if (ctx.quick) break;  // one shape is enough for --quick
+    }
+  }
+}
+
+}  // namespace attnkit::cli

@@ -1,0 +1,84 @@
+// `attnkit plan`: shape flags or a model preset in, the planner's decision out. Nothing runs.
+#include "plan_command.hpp"
+
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <memory>
+
+#include "attnkit/error.hpp"
+#include "attnkit/plan.hpp"
+#include "shape_flags.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+struct PlanFlags {
+  ShapeFlags shape;
+  TargetFlags target;
+  bool json = false;
+  bool seed_scalar = false, seed_tiled = false;
+  std::int64_t seq_len = 0;
+  std::int64_t tile = 64;
+};
+
+std::uint32_t to_u32(std::int64_t value, const char* name) {
+  require(value > 0 && value <= std::numeric_limits<std::uint32_t>::max(), "attnkit plan --seed-*",
+          std::string(name) + "=" + std::to_string(value) + " is out of range",
+          std::string("pass ") + name + " in 1..4294967295");
+  return static_cast<std::uint32_t>(value);
+}
+
+void print(const std::string& table, const std::string& json, bool as_json) {
+  std::cout << (as_json ? json : table);
+  if (!(as_json ? json : table).ends_with('\n')) std::cout << '\n';
+}
+
+void run_seed_plan(const PlanFlags& f) {
+  require(!(f.seed_scalar && f.seed_tiled), "attnkit plan", "--seed-scalar and --seed-tiled both given",
+          "pass one of them");
+  require(f.seq_len > 0, "attnkit plan --seed-*", "--seq-len is missing", "pass --seq-len N (N >= 1)");
+  const std::uint32_t seq_len = to_u32(f.seq_len, "--seq-len");
+  const std::uint32_t head_dim = to_u32(f.shape.head_dim, "--head-dim");
+  const FlashAttentionWorkPlan plan =
+      f.seed_scalar ? plan_flash_attention_scalar(seq_len, head_dim)
+                    : plan_flash_attention_tiled(seq_len, head_dim, to_u32(f.tile, "--tile"));
+  print(to_table(plan), to_json(plan), f.json);
+}
+
+void run_plan(const PlanFlags& f) {
+  if (f.seed_scalar || f.seed_tiled) {
+    run_seed_plan(f);
+    return;
+  }
+  require(f.seq_len == 0, "attnkit plan", "--seq-len belongs to --seed-scalar/--seed-tiled",
+          "use --kv-len (and --q-len) for decode/prefill plans, or add --seed-scalar");
+  const Target target = resolve_target(f.target);
+  const std::optional<KernelFamily> family = parse_family(f.target.family);
+  if (f.shape.op == "decode") {
+    const DecodeProblem problem = decode_problem(f.shape);
+    const DecodePlan plan = family ? plan_decode(problem, target, *family) : plan_decode(problem, target);
+    print(to_table(plan), to_json(plan), f.json);
+  } else {
+    const PrefillProblem problem = prefill_problem(f.shape);
+    const PrefillPlan plan = family ? plan_prefill(problem, target, *family) : plan_prefill(problem, target);
+    print(to_table(plan), to_json(plan), f.json);
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand("plan", "Plan one attention call and print the decision and its evidence");
+  add_shape_flags(*cmd, flags->shape);
+  add_target_flags(*cmd, flags->target);
+  cmd->add_flag("--json", flags->json, "print one JSON object instead of the table");
+  cmd->add_flag("--seed-scalar", flags->seed_scalar, "seed 004's square planner, scalar online kernel");
+  cmd->add_flag("--seed-tiled", flags->seed_tiled, "seed 004's square planner, cooperative tiled kernel");
+  cmd->add_option("--seq-len", flags->seq_len, "seed planners: sequence length (square: seq_len x seq_len)");
+  cmd->add_option("--tile", flags->tile, "seed tiled planner: keys per tile")->capture_default_str();
+  cmd->callback([flags] { run_plan(*flags); });
+}
+
+}  // namespace attnkit::cli
