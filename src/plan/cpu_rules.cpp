@@ -81,9 +81,10 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
     scalar_partition(u(pr.batch) * u(pr.num_heads), keys, pr.head_dim, ctx, p, reasons);
     return;
   }
-  require(requested == nullptr || *requested == KernelFamily::kSplitKvDecode, ctx,
-          "the CPU has no " + to_string(*requested) + " decode kernel",
-          "request split_kv_decode or scalar_online, or leave the family unset");
+  if (requested != nullptr && *requested != KernelFamily::kSplitKvDecode) {
+    fail(ctx, "the CPU has no " + to_string(*requested) + " decode kernel",
+         "request split_kv_decode or scalar_online, or leave the family unset");
+  }
   const int threads = thread_count(t);
   const std::uint64_t group = u(pr.group_size());
   const std::uint64_t hd = u(pr.head_dim);
@@ -154,9 +155,10 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
     scalar_partition(u(pr.batch) * u(pr.num_heads) * u(pr.q_len), u(pr.kv_len), pr.head_dim, ctx, p, reasons);
     return;
   }
-  require(requested == nullptr || *requested == KernelFamily::kCooperativeTiled, ctx,
-          "the CPU has no " + to_string(*requested) + " prefill kernel",
-          "request cooperative_tiled or scalar_online, or leave the family unset");
+  if (requested != nullptr && *requested != KernelFamily::kCooperativeTiled) {
+    fail(ctx, "the CPU has no " + to_string(*requested) + " prefill kernel",
+         "request cooperative_tiled or scalar_online, or leave the family unset");
+  }
   const int threads = thread_count(t);
   const std::uint64_t hd = u(pr.head_dim);
   p = WorkPartition{};
