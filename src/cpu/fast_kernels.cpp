@@ -1,12 +1,235 @@
-// Placeholder until the fast CPU kernels land: plans naming them fail loudly.
+// The fast CPU kernels' driver: cuts a plan into tasks, runs them on OpenMP threads with the
+// instruction set fast_isa.cpp selects, and writes the output tensors.
+// Inputs: validated views (any storage dtype, any strides with head_dim contiguous).
+// Parallelism: plan.target.threads threads, dynamic scheduling over the plan's tasks
+//   (decode: sequence x KV head x key split; prefill: sequence x KV head x query-row block, the
+//   costliest causal blocks first). Each thread owns one scratch buffer, grown once and reused.
+// Decode splits write normalised partial states (f32, [splits][rows][head_dim] then
+//   [splits][rows] LSE) to the caller's workspace, or to the calling thread's own buffer when
+//   none is given, then one parallel pass merges them.
+// Bound: see fast_body.hpp (decode: memory or FMA by group size; prefill: FMA).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
 #include "attnkit/error.hpp"
+#include "cpu/fast_isa.hpp"
+#include "cpu/fast_tasks.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/row_io.hpp"
 
 namespace attnkit::cpu::detail {
-void fast_decode(const DecodePlan&, const DecodeTensors&, Workspace) {
-  fail("cpu::decode", "the fast CPU decode kernel is not implemented yet", "plan with KernelFamily::kScalarOnline");
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+const FastBodies& bodies_for(simd::Isa isa) {
+  switch (isa) {
+    case simd::Isa::kAvx512: return fast_bodies_avx512();
+    case simd::Isa::kAvx2: return fast_bodies_avx2();
+    case simd::Isa::kScalar: break;
+  }
+  return fast_bodies_scalar();
 }
-void fast_prefill(const PrefillPlan&, const PrefillTensors&, Workspace) {
-  fail("cpu::prefill", "the fast CPU prefill kernel is not implemented yet", "plan with KernelFamily::kScalarOnline");
+
+// This thread's scratch, grown (never shrunk) to `floats`; allocated once per thread in practice.
+float* thread_scratch(std::size_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < floats) buffer.resize(floats);
+  return buffer.data();
 }
+
+// Split states when the caller passed no workspace: the calling thread's own grow-only buffer.
+float* caller_states(std::size_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+RowSource source(const TensorView& t, std::int64_t offset, std::int64_t row_stride, std::int64_t head_stride = 0) {
+  return RowSource{t.data, t.dtype, offset, row_stride, head_stride};
+}
+
+int thread_count(const Target& target) { return std::max(1, target.threads); }
+
+}  // namespace
+
+void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace) {
+  const DecodeProblem& p = plan.problem;
+  const WorkPartition& part = plan.partition;
+  const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
+  require(part.rows_per_block == G && part.sequence_splits >= 1 && part.keys_per_split >= 1 && part.tile_size >= 1,
+          "cpu::decode", "the plan's split_kv_decode partition does not pack the GQA group of " + std::to_string(G),
+          "plan with plan_decode(problem, cpu_target())");
+  const FastBodies& bodies = bodies_for(simd::selected_isa());
+  const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split, tile = part.tile_size;
+  const std::int64_t rows = p.batch * H;
+  const std::int64_t tasks = p.batch * KH * splits;
+
+  float* state_out = nullptr;
+  float* state_lse = nullptr;
+  if (splits > 1) {
+    const std::size_t floats = static_cast<std::size_t>(splits * rows * (d + 1));
+    const bool given = workspace.data != nullptr && workspace.bytes >= floats * sizeof(float);
+    state_out = given ? static_cast<float*>(workspace.data) : caller_states(floats);
+    state_lse = state_out + splits * rows * d;
+  }
+  const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);
+  const std::size_t staging_floats = static_cast<std::size_t>(G * d + G);
+
+#pragma omp parallel num_threads(thread_count(plan.target))
+  {
+    float* scratch = thread_scratch(body_floats + staging_floats);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const std::int64_t split = task % splits, unit = task / splits;
+      const std::int64_t b = unit / KH, kvh = unit % KH;
+      const std::int64_t len = index_at(t.lengths, b);
+      const KeyRange range = visible_keys(len - 1, len, true, p.options.window);
+      const std::int64_t begin = std::min(range.end, range.begin + split * keys_per_split);
+      const std::int64_t end = std::min(range.end, begin + keys_per_split);
+      const std::int64_t first_row = b * H + kvh * G;
+
+      DecodeTask task_args;
+      task_args.head_dim = d;
+      task_args.group = G;
+      task_args.tile = tile;
+      task_args.scale = p.effective_scale();
+      task_args.softcap = p.options.softcap;
+      task_args.q = source(t.q, b * t.q.strides[0] + kvh * G * t.q.strides[1], 0, t.q.strides[1]);
+      task_args.k = source(t.k_cache, b * t.k_cache.strides[0] + kvh * t.k_cache.strides[1], t.k_cache.strides[2]);
+      task_args.v = source(t.v_cache, b * t.v_cache.strides[0] + kvh * t.v_cache.strides[1], t.v_cache.strides[2]);
+      task_args.key_begin = begin;
+      task_args.key_end = end;
+      task_args.scratch = scratch + staging_floats;
+      if (splits > 1) {
+        task_args.out = state_out + (split * rows + first_row) * d;
+        task_args.out_stride = d;
+        task_args.lse = state_lse + split * rows + first_row;
+        bodies.decode(task_args);
+        continue;
+      }
+      task_args.out = scratch;
+      task_args.out_stride = d;
+      task_args.lse = scratch + G * d;
+      bodies.decode(task_args);
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t h = kvh * G + g;
+        store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, scratch + g * d);
+        if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = task_args.lse[g];
+      }
+    }
+    if (splits > 1) {
+      // Merge: out = sum_s e^{lse_s - M} o_s / sum_s e^{lse_s - M}; empty splits carry -inf.
+#pragma omp for schedule(static)
+      for (std::int64_t row = 0; row < rows; ++row) {
+        float* merged = scratch;
+        float m = kNegInf;
+        for (std::int64_t s = 0; s < splits; ++s) m = std::max(m, state_lse[s * rows + row]);
+        float total = 0.0f;
+        std::fill(merged, merged + d, 0.0f);
+        if (m != kNegInf) {
+          for (std::int64_t s = 0; s < splits; ++s) {
+            const float w = std::exp(state_lse[s * rows + row] - m);
+            if (w == 0.0f) continue;
+            total += w;
+            const float* o = state_out + (s * rows + row) * d;
+            for (std::int64_t c = 0; c < d; ++c) merged[c] += w * o[c];
+          }
+          for (std::int64_t c = 0; c < d; ++c) merged[c] /= total;
+        }
+        const std::int64_t b = row / H, h = row % H;
+        store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, merged);
+        if (!t.lse.empty()) {
+          static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] =
+              m == kNegInf ? kNegInf : m + std::log(total);
+        }
+      }
+    }
+  }
+}
+
+void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
+  const PrefillProblem& p = plan.problem;
+  const WorkPartition& part = plan.partition;
+  const std::int64_t G = p.group_size(), d = p.head_dim, KH = p.kv_heads;
+  require(part.sequence_splits == 1 && part.rows_per_block >= 1 && part.tile_size >= 1, "cpu::prefill",
+          "the plan's cooperative_tiled partition splits keys, which the CPU prefill kernel does not do",
+          "plan with plan_prefill(problem, cpu_target())");
+  const FastBodies& bodies = bodies_for(simd::selected_isa());
+  const std::int64_t block_rows = part.rows_per_block, tile = part.tile_size;
+  const bool ragged = !t.cu_seqlens_q.empty();
+
+  // Row blocks of every sequence, the costliest (latest causal rows) first.
+  struct Block {
+    std::int64_t b, first_row, rows, lq, lk, q0, k0;
+  };
+  std::vector<Block> blocks;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t q0 = ragged ? index_at(t.cu_seqlens_q, b) : 0;
+    const std::int64_t k0 = ragged ? index_at(t.cu_seqlens_k, b) : 0;
+    const std::int64_t lq = ragged ? index_at(t.cu_seqlens_q, b + 1) - q0 : p.q_len;
+    const std::int64_t lk = ragged ? index_at(t.cu_seqlens_k, b + 1) - k0 : p.kv_len;
+    for (std::int64_t r = 0; r < lq; r += block_rows) blocks.push_back({b, r, std::min(block_rows, lq - r), lq, lk, q0, k0});
+  }
+  if (p.causal) {
+    std::stable_sort(blocks.begin(), blocks.end(), [](const Block& x, const Block& y) {
+      return x.first_row + x.rows + (x.lk - x.lq) > y.first_row + y.rows + (y.lk - y.lq);
+    });
+  }
+  const std::int64_t tasks = static_cast<std::int64_t>(blocks.size()) * KH;
+  const std::size_t body_floats = bodies.prefill_scratch_floats(d, G, block_rows, tile);
+  const std::size_t staging_floats = static_cast<std::size_t>(G * block_rows * (d + 1));
+
+#pragma omp parallel num_threads(thread_count(plan.target))
+  {
+    float* scratch = thread_scratch(body_floats + staging_floats);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const Block& blk = blocks[static_cast<std::size_t>(task / KH)];
+      const std::int64_t kvh = task % KH;
+      const std::int64_t tb = ragged ? 0 : blk.b;
+      const std::int64_t row0 = blk.q0 + blk.first_row;
+
+      PrefillTask a;
+      a.head_dim = d;
+      a.group = G;
+      a.rows = blk.rows;
+      a.block_rows = block_rows;
+      a.tile = tile;
+      a.scale = p.effective_scale();
+      a.softcap = p.options.softcap;
+      a.causal = p.causal;
+      a.window = p.options.window;
+      a.kv_len = blk.lk;
+      a.first_position = blk.first_row + (blk.lk - blk.lq);
+      a.q = source(t.q, tb * t.q.strides[0] + kvh * G * t.q.strides[1] + row0 * t.q.strides[2], t.q.strides[2],
+                   t.q.strides[1]);
+      a.k = source(t.k, tb * t.k.strides[0] + kvh * t.k.strides[1] + blk.k0 * t.k.strides[2], t.k.strides[2]);
+      a.v = source(t.v, tb * t.v.strides[0] + kvh * t.v.strides[1] + blk.k0 * t.v.strides[2], t.v.strides[2]);
+      a.out = scratch;
+      a.out_stride = d;
+      a.lse = scratch + G * block_rows * d;
+      a.scratch = scratch + staging_floats;
+      bodies.prefill(a);
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t h = kvh * G + g;
+        for (std::int64_t i = 0; i < blk.rows; ++i) {
+          const std::int64_t row = row0 + i;
+          store_row(t.out.data, t.out.dtype, tb * t.out.strides[0] + h * t.out.strides[1] + row * t.out.strides[2], d,
+                    a.out + (g * block_rows + i) * d);
+          if (!t.lse.empty()) {
+            static_cast<float*>(t.lse.data)[tb * t.lse.strides[0] + h * t.lse.strides[1] + row * t.lse.strides[2]] =
+                a.lse[g * block_rows + i];
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace attnkit::cpu::detail

@@ -1,0 +1,434 @@
+// Internal: the fast CPU kernel bodies, written once against a vector wrapper `Vec` and compiled
+// once per instruction set. A translation unit defines ATTNKIT_ISA_NS (a namespace name unique
+// to it) and the Vec type, turns on its target, then includes this file: every function lands in
+// its own namespace, so the three compilations never share a symbol (Highway's pattern).
+//
+// Decode (split-KV, GQA-packed). Inputs: q rows of one KV group, K/V rows of one sequence and KV
+//   head ([key, head_dim], head_dim contiguous, f32/f16/bf16). Each key row is loaded once and
+//   dotted with all `group` query rows: `W / rows` keys x `rows` query heads fill the W
+//   accumulators, one transpose-and-add tree turns them into W scores. Then the tile's online
+//   softmax, then P V with each V row loaded once per vector of head_dim for the whole group.
+//   Bound: memory (K/V read once) for small groups; FMA for large groups (group FLOPs per byte).
+// Prefill (tiled). Inputs: a block of query rows for each head of the group, K/V tiles converted
+//   to f32 once per block. S^T = K Q^T with query rows in the vector lanes (Q transposed once per
+//   block), so the online softmax is lane-parallel over rows; O += P V with rows broadcast and
+//   head_dim in the lanes. Register blocks: Vec::kQkKeys x kQkMaxVecs and kPvRows x kPvMaxVecs.
+//   Tiles wholly outside a row block's window / causal range are skipped; tiles crossing the
+//   boundary are masked lane by lane. Bound: FMA rate.
+// Numerics: f32 throughout; scale folded into q; masked keys get probability exactly 0.
+#ifndef ATTNKIT_ISA_NS
+#error "define ATTNKIT_ISA_NS before including fast_body.hpp"
+#endif
+
+namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+using Vec = ATTNKIT_VEC;
+using V = Vec::V;
+constexpr int W = Vec::kWidth;
+constexpr float kNegInf = -__builtin_inff();
+
+inline std::int64_t imin(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+inline std::int64_t imax(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
+inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
+inline std::size_t floats_for(std::int64_t n) { return static_cast<std::size_t>(round_up(n, 16)); }
+
+// W elements (n at the tail) of a row of storage dtype `Tag` as f32.
+struct F32 {};
+struct F16 {};
+struct BF16 {};
+template <class Tag>
+inline V load_chunk(const void* base, std::int64_t offset, int n) {
+  if constexpr (__is_same(Tag, F32)) {
+    return Vec::load_f32(static_cast<const float*>(base) + offset, n);
+  } else if constexpr (__is_same(Tag, F16)) {
+    return Vec::load_f16(static_cast<const std::uint16_t*>(base) + offset, n);
+  } else {
+    return Vec::load_bf16(static_cast<const std::uint16_t*>(base) + offset, n);
+  }
+}
+
+inline float load_scalar(const RowSource& s, std::int64_t offset) {
+  switch (s.dtype) {
+    case DType::kF32: return static_cast<const float*>(s.data)[offset];
+    case DType::kF16: return f16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[offset]);
+    default: return bf16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[offset]);
+  }
+}
+
+// One row of n elements into f32 dst (padded to dp with zeros), times `scale`.
+template <class Tag>
+inline void convert_row(const void* base, std::int64_t offset, std::int64_t n, std::int64_t dp, float scale,
+                        float* dst) {
+  const V s = Vec::set1(scale);
+  for (std::int64_t c = 0; c < dp; c += W) {
+    const int m = static_cast<int>(imin(W, n - c));
+    Vec::store(dst + c, m > 0 ? Vec::mul(load_chunk<Tag>(base, offset + c, m), s) : Vec::zero());
+  }
+}
+
+inline V tanh_v(V x) {
+  // tanh(x) = 1 - 2 / (e^{2x} + 1); e^{2x} is clamped, so |x| large gives +-1 exactly.
+  const V one = Vec::set1(1.0f);
+  const V e = Vec::exp(Vec::add(x, x));
+  return Vec::sub(one, Vec::div(Vec::set1(2.0f), Vec::add(e, one)));
+}
+
+inline V softcap_v(V s, float cap) {
+  return Vec::mul(Vec::set1(cap), tanh_v(Vec::mul(s, Vec::set1(1.0f / cap))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+struct DecodeLayout {
+  std::int64_t dp, tp;  // head_dim and tile padded to W
+  float *q, *acc, *scores, *m, *l, *lanes;
+};
+
+inline DecodeLayout decode_layout(std::int64_t head_dim, std::int64_t group, std::int64_t tile, float* base) {
+  DecodeLayout L{};
+  L.dp = round_up(head_dim, W);
+  L.tp = round_up(tile, W);
+  float* p = base;
+  L.q = p; p += floats_for(group * L.dp);
+  L.acc = p; p += floats_for(group * L.dp);
+  L.scores = p; p += floats_for(group * L.tp);
+  L.m = p; p += floats_for(group);
+  L.l = p; p += floats_for(group);
+  L.lanes = p;
+  return L;
+}
+
+inline std::size_t decode_scratch_floats(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
+  const std::int64_t dp = round_up(head_dim, W), tp = round_up(tile, W);
+  return 2 * floats_for(group * dp) + floats_for(group * tp) + 2 * floats_for(group) + floats_for(W) + 16;
+}
+
+// Scores of keys [j0, j0 + n) for query rows [g0, g0 + GC): passes of W / GC keys.
+template <class Tag, int GC>
+void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, std::int64_t j0, std::int64_t n) {
+  constexpr int kKeys = W / GC > 0 ? W / GC : 1;
+  static_assert(kKeys * GC <= W || W == 1, "accumulators exceed the vector width");
+  const std::int64_t d = t.head_dim;
+  for (std::int64_t j = 0; j < n; j += kKeys) {
+    V acc[W];
+    for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
+    std::int64_t key_offset[kKeys];
+    for (int kk = 0; kk < kKeys; ++kk) {
+      // A short last pass repeats its last key; those lanes are discarded.
+      key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
+    }
+    for (std::int64_t c = 0; c < d; c += W) {
+      const int m = static_cast<int>(imin(W, d - c));
+      V qv[GC];
+      for (int g = 0; g < GC; ++g) qv[g] = Vec::load(L.q + (g0 + g) * L.dp + c);
+      for (int kk = 0; kk < kKeys; ++kk) {
+        const V kv = load_chunk<Tag>(t.k.data, key_offset[kk] + c, m);
+        for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::fma(qv[g], kv, acc[kk * GC + g]);
+      }
+    }
+    Vec::store(L.lanes, Vec::transpose_sum(acc));
+    const std::int64_t valid = imin(kKeys, n - j);
+    for (std::int64_t kk = 0; kk < valid; ++kk) {
+      for (int g = 0; g < GC; ++g) L.scores[(g0 + g) * L.tp + j + kk] = L.lanes[kk * GC + g];
+    }
+  }
+}
+
+// acc[g] += sum_j p[g][j] * V[j] for rows [g0, g0 + GR), keys [j0, j0 + n).
+template <class Tag, int GR>
+void decode_pv(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, std::int64_t j0, std::int64_t n) {
+  const std::int64_t d = t.head_dim;
+  for (std::int64_t c = 0; c < d; c += W) {
+    const int m = static_cast<int>(imin(W, d - c));
+    V acc[GR];
+    for (int g = 0; g < GR; ++g) acc[g] = Vec::load(L.acc + (g0 + g) * L.dp + c);
+    std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c;
+    for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+      const V vv = load_chunk<Tag>(t.v.data, offset, m);
+      for (int g = 0; g < GR; ++g) acc[g] = Vec::fma(Vec::set1(L.scores[(g0 + g) * L.tp + j]), vv, acc[g]);
+    }
+    for (int g = 0; g < GR; ++g) Vec::store(L.acc + (g0 + g) * L.dp + c, acc[g]);
+  }
+}
+
+// Runs `f.template operator()<N>(g0)` over the group in power-of-two chunks of at most kMax rows.
+template <int kMax, class F>
+void for_row_chunks(std::int64_t group, F&& f) {
+  std::int64_t g0 = 0;
+  while (g0 < group) {
+    const std::int64_t left = group - g0;
+    if (kMax >= 16 && left >= 16) { f.template operator()<(kMax >= 16 ? 16 : 1)>(g0); g0 += 16; }
+    else if (kMax >= 8 && left >= 8) { f.template operator()<(kMax >= 8 ? 8 : 1)>(g0); g0 += 8; }
+    else if (kMax >= 4 && left >= 4) { f.template operator()<(kMax >= 4 ? 4 : 1)>(g0); g0 += 4; }
+    else if (kMax >= 2 && left >= 2) { f.template operator()<(kMax >= 2 ? 2 : 1)>(g0); g0 += 2; }
+    else { f.template operator()<1>(g0); g0 += 1; }
+  }
+}
+
+template <class Tag>
+void decode_typed(const DecodeTask& t) {
+  const DecodeLayout L = decode_layout(t.head_dim, t.group, t.tile, t.scratch);
+  const std::int64_t G = t.group, d = t.head_dim;
+  for (std::int64_t g = 0; g < G; ++g) {
+    const std::int64_t row = t.q.offset + g * t.q.head_stride;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
+    L.m[g] = kNegInf;
+    L.l[g] = 0.0f;
+  }
+  for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
+    const std::int64_t n = imin(t.tile, t.key_end - j0);
+    for_row_chunks<(W >= 16 ? 16 : W)>(G, [&]<int GC>(std::int64_t g0) { decode_scores<Tag, GC>(t, L, g0, j0, n); });
+    // Online softmax of the tile, one query head at a time (scores contiguous per head).
+    for (std::int64_t g = 0; g < G; ++g) {
+      float* s = L.scores + g * L.tp;
+      for (std::int64_t j = n; j < round_up(n, W); ++j) s[j] = kNegInf;
+      V mx = Vec::set1(kNegInf);
+      for (std::int64_t j = 0; j < n; j += W) {
+        V x = Vec::load(s + j);
+        if (t.softcap > 0) {
+          x = Vec::select_lt(x, Vec::set1(-3.0e38f), x, softcap_v(x, t.softcap));  // keep -inf padding
+          Vec::store(s + j, x);
+        }
+        mx = Vec::max(mx, x);
+      }
+      const float m_new = L.m[g] > Vec::reduce_max(mx) ? L.m[g] : Vec::reduce_max(mx);
+      const float alpha = L.m[g] == kNegInf ? 0.0f : std::exp(L.m[g] - m_new);
+      const V mv = Vec::set1(m_new);
+      V sum = Vec::zero();
+      for (std::int64_t j = 0; j < n; j += W) {
+        const V p = Vec::exp(Vec::sub(Vec::load(s + j), mv));
+        Vec::store(s + j, p);
+        sum = Vec::add(sum, p);
+      }
+      L.l[g] = L.l[g] * alpha + Vec::reduce_add(sum);
+      L.m[g] = m_new;
+      if (alpha != 1.0f) {
+        const V av = Vec::set1(alpha);
+        for (std::int64_t c = 0; c < L.dp; c += W) Vec::store(L.acc + g * L.dp + c, Vec::mul(Vec::load(L.acc + g * L.dp + c), av));
+      }
+    }
+    for_row_chunks<(W >= 8 ? 8 : 4)>(G, [&]<int GR>(std::int64_t g0) { decode_pv<Tag, GR>(t, L, g0, j0, n); });
+  }
+  for (std::int64_t g = 0; g < G; ++g) {
+    const bool empty = L.l[g] == 0.0f;
+    const float inv = empty ? 0.0f : 1.0f / L.l[g];
+    for (std::int64_t c = 0; c < d; ++c) t.out[g * t.out_stride + c] = L.acc[g * L.dp + c] * inv;
+    t.lse[g] = empty ? kNegInf : L.m[g] + std::log(L.l[g]);
+  }
+}
+
+inline void decode(const DecodeTask& t) {
+  switch (t.k.dtype) {
+    case DType::kF32: decode_typed<F32>(t); break;
+    case DType::kF16: decode_typed<F16>(t); break;
+    default: decode_typed<BF16>(t); break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefill
+
+struct PrefillLayout {
+  std::int64_t dp, rp, tp;  // head_dim, block rows and tile padded
+  float *qt, *o, *m, *l, *alpha, *pos, *s, *kf, *vf;
+};
+
+inline PrefillLayout prefill_layout(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
+                                    std::int64_t tile, float* base) {
+  PrefillLayout L{};
+  L.dp = round_up(head_dim, W);
+  L.rp = round_up(block_rows, imax(Vec::kPvRows, W));
+  L.tp = round_up(tile, Vec::kQkKeys);
+  float* p = base;
+  L.qt = p; p += floats_for(group * L.dp * L.rp);
+  L.o = p; p += floats_for(group * L.rp * L.dp);
+  L.m = p; p += floats_for(group * L.rp);
+  L.l = p; p += floats_for(group * L.rp);
+  L.alpha = p; p += floats_for(L.rp);
+  L.pos = p; p += floats_for(L.rp);
+  L.s = p; p += floats_for(L.tp * L.rp);
+  L.kf = p; p += floats_for(L.tp * L.dp);
+  L.vf = p;
+  return L;
+}
+
+inline std::size_t prefill_scratch_floats(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
+                                          std::int64_t tile) {
+  const std::int64_t dp = round_up(head_dim, W), rp = round_up(block_rows, imax(Vec::kPvRows, W)),
+                     tp = round_up(tile, Vec::kQkKeys);
+  return 2 * floats_for(group * dp * rp) + 2 * floats_for(group * rp) + 2 * floats_for(rp) + floats_for(tp * rp) +
+         2 * floats_for(tp * dp) + 16;
+}
+
+// S^T[j][rows] for keys [j0, j0 + kQkKeys) and row vectors [v0, v0 + NV) of head `qt`.
+template <int NV>
+inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, std::int64_t j0, std::int64_t v0) {
+  constexpr int K = Vec::kQkKeys;
+  V acc[K][NV];
+  for (int kk = 0; kk < K; ++kk)
+    for (int n = 0; n < NV; ++n) acc[kk][n] = Vec::zero();
+  const float* kp = L.kf + j0 * L.dp;
+  const float* qp = qt + v0 * W;
+  for (std::int64_t c = 0; c < d; ++c, qp += L.rp) {
+    V qv[NV];
+    for (int n = 0; n < NV; ++n) qv[n] = Vec::load(qp + n * W);
+    for (int kk = 0; kk < K; ++kk) {
+      const V kb = Vec::set1(kp[kk * L.dp + c]);
+      for (int n = 0; n < NV; ++n) acc[kk][n] = Vec::fma(kb, qv[n], acc[kk][n]);
+    }
+  }
+  for (int kk = 0; kk < K; ++kk)
+    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rp + (v0 + n) * W, acc[kk][n]);
+}
+
+// O[rows i0.., head_dim vectors c0..] = O * alpha + P V over n keys.
+template <int NV>
+inline void pv_block(const PrefillLayout& L, float* o, std::int64_t n, std::int64_t i0, std::int64_t c0) {
+  constexpr int R = Vec::kPvRows;
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r) {
+    const V a = Vec::set1(L.alpha[i0 + r]);
+    for (int v = 0; v < NV; ++v) acc[r][v] = Vec::mul(Vec::load(o + (i0 + r) * L.dp + (c0 + v) * W), a);
+  }
+  const float* vp = L.vf + c0 * W;
+  const float* pp = L.s + i0;
+  for (std::int64_t j = 0; j < n; ++j, vp += L.dp, pp += L.rp) {
+    V vv[NV];
+    for (int v = 0; v < NV; ++v) vv[v] = Vec::load(vp + v * W);
+    for (int r = 0; r < R; ++r) {
+      const V pb = Vec::set1(pp[r]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fma(pb, vv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) Vec::store(o + (i0 + r) * L.dp + (c0 + v) * W, acc[r][v]);
+}
+
+template <int kMax, class F>
+inline void for_vec_chunks(std::int64_t vectors, F&& f) {
+  std::int64_t v0 = 0;
+  while (v0 < vectors) {
+    const std::int64_t left = vectors - v0;
+    if (kMax >= 4 && left >= 4) { f.template operator()<(kMax >= 4 ? 4 : 1)>(v0); v0 += 4; }
+    else if (kMax >= 3 && left >= 3) { f.template operator()<(kMax >= 3 ? 3 : 1)>(v0); v0 += 3; }
+    else if (kMax >= 2 && left >= 2) { f.template operator()<(kMax >= 2 ? 2 : 1)>(v0); v0 += 2; }
+    else { f.template operator()<1>(v0); v0 += 1; }
+  }
+}
+
+template <class Tag>
+void prefill_typed(const PrefillTask& t) {
+  const PrefillLayout L = prefill_layout(t.head_dim, t.group, t.block_rows, t.tile, t.scratch);
+  const std::int64_t G = t.group, d = t.head_dim, rows = t.rows;
+  const std::int64_t row_vectors = L.rp / W;
+
+  // The block's key range: union of its rows' visible ranges (rows are monotone in position).
+  std::int64_t lo = t.kv_len, hi = 0, full_lo = 0, full_hi = t.kv_len;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const KeyRange r = visible_keys(t.first_position + i, t.kv_len, t.causal, t.window);
+    if (r.size() > 0) {
+      lo = imin(lo, r.begin);
+      hi = imax(hi, r.end);
+    }
+    full_lo = imax(full_lo, r.begin);  // keys every row sees: [full_lo, full_hi)
+    full_hi = imin(full_hi, r.end);
+  }
+  for (std::int64_t i = 0; i < L.rp; ++i) L.pos[i] = static_cast<float>(t.first_position + i);
+
+  // Q^T per head, scaled; padded rows and dims are zero.
+  for (std::int64_t g = 0; g < G; ++g) {
+    float* qt = L.qt + g * L.dp * L.rp;
+    for (std::int64_t i = 0; i < L.rp; ++i) {
+      const std::int64_t row = t.q.offset + g * t.q.head_stride + i * t.q.row_stride;
+      for (std::int64_t c = 0; c < L.dp; ++c) {
+        qt[c * L.rp + i] = (i < rows && c < d) ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+      }
+    }
+    for (std::int64_t i = 0; i < L.rp * L.dp; ++i) L.o[g * L.rp * L.dp + i] = 0.0f;
+    for (std::int64_t i = 0; i < L.rp; ++i) {
+      L.m[g * L.rp + i] = kNegInf;
+      L.l[g * L.rp + i] = 0.0f;
+    }
+  }
+
+  const V neg_inf = Vec::set1(kNegInf);
+  for (std::int64_t j0 = lo; j0 < hi; j0 += t.tile) {
+    const std::int64_t n = imin(t.tile, hi - j0);
+    const std::int64_t np = round_up(n, Vec::kQkKeys);
+    for (std::int64_t j = 0; j < np; ++j) {
+      if (j < n) {
+        convert_row<Tag>(t.k.data, t.k.offset + (j0 + j) * t.k.row_stride, d, L.dp, 1.0f, L.kf + j * L.dp);
+        convert_row<Tag>(t.v.data, t.v.offset + (j0 + j) * t.v.row_stride, d, L.dp, 1.0f, L.vf + j * L.dp);
+      } else {
+        for (std::int64_t c = 0; c < L.dp; ++c) L.kf[j * L.dp + c] = 0.0f;
+      }
+    }
+    const bool masked = !(j0 >= full_lo && j0 + n <= full_hi);
+    for (std::int64_t g = 0; g < G; ++g) {
+      const float* qt = L.qt + g * L.dp * L.rp;
+      float* o = L.o + g * L.rp * L.dp;
+      float* m = L.m + g * L.rp;
+      float* l = L.l + g * L.rp;
+      for (std::int64_t j = 0; j < np; j += Vec::kQkKeys) {
+        for_vec_chunks<Vec::kQkMaxVecs>(row_vectors, [&]<int NV>(std::int64_t v0) { qk_block<NV>(L, qt, d, j, v0); });
+      }
+      // Online softmax, rows in lanes.
+      for (std::int64_t r = 0; r < L.rp; r += W) {
+        const V pos = Vec::load(L.pos + r);
+        V mx = Vec::load(m + r);
+        for (std::int64_t j = 0; j < n; ++j) {
+          V x = Vec::load(L.s + j * L.rp + r);
+          if (t.softcap > 0) x = softcap_v(x, t.softcap);
+          if (masked) {
+            const V key = Vec::set1(static_cast<float>(j0 + j));
+            if (t.causal) x = Vec::select_lt(pos, key, neg_inf, x);  // key after the query
+            if (t.window > 0) {
+              x = Vec::select_lt(key, Vec::add(pos, Vec::set1(static_cast<float>(1 - t.window))), neg_inf, x);
+            }
+          }
+          if (t.softcap > 0 || masked) Vec::store(L.s + j * L.rp + r, x);
+          mx = Vec::max(mx, x);
+        }
+        // A row with nothing visible yet keeps max -inf; subtract 0 instead so exp gives 0, not NaN.
+        const V m_use = Vec::select_lt(mx, Vec::set1(-3.0e38f), Vec::zero(), mx);
+        const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
+        V sum = Vec::zero();
+        for (std::int64_t j = 0; j < n; ++j) {
+          const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rp + r), m_use));
+          Vec::store(L.s + j * L.rp + r, p);
+          sum = Vec::add(sum, p);
+        }
+        Vec::store(l + r, Vec::fma(Vec::load(l + r), alpha, sum));
+        Vec::store(m + r, mx);
+        Vec::store(L.alpha + r, alpha);
+      }
+      for (std::int64_t i0 = 0; i0 < L.rp; i0 += Vec::kPvRows) {
+        for_vec_chunks<Vec::kPvMaxVecs>(L.dp / W, [&]<int NV>(std::int64_t c0) { pv_block<NV>(L, o, n, i0, c0); });
+      }
+    }
+  }
+
+  for (std::int64_t g = 0; g < G; ++g) {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const float li = L.l[g * L.rp + i];
+      const bool empty = li == 0.0f;
+      const float inv = empty ? 0.0f : 1.0f / li;
+      const float* src = L.o + (g * L.rp + i) * L.dp;
+      float* dst = t.out + (g * t.block_rows + i) * t.out_stride;
+      for (std::int64_t c = 0; c < d; ++c) dst[c] = src[c] * inv;
+      t.lse[g * t.block_rows + i] = empty ? kNegInf : L.m[g * L.rp + i] + std::log(li);
+    }
+  }
+}
+
+inline void prefill(const PrefillTask& t) {
+  switch (t.k.dtype) {
+    case DType::kF32: prefill_typed<F32>(t); break;
+    case DType::kF16: prefill_typed<F16>(t); break;
+    default: prefill_typed<BF16>(t); break;
+  }
+}
+
+}  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS

@@ -1,0 +1,39 @@
+// The fast CPU kernel bodies (fast_body.hpp) compiled for AVX2 + FMA + F16C.
+// Only this translation unit is compiled for that target, and only fast_isa.cpp's runtime
+// check decides whether it runs, so the library still starts on CPUs without it.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "attnkit/dtype.hpp"
+#include "attnkit/problem.hpp"
+#include "cpu/fast_tasks.hpp"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+#include "cpu/simd/vec_avx2.hpp"
+
+#define ATTNKIT_ISA_NS isa_avx2
+#define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx2
+#include "cpu/fast_body.hpp"
+
+namespace attnkit::cpu::detail {
+
+const FastBodies& fast_bodies_avx2() {
+  static const FastBodies bodies{"avx2", isa_avx2::W, isa_avx2::decode_scratch_floats, isa_avx2::decode,
+                                 isa_avx2::prefill_scratch_floats, isa_avx2::prefill};
+  return bodies;
+}
+
+}  // namespace attnkit::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif

@@ -1,0 +1,66 @@
+// Internal: the unit of work of the fast CPU kernels, shared by the thread-level driver
+// (fast_kernels.cpp) and the per-ISA bodies (fast_isa_*.cpp). Plain data only: the driver cuts
+// the plan into tasks, the bodies compute one task into f32 scratch, the driver writes tensors.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attnkit/dtype.hpp"
+
+namespace attnkit::cpu::detail {
+
+// Elements of one input row set: row r starts at data + offset + r * row_stride (in elements).
+struct RowSource {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::int64_t offset = 0;
+  std::int64_t row_stride = 0;
+  std::int64_t head_stride = 0;  // next query head (q only)
+};
+
+// Decode: one (sequence, KV head, key split): the `group` query heads of the KV head against
+// keys [key_begin, key_end), in tiles of `tile` keys.
+struct DecodeTask {
+  std::int64_t head_dim = 0, group = 0, tile = 0;
+  float scale = 1, softcap = 0;
+  RowSource q;     // row g = query head g of the group (head_stride apart)
+  RowSource k, v;  // row j = key j
+  std::int64_t key_begin = 0, key_end = 0;
+  float* out = nullptr;  // [group][out_stride] f32, normalised (zeros when no key is visible)
+  std::int64_t out_stride = 0;
+  float* lse = nullptr;  // [group], -inf when no key is visible
+  float* scratch = nullptr;  // decode_scratch_floats()
+};
+
+// Prefill: one (sequence, KV head, block of query rows) for every query head of the group.
+// Query row i of the block sits at absolute key position first_position + i.
+struct PrefillTask {
+  std::int64_t head_dim = 0, group = 0, rows = 0, block_rows = 0, tile = 0;
+  float scale = 1, softcap = 0;
+  bool causal = true;
+  std::int64_t window = 0;
+  std::int64_t kv_len = 0, first_position = 0;
+  RowSource q;     // row i of head g: offset + g * head_stride + i * row_stride
+  RowSource k, v;  // row j = key j of the sequence
+  float* out = nullptr;  // [group][block_rows][out_stride] f32, normalised
+  std::int64_t out_stride = 0;
+  float* lse = nullptr;  // [group][block_rows]
+  float* scratch = nullptr;  // prefill_scratch_floats()
+};
+
+// One ISA's bodies and the scratch (in floats) they need for a task's shape.
+struct FastBodies {
+  const char* name;
+  int width;  // f32 lanes
+  std::size_t (*decode_scratch_floats)(std::int64_t head_dim, std::int64_t group, std::int64_t tile);
+  void (*decode)(const DecodeTask& task);
+  std::size_t (*prefill_scratch_floats)(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
+                                        std::int64_t tile);
+  void (*prefill)(const PrefillTask& task);
+};
+
+const FastBodies& fast_bodies_scalar();
+const FastBodies& fast_bodies_avx2();
+const FastBodies& fast_bodies_avx512();
+
+}  // namespace attnkit::cpu::detail

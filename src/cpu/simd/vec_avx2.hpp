@@ -1,0 +1,89 @@
+// Internal: the thin AVX2 + FMA wrapper the fast kernels are written against (8 f32 lanes).
+// Include only from a translation unit compiled for AVX2 (fast_isa_avx2.cpp).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace attnkit::cpu::simd {
+
+struct VecAvx2 {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  // 16 registers: accumulators <= 12.
+  static constexpr int kQkKeys = 4, kQkMaxVecs = 2;
+  static constexpr int kPvRows = 4, kPvMaxVecs = 2;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  // Partial loads go through a zeroed copy (head_dim is a multiple of 8, so only scratch tails use them).
+  static V load_f32(const float* p, int n) {
+    if (n == kWidth) return _mm256_loadu_ps(p);
+    alignas(32) float t[kWidth] = {};
+    std::memcpy(t, p, sizeof(float) * static_cast<unsigned>(n));
+    return _mm256_load_ps(t);
+  }
+  static __m128i load_u16(const std::uint16_t* p, int n) {
+    if (n == kWidth) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    alignas(16) std::uint16_t t[kWidth] = {};
+    std::memcpy(t, p, sizeof(std::uint16_t) * static_cast<unsigned>(n));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+  }
+  static V load_bf16(const std::uint16_t* p, int n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_u16(p, n)), 16));
+  }
+  static V load_f16(const std::uint16_t* p, int n) { return _mm256_cvtph_ps(load_u16(p, n)); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V select_lt(V a, V b, V x, V y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+  static float reduce_add(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float reduce_max(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static V exp(V x) {
+    const V xc = _mm256_min_ps(_mm256_max_ps(x, set1(-87.5f)), set1(88.0f));
+    const V n = _mm256_round_ps(_mm256_mul_ps(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, set1(0.693145751953125f), xc);
+    r = _mm256_fnmadd_ps(n, set1(1.428606765330187e-06f), r);
+    V p = set1(1.9875691500e-4f);
+    p = fma(p, r, set1(1.3981999507e-3f));
+    p = fma(p, r, set1(8.3334519073e-3f));
+    p = fma(p, r, set1(4.1665795894e-2f));
+    p = fma(p, r, set1(1.6666665459e-1f));
+    p = fma(p, r, set1(5.0000001201e-1f));
+    p = fma(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set1(1.0f)));
+    // 2^n through the exponent bits (n in [-127, 128] after the clamp; -127 only where x < -87).
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const V e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    return select_lt(x, set1(-87.0f), zero(), e);
+  }
+  static V transpose_sum(const V* acc) {
+    V l1[4], l2[2];
+    for (int i = 0; i < 4; ++i) {
+      l1[i] = _mm256_add_ps(_mm256_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
+                            _mm256_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
+    }
+    for (int i = 0; i < 2; ++i) {
+      const __m256d a = _mm256_castps_pd(l1[2 * i]), b = _mm256_castps_pd(l1[2 * i + 1]);
+      l2[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(l2[0], l2[1], 0x20), _mm256_permute2f128_ps(l2[0], l2[1], 0x31));
+  }
+};
+
+}  // namespace attnkit::cpu::simd

@@ -1,0 +1,81 @@
+// Internal: the thin AVX-512 wrapper the fast kernels are written against (16 f32 lanes).
+// Include only from a translation unit compiled for AVX-512 (fast_isa_avx512.cpp).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace attnkit::cpu::simd {
+
+struct VecAvx512 {
+  using V = __m512;
+  static constexpr int kWidth = 16;
+  // Register blocks of the prefill micro-kernels (accumulators = keys x vectors <= 24 of 32 registers).
+  static constexpr int kQkKeys = 4, kQkMaxVecs = 4;  // S^T block: 4 keys x 4 vectors of query rows
+  static constexpr int kPvRows = 8, kPvMaxVecs = 3;  // O block: 8 rows x 3 vectors of head_dim
+
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static __mmask16 tail(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+  static V load_f32(const float* p, int n) {
+    return n == kWidth ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(tail(n), p);
+  }
+  static V load_bf16(const std::uint16_t* p, int n) {
+    const __m256i h = n == kWidth ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                  : _mm256_maskz_loadu_epi16(tail(n), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static V load_f16(const std::uint16_t* p, int n) {
+    const __m256i h = n == kWidth ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                  : _mm256_maskz_loadu_epi16(tail(n), p);
+    return _mm512_cvtph_ps(h);
+  }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  // (a < b) ? x : y, lane by lane.
+  static V select_lt(V a, V b, V x, V y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
+  static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
+  static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
+  // e^x with exactly 0 below -87 (masked scores are -inf): 2^n * p(r), r = x - n ln2, |r| <= ln2/2.
+  static V exp(V x) {
+    const V xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.5f)), set1(88.0f));
+    const V n = _mm512_roundscale_ps(_mm512_mul_ps(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+    V r = _mm512_fnmadd_ps(n, set1(0.693145751953125f), xc);
+    r = _mm512_fnmadd_ps(n, set1(1.428606765330187e-06f), r);
+    V p = set1(1.9875691500e-4f);
+    p = fma(p, r, set1(1.3981999507e-3f));
+    p = fma(p, r, set1(8.3334519073e-3f));
+    p = fma(p, r, set1(4.1665795894e-2f));
+    p = fma(p, r, set1(1.6666665459e-1f));
+    p = fma(p, r, set1(5.0000001201e-1f));
+    p = fma(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set1(1.0f)));
+    const V e = _mm512_scalef_ps(p, n);
+    return select_lt(x, set1(-87.0f), zero(), e);
+  }
+  // out[i] = sum of the lanes of acc[i], for kWidth accumulators (a transpose-and-add tree).
+  static V transpose_sum(const V* acc) {
+    V l1[8], l2[4], l3[2];
+    for (int i = 0; i < 8; ++i) {
+      l1[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
+                            _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
+    }
+    for (int i = 0; i < 4; ++i) {
+      const __m512d a = _mm512_castps_pd(l1[2 * i]), b = _mm512_castps_pd(l1[2 * i + 1]);
+      l2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int i = 0; i < 2; ++i) {
+      l3[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    return _mm512_add_ps(_mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+};
+
+}  // namespace attnkit::cpu::simd

@@ -1,0 +1,286 @@
+// The fast CPU kernels (split-KV decode, tiled prefill) against the float64 golden, on every
+// instruction-set path this CPU supports (ATTNKIT_CPU_ISA picks the path), over the same shape
+// lists as the scalar baseline and the GPU prefill tests, plus thread counts and split counts
+// that force key splits and their merge.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cpu/fast_isa.hpp"
+#include "cpu_case.hpp"
+#include "cuda/prefill_shapes.hpp"
+
+namespace attnkit::testing {
+namespace {
+
+using cpu::simd::Isa;
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> r;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (cpu::simd::isa_supported(isa)) r.push_back(isa);
+  }
+  return r;
+}
+
+// Sets ATTNKIT_CPU_ISA for the scope of one check.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa) { setenv("ATTNKIT_CPU_ISA", std::string(cpu::simd::isa_name(isa)).c_str(), 1); }
+  ~ScopedIsa() { unsetenv("ATTNKIT_CPU_ISA"); }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+};
+
+std::string isa_note(Isa isa) { return " isa=" + std::string(cpu::simd::isa_name(isa)); }
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+void run_decode(const DecodeProblem& p, const std::vector<std::int32_t>& lengths, float stddev = 1.0f,
+                int threads = 2) {
+  const DecodePlan plan = plan_decode(p, cpu_target(threads));
+  ASSERT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
+  for (Isa isa : supported_isas()) {
+    ScopedIsa scoped(isa);
+    DecodeCase c(p, lengths, stddev);
+    std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
+    cpu::decode(plan, c.tensors(), Workspace{workspace.data(), workspace.size()});
+    const reference::Result golden = reference::decode(p, c.tensors());
+    const std::string what = "fast decode H=" + std::to_string(p.num_heads) + " KV=" + std::to_string(p.kv_heads) +
+                             " D=" + std::to_string(p.head_dim) + " window=" + std::to_string(p.options.window) +
+                             " splits=" + std::to_string(plan.partition.sequence_splits) + " threads=" +
+                             std::to_string(threads) + " dtype=" + std::string(dtype_name(p.kv_dtype)) +
+                             isa_note(isa) + seed_note(c.seed);
+    expect_matches_golden(c.out, golden.out, coarsest({p.q_dtype, p.kv_dtype, p.out_dtype}), what);
+    expect_lse_matches(c.lse, golden.lse, what);
+  }
+}
+
+TEST(FastDecode, HeadDims) {
+  for (std::int64_t d : {64, 80, 96, 128, 256}) run_decode(decode_problem(2, 4, 2, d, 67), {67, 30});
+  run_decode(decode_problem(1, 2, 1, 8, 33), {33});  // shorter than one AVX-512 vector
+  run_decode(decode_problem(1, 2, 1, 24, 33), {33});  // a partial vector at the tail
+}
+
+TEST(FastDecode, GroupedQueryRatiosAndMultiQuery) {
+  for (std::int64_t group : {1, 4, 8}) run_decode(decode_problem(2, 8, 8 / group, 64, 45), {45, 11});
+  run_decode(decode_problem(1, 12, 1, 64, 50), {50});  // group 12: chunks of 8 and 4
+  run_decode(decode_problem(1, 32, 1, 128, 70), {70});  // group 32: two chunks of 16
+  run_decode(decode_problem(1, 6, 2, 64, 40), {40});  // group 3: chunks of 2 and 1
+}
+
+TEST(FastDecode, SlidingWindows) {
+  for (std::int64_t window : {1, 17, 1000}) {
+    DecodeProblem p = decode_problem(3, 4, 2, 64, 90);
+    p.options.window = window;
+    run_decode(p, {90, 40, 1});
+  }
+}
+
+TEST(FastDecode, LengthsOneOddAndThousands) {
+  run_decode(decode_problem(1, 2, 1, 64, 1), {1});
+  run_decode(decode_problem(1, 4, 2, 80, 37), {37});
+  run_decode(decode_problem(1, 4, 1, 128, 4099), {4099});
+}
+
+TEST(FastDecode, MixedLengthsIncludingEmpty) {
+  DecodeProblem p = decode_problem(5, 4, 2, 64, 130);
+  p.kv_len = 120;  // the plan bound is below the cache capacity
+  run_decode(p, {120, 0, 1, 77, 119});
+}
+
+TEST(FastDecode, KeySplitsAndTheirMerge) {
+  // One (sequence, KV head) unit for 4 and 7 threads: the planner splits the keys.
+  for (int threads : {4, 7}) {
+    DecodeProblem p = decode_problem(1, 8, 1, 128, 3001);
+    const DecodePlan plan = plan_decode(p, cpu_target(threads));
+    EXPECT_GT(plan.partition.sequence_splits, 1u) << "threads=" << threads;
+    run_decode(p, {3001}, 1.0f, threads);
+    // Shorter runs than the plan bound leave some splits empty (their state is -inf, weight 0).
+    run_decode(p, {200}, 1.0f, threads);
+    p.options.window = 700;
+    run_decode(p, {3001}, 1.0f, threads);
+  }
+  // No caller workspace: the kernel uses its own buffer.
+  DecodeProblem p = decode_problem(1, 4, 1, 64, 4000);
+  const DecodePlan plan = plan_decode(p, cpu_target(4));
+  ASSERT_GT(plan.partition.sequence_splits, 1u);
+  DecodeCase c(p, {3999});
+  cpu::decode(plan, c.tensors());
+  const reference::Result golden = reference::decode(p, c.tensors());
+  expect_matches_golden(c.out, golden.out, DType::kF32, "fast decode without workspace" + seed_note(c.seed));
+  expect_lse_matches(c.lse, golden.lse, "fast decode without workspace" + seed_note(c.seed));
+}
+
+TEST(FastDecode, SoftCapAndScale) {
+  DecodeProblem p = decode_problem(2, 4, 2, 96, 70);
+  p.options.softcap = 5.0f;
+  p.options.scale = 0.3f;
+  run_decode(p, {70, 33}, 3.0f);  // large scores, so the cap bites
+}
+
+TEST(FastDecode, StorageDtypes) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    run_decode(decode_problem(2, 8, 2, 128, 300, t), {300, 129});
+    DecodeProblem mixed = decode_problem(1, 4, 4, 64, 40, t);
+    mixed.q_dtype = DType::kF32;
+    mixed.out_dtype = t == DType::kBF16 ? DType::kF16 : DType::kBF16;
+    run_decode(mixed, {40});
+  }
+}
+
+TEST(FastDecode, AdversarialScores) {
+  run_decode(decode_problem(1, 4, 2, 64, 200), {200}, 8.0f);   // large magnitudes: a few keys dominate
+  run_decode(decode_problem(1, 4, 2, 64, 200), {200}, 1e-3f);  // near-equal scores: a near-uniform mix
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefill
+
+void check_prefill(PrefillCase& c, int threads, const std::string& what) {
+  const PrefillPlan plan = plan_prefill(c.problem, cpu_target(threads));
+  ASSERT_EQ(plan.partition.family, KernelFamily::kCooperativeTiled);
+  const reference::Result golden = reference::prefill(c.problem, c.tensors());
+  for (Isa isa : supported_isas()) {
+    ScopedIsa scoped(isa);
+    poison(c.out);
+    poison(c.lse);
+    cpu::prefill(plan, c.tensors());
+    EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << what << isa_note(isa) << " "
+                                                                              << c.note();
+    EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << what << isa_note(isa) << " " << c.note();
+  }
+}
+
+class FastPrefillShapes : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(FastPrefillShapes, MatchesGoldenOnEveryIsa) {
+  PrefillCase c(GetParam());
+  check_prefill(c, 2, "fast prefill");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FastPrefillShapes, ::testing::ValuesIn(prefill_shapes()),
+                         [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
+
+PrefillShape shape(std::string name, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
+                   std::int64_t q_len, std::int64_t kv_len, bool causal, DType dtype = DType::kF32) {
+  PrefillShape s{std::move(name), batch, heads, kv_heads, d, q_len, kv_len, causal, dtype, dtype};
+  return s;
+}
+
+TEST(FastPrefill, HeadDimsAndF32) {
+  for (std::int64_t d : {8, 24, 64, 80, 96, 128, 256}) {
+    PrefillCase c(shape("d" + std::to_string(d), 1, 4, 2, d, 37, 53, true));
+    check_prefill(c, 2, "head_dim " + std::to_string(d));
+  }
+}
+
+TEST(FastPrefill, WindowsOneMidAndLongerThanTheSequence) {
+  for (std::int64_t window : {1, 40, 5000}) {
+    for (bool causal : {true, false}) {
+      PrefillShape s = shape("window", 1, 4, 1, 64, 150, 170, causal, DType::kBF16);
+      s.window = window;
+      PrefillCase c(s);
+      check_prefill(c, 2, "window " + std::to_string(window) + (causal ? " causal" : ""));
+    }
+  }
+}
+
+TEST(FastPrefill, LengthOneAndSeveralThousand) {
+  PrefillCase one(shape("len1", 2, 4, 4, 128, 1, 1, true));
+  check_prefill(one, 2, "length 1");
+  PrefillCase decode_like(shape("q1_long_kv", 1, 8, 2, 64, 1, 900, true, DType::kF16));
+  check_prefill(decode_like, 2, "one query row, 900 keys");
+  PrefillCase long_seq(shape("long", 1, 2, 1, 64, 2050, 2050, true, DType::kBF16));
+  check_prefill(long_seq, 2, "2050 rows causal");
+}
+
+TEST(FastPrefill, SoftCapWithMasks) {
+  PrefillShape s = shape("softcap", 1, 8, 2, 96, 70, 90, true, DType::kF32);
+  s.softcap = 3.0f;
+  s.stddev = 3.0f;
+  s.window = 25;
+  PrefillCase c(s);
+  check_prefill(c, 2, "softcap + window");
+}
+
+TEST(FastPrefill, ThreadCounts) {
+  for (int threads : {1, 3}) {
+    PrefillCase c(shape("threads", 2, 4, 2, 64, 65, 65, true, DType::kF16));
+    check_prefill(c, threads, "threads " + std::to_string(threads));
+  }
+}
+
+TEST(FastPrefill, StridedBshdViews) {
+  // [batch, seq, heads, dim] storage seen as [batch, heads, seq, dim]: rows are heads * dim apart.
+  const std::int64_t B = 2, H = 4, KV = 2, D = 64, S = 45;
+  PrefillProblem p = prefill_problem(B, H, KV, D, S, S, true, DType::kBF16);
+  auto bshd = [](HostTensor& t, DType dtype, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d) {
+    t = HostTensor(dtype, {b, s, h, d});
+    TensorView v = t.view;
+    v.shape = {b, h, s, d, 0};
+    v.strides = {s * h * d, d, h * d, 1, 0};
+    return v;
+  };
+  HostTensor q, k, v, out;
+  HostTensor lse(DType::kF32, {B, H, S});
+  PrefillTensors t;
+  t.q = bshd(q, p.dtype, B, H, S, D);
+  t.k = bshd(k, p.dtype, B, KV, S, D);
+  t.v = bshd(v, p.dtype, B, KV, S, D);
+  t.out = bshd(out, p.dtype, B, H, S, D);
+  t.lse = lse.view;
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  fill_normal(q, rng);
+  fill_normal(k, rng);
+  fill_normal(v, rng);
+  const reference::Result golden = reference::prefill(p, t);
+  const PrefillPlan plan = plan_prefill(p, cpu_target(2));
+  for (Isa isa : supported_isas()) {
+    ScopedIsa scoped(isa);
+    poison(out);
+    cpu::prefill(plan, t);
+    HostTensor logical(DType::kF32, {B, H, S, D});
+    std::size_t i = 0;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t s = 0; s < S; ++s)
+          for (std::int64_t d = 0; d < D; ++d)
+            logical.set(i++, out.get(static_cast<std::size_t>(b * t.out.strides[0] + h * t.out.strides[1] +
+                                                              s * t.out.strides[2] + d)));
+    expect_matches_golden(logical, golden.out, DType::kBF16, "bshd" + isa_note(isa) + seed_note(seed));
+  }
+}
+
+TEST(FastKernels, UnknownOrUnsupportedIsaIsRejectedWithAFix) {
+  setenv("ATTNKIT_CPU_ISA", "sse9", 1);
+  DecodeProblem p = decode_problem(1, 2, 1, 64, 10);
+  DecodeCase c(p, {10});
+  const std::vector<std::uint8_t> before = snapshot(c.out);
+  try {
+    cpu::decode(plan_decode(p, cpu_target(1)), c.tensors());
+    ADD_FAILURE() << "an unknown ATTNKIT_CPU_ISA was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Fix:"), std::string::npos) << e.what();
+  }
+  unsetenv("ATTNKIT_CPU_ISA");
+  EXPECT_EQ(snapshot(c.out), before) << "a rejected call wrote its output";
+}
+
+TEST(FastKernels, PlannerPicksTheFastFamiliesAndHonoursScalar) {
+  const DecodeProblem d = decode_problem(1, 32, 8, 128, 4096, DType::kBF16);
+  EXPECT_EQ(plan_decode(d, cpu_target(2)).partition.family, KernelFamily::kSplitKvDecode);
+  EXPECT_EQ(plan_decode(d, cpu_target(2)).partition.rows_per_block, 4u);
+  EXPECT_EQ(plan_decode(d, cpu_target(2), KernelFamily::kScalarOnline).partition.family, KernelFamily::kScalarOnline);
+  const PrefillProblem p = prefill_problem(1, 32, 8, 128, 1024, 1024, true, DType::kBF16);
+  EXPECT_EQ(plan_prefill(p, cpu_target(2)).partition.family, KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(plan_prefill(p, cpu_target(2), KernelFamily::kScalarOnline).partition.family,
+            KernelFamily::kScalarOnline);
+}
+
+}  // namespace
+}  // namespace attnkit::testing
