@@ -5,8 +5,8 @@
 //   (decode: sequence x KV head x key split; prefill: sequence x KV head x query-row block, the
 //   costliest causal blocks first). Each thread owns one scratch buffer, grown once and reused.
 // Decode splits write normalised partial states (f32, [splits][rows][head_dim] then
-//   [splits][rows] LSE) to the caller's workspace, or to the calling thread's own buffer when
-//   none is given, then one parallel pass merges them.
+//   [splits][rows] LSE) to the caller's workspace (plan.evidence.workspace_bytes, required by
+//   cpu::decode), then one parallel pass merges them.
 // Bound: see fast_body.hpp (decode: memory or FMA by group size; prefill: FMA).
 #include <algorithm>
 #include <cmath>
@@ -43,13 +43,6 @@ float* thread_scratch(std::size_t floats) {
   return buffer.data();
 }
 
-// Split states when the caller passed no workspace: the calling thread's own grow-only buffer.
-float* caller_states(std::size_t floats) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < floats) buffer.resize(floats);
-  return buffer.data();
-}
-
 RowSource source(const TensorView& t, std::int64_t offset, std::int64_t row_stride, std::int64_t head_stride = 0) {
   return RowSource{t.data, t.dtype, offset, row_stride, head_stride};
 }
@@ -74,8 +67,11 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
   float* state_lse = nullptr;
   if (splits > 1) {
     const std::size_t floats = static_cast<std::size_t>(splits * rows * (d + 1));
-    const bool given = workspace.data != nullptr && workspace.bytes >= floats * sizeof(float);
-    state_out = given ? static_cast<float*>(workspace.data) : caller_states(floats);
+    // cpu::decode has checked the workspace against the plan; this guards the layout used here.
+    require(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float), "cpu::decode",
+            "the workspace is smaller than the split states need",
+            "pass plan.evidence.workspace_bytes bytes of workspace");
+    state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * rows * d;
   }
   const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);

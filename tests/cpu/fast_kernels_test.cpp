@@ -104,15 +104,6 @@ TEST(FastDecode, KeySplitsAndTheirMerge) {
     p.options.window = 700;
     run_decode(p, {3001}, 1.0f, threads);
   }
-  // No caller workspace: the kernel uses its own buffer.
-  DecodeProblem p = decode_problem(1, 4, 1, 64, 4000);
-  const DecodePlan plan = plan_decode(p, cpu_target(4));
-  ASSERT_GT(plan.partition.sequence_splits, 1u);
-  DecodeCase c(p, {3999});
-  cpu::decode(plan, c.tensors());
-  const reference::Result golden = reference::decode(p, c.tensors());
-  expect_matches_golden(c.out, golden.out, DType::kF32, "fast decode without workspace" + seed_note(c.seed));
-  expect_lse_matches(c.lse, golden.lse, "fast decode without workspace" + seed_note(c.seed));
 }
 
 TEST(FastDecode, SoftCapAndScale) {
