@@ -163,6 +163,37 @@ nlohmann::json row_json(const bench::Row& r) {
   return j;
 }
 
+// Rejects bad flags before any measurement (a case the planner cannot take is reported per row).
+void validate_flags(const BenchFlags& f, const std::vector<bench::Case>& cases) {
+  require(f.reps >= 0, "attnkit bench", "--reps " + std::to_string(f.reps) + " is negative",
+          "pass --reps N with N >= 1 (or leave it out for the default)");
+  require(f.warmup >= 0, "attnkit bench", "--warmup " + std::to_string(f.warmup) + " is negative",
+          "pass --warmup N with N >= 0");
+  require(f.ceiling_mib >= 0, "attnkit bench", "--ceiling-mib is negative", "pass a size in MiB, or leave it out");
+  for (const bench::Case& c : cases) {
+    if (c.op == "decode") {
+      DecodeProblem p;
+      p.batch = c.batch;
+      p.num_heads = c.num_heads;
+      p.kv_heads = c.kv_heads;
+      p.head_dim = c.head_dim;
+      p.max_seq = p.kv_len = c.kv_len;
+      p.options.window = c.window;
+      p.validate();
+    } else {
+      PrefillProblem p;
+      p.batch = c.batch;
+      p.num_heads = c.num_heads;
+      p.kv_heads = c.kv_heads;
+      p.head_dim = c.head_dim;
+      p.q_len = c.q_len;
+      p.kv_len = c.kv_len;
+      p.options.window = c.window;
+      p.validate();
+    }
+  }
+}
+
 void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_code) {
   const bool have_cuda = cuda::built() && cuda::device_count() > 0;
   std::string backend = f.backend;
@@ -173,6 +204,8 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
     require(have_cuda, "attnkit bench --backend cuda", "no CUDA device is visible",
             "run on a machine with an NVIDIA GPU, or pass --backend cpu");
   }
+  const std::vector<bench::Case> cases = make_cases(f);
+  validate_flags(f, cases);
   bench::Options options;
   options.repetitions = f.reps > 0 ? f.reps : (backend == "cuda" ? kCudaRepetitions : kCpuRepetitions);
   options.warmup = f.warmup;
@@ -186,7 +219,6 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (terminal || elapsed >= 2.0) std::fprintf(stderr, "[%6.1fs] %s\n", elapsed, message.c_str());
   };
-  const std::vector<bench::Case> cases = make_cases(f);
   const std::string device = backend == "cuda" ? cuda::target().name : cpu_target(f.threads).name;
   const std::vector<bench::Row> rows = backend == "cuda" ? bench::run_cuda(cases, options) : bench::run_cpu(cases, options);
 
