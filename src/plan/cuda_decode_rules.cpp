@@ -1,9 +1,166 @@
-// Placeholder until this file's owner lands the real rules: planning for it fails loudly.
+// The CUDA decode partition rules: GQA-packed split-KV flash-decoding (KernelFamily::kSplitKvDecode).
+//
+// A block serves one (sequence, KV head, head pass, key split) and all query heads of its GQA group
+// (rows_per_block = group size, up to kMaxRowsPerBlock; larger groups take several passes), so each
+// K/V element is read from device memory once per pass. The thread geometry (threads per key, keys
+// per tile) comes from decode_geometry.hpp, shared with the kernel. The key range is split across
+// blocks only when batch x kv_heads blocks cannot keep every SM streaming; the split count is the
+// one whose blocks fill whole waves best, with at least kMinTilesPerSplit tiles per split.
+// Pure host code: reads the Target, never a device.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
 #include "attnkit/error.hpp"
+#include "cuda/decode/decode_geometry.hpp"
 #include "plan/rules.hpp"
 
 namespace attnkit::detail {
-void partition_cuda_decode(const DecodeProblem&, const Target&, const KernelFamily*, WorkPartition&, std::vector<std::string>&) {
-  fail("plan", "the cuda decode rules are not implemented yet", "use another backend");
+namespace {
+
+namespace geo = attnkit::cuda_decode;
+
+constexpr std::int64_t kMinTilesPerSplit = 2;
+// The ring budget per block: deep enough to keep ~64 KB of K/V in flight per block, small enough
+// for two or three blocks per SM.
+constexpr std::int64_t kRingBudgetBytes = 96 << 10;
+// Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
+constexpr std::int64_t registers_per_thread(int heads_per_warp) { return heads_per_warp <= 4 ? 128 : 248; }
+constexpr std::int64_t kRegistersPerSm = 65536;
+// Fallbacks when the target does not say (an H100/H200 class GPU).
+constexpr int kDefaultSmCount = 132;
+constexpr std::int64_t kDefaultSharedPerBlock = 227 << 10;
+constexpr std::int64_t kDefaultSharedPerSm = 228 << 10;
+constexpr int kDefaultThreadsPerSm = 2048;
+
+std::int64_t div_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
+
+}  // namespace
+
+void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
+                           WorkPartition& p, std::vector<std::string>& reasons) {
+  const char* ctx = "plan_decode (cuda)";
+  require(requested == nullptr || *requested == KernelFamily::kSplitKvDecode, ctx,
+          "the CUDA backend has only the split_kv_decode family for decode, got " + to_string(*requested),
+          "plan without a family or with KernelFamily::kSplitKvDecode");
+  require(pr.head_dim % 8 == 0 && pr.head_dim >= 8 && pr.head_dim <= 256, ctx,
+          "head_dim=" + std::to_string(pr.head_dim) + " is not a multiple of 8 in [8, 256]",
+          "use a head_dim that is a multiple of 8, at most 256");
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
+  require(pr.q_dtype == pr.kv_dtype || pr.q_dtype == DType::kF32, ctx,
+          "q dtype " + std::string(dtype_name(pr.q_dtype)) + " is neither the KV dtype nor f32",
+          "pass q in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
+  require(pr.out_dtype == pr.kv_dtype || pr.out_dtype == DType::kF32, ctx,
+          "out dtype " + std::string(dtype_name(pr.out_dtype)) + " is neither the KV dtype nor f32",
+          "ask for out in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
+
+  const int sm_count = t.sm_count > 0 ? t.sm_count : kDefaultSmCount;
+  const std::int64_t smem_block = t.shared_bytes_per_block > 0 ? t.shared_bytes_per_block : kDefaultSharedPerBlock;
+  const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : kDefaultSharedPerSm;
+  const int threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : kDefaultThreadsPerSm;
+  if (t.sm_count <= 0) reasons.push_back("target: no SM count given, planned for " + std::to_string(sm_count) + " SMs (H200)");
+
+  // GQA packing: the whole group in one block, in chunks of heads_per_warp heads per warp.
+  const std::int64_t group = pr.group_size();
+  const std::int64_t rows = std::min<std::int64_t>(group, geo::kMaxRowsPerBlock);
+  const std::int64_t passes = div_up(group, rows);
+  const int hpw = geo::heads_per_warp(rows);
+  const int chunks = geo::head_chunks(rows);
+  const int key_warps = geo::key_warps_for(chunks);
+  const int capacity = geo::head_dim_capacity(pr.head_dim);
+  const int tile = geo::tile_keys(capacity, key_warps);
+  const int threads = 32 * chunks * key_warps;
+  reasons.push_back("rows_per_block " + std::to_string(rows) + ": the GQA group (" + std::to_string(group) +
+                    " query heads per KV head) shares one block, so each K/V element is read once" +
+                    (passes > 1 ? " per pass (" + std::to_string(passes) + " passes: groups above " +
+                                      std::to_string(geo::kMaxRowsPerBlock) + " heads)"
+                                : std::string{}));
+  reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
+                    std::to_string(hpw) + " heads x " + std::to_string(key_warps) +
+                    " key warps; a thread owns 8 elements of head_dim per key (" +
+                    std::to_string(geo::threads_per_key(capacity)) + " threads per key row, head_dim capacity " +
+                    std::to_string(capacity) + ")");
+  reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
+                    std::to_string(geo::kStepsPerTile) + " steps x " +
+                    std::to_string(geo::keys_per_warp_step(capacity)) + " keys per warp step");
+
+  // Pipeline: as many tiles in flight as the ring budget holds (2..kMaxStages).
+  const std::int64_t stage_bytes = geo::ring_bytes(capacity, tile, 1, kv_bytes);
+  const std::int64_t budget = std::min(kRingBudgetBytes, smem_block - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
+  const int stages = static_cast<int>(std::clamp<std::int64_t>(budget / stage_bytes, 2, geo::kMaxStages));
+  const std::int64_t smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
+  require(smem <= smem_block, ctx,
+          "the block needs " + std::to_string(smem) + " bytes of shared memory, the target allows " +
+              std::to_string(smem_block),
+          "use a smaller head_dim or fewer query heads per KV head");
+  reasons.push_back("pipeline_stages " + std::to_string(stages) + ": cp.async ring of " + std::to_string(stages) +
+                    " K/V tiles (" + std::to_string(stage_bytes / 1024) + " KiB each), " +
+                    std::to_string(smem / 1024) + " KiB shared memory per block");
+
+  // Residency: blocks per SM by shared memory, threads and registers.
+  const std::int64_t by_smem = smem_sm / (smem + 1024);
+  const std::int64_t by_threads = threads_sm / threads;
+  const std::int64_t by_regs = kRegistersPerSm / (threads * registers_per_thread(hpw));
+  const std::int64_t per_sm = std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
+  const std::int64_t wave = per_sm * sm_count;
+
+  // Splits: the visible key range of the longest sequence (a window bounds it).
+  const std::int64_t range = pr.options.window > 0 ? std::min(pr.kv_len, pr.options.window) : pr.kv_len;
+  const std::int64_t base = pr.batch * pr.kv_heads * passes;
+  const std::int64_t max_splits = std::clamp<std::int64_t>(range / (kMinTilesPerSplit * tile), 1, geo::kMaxSplits);
+  std::int64_t splits = 1;
+  if (base >= 2 * sm_count) {
+    reasons.push_back("sequence_splits 1: batch x kv_heads x passes = " + std::to_string(base) +
+                      " blocks already give every one of " + std::to_string(sm_count) + " SMs at least two");
+  } else {
+    // The smallest split count whose blocks fill whole waves of `wave` resident blocks best.
+    double best = -1;
+    for (std::int64_t s = 1; s <= max_splits; ++s) {
+      const std::int64_t blocks = base * s;
+      const double fill = static_cast<double>(blocks) / static_cast<double>(div_up(blocks, wave) * wave);
+      if (fill > best + 0.02) {
+        best = fill;
+        splits = s;
+      }
+    }
+    reasons.push_back("sequence_splits " + std::to_string(splits) + ": " + std::to_string(base) +
+                      " (sequence, KV head) blocks are too few for " + std::to_string(sm_count) + " SMs x " +
+                      std::to_string(per_sm) + " resident; " + std::to_string(base * splits) +
+                      " blocks fill waves best, at least " + std::to_string(kMinTilesPerSplit) +
+                      " tiles per split (at most " + std::to_string(max_splits) + " splits for " +
+                      std::to_string(range) + " keys)");
+  }
+  const std::int64_t keys_per_split = div_up(div_up(range, splits), tile) * tile;
+  splits = div_up(range, keys_per_split);
+  if (splits > 1) {
+    reasons.push_back("merge: partial (output, LSE) states of the splits go to the caller's workspace and a merge "
+                      "kernel combines them; a sequence shorter than the plan uses fewer splits");
+  }
+
+  p = WorkPartition{};
+  p.family = KernelFamily::kSplitKvDecode;
+  p.tile_size = u32(tile);
+  p.tile_count = u32(div_up(range, tile));
+  p.sequence_splits = u32(splits);
+  p.keys_per_split = u32(keys_per_split);
+  p.tiles_per_split = u32(keys_per_split / tile);
+  p.rows_per_block = u32(rows);
+  p.workgroups_per_row = u32(splits);
+  p.workgroup_lanes = u32(threads);
+  p.warp_lanes = 32;
+  p.warps_per_block = u32(threads / 32);
+  // Shared-memory footprint in f32 words: q staging (aliases the ring), the K/V ring, the stats.
+  p.q_scratch_elements = 0;
+  p.score_scratch_elements = u32(2 * (key_warps + 1) * rows + 2 * capacity);
+  p.o_acc_scratch_elements = u32((smem - 4 * p.score_scratch_elements) / 4);
+  p.split_reduce_scratch_elements = 0;
+  p.grid_blocks = static_cast<std::uint64_t>(base) * static_cast<std::uint64_t>(splits);
+  p.pipeline_stages = u32(stages);
+  reasons.push_back("grid_blocks " + std::to_string(p.grid_blocks) + " = batch " + std::to_string(pr.batch) +
+                    " x kv_heads " + std::to_string(pr.kv_heads) + " x passes " + std::to_string(passes) +
+                    " x splits " + std::to_string(splits) + " (" + std::to_string(per_sm) +
+                    " blocks resident per SM by shared memory / threads / registers)");
 }
+
 }  // namespace attnkit::detail

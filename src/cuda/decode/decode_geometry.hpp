@@ -1,0 +1,52 @@
+// Internal: the thread geometry of the split-KV decode kernel, shared by the planner
+// (src/plan/cuda_decode_rules.cpp, pure host code) and the kernel (split_kv_decode.cuh), so the
+// two cannot disagree. Plain C++: no CUDA include.
+//
+// One block serves one (sequence, KV head, head pass, key split). Its warps form a grid of
+// head_chunks x key_warps: a warp scores heads_per_warp query heads of the GQA group against its
+// share of each shared-memory key tile. A thread owns kSliceElems consecutive-by-chunk elements of
+// head_dim for one key, so threads_per_key = head_dim_capacity / kSliceElems threads read one key
+// row and a warp covers 32 / threads_per_key keys per step; a warp takes kStepsPerTile steps per tile.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace attnkit::cuda_decode {
+
+inline constexpr int kSliceElems = 8;        // head_dim elements a thread owns per key
+inline constexpr int kStepsPerTile = 4;      // key steps a warp takes per shared-memory tile
+inline constexpr int kMaxRowsPerBlock = 64;  // query heads one block serves (larger groups: passes)
+inline constexpr int kMaxThreads = 256;    // keeps 255 registers per thread available
+inline constexpr int kMaxSplits = 256;       // the merge kernel stages one weight per split
+inline constexpr int kMaxStages = 4;
+
+// head_dim is compiled for three capacities; any multiple of 8 up to 256 runs on the next one up.
+constexpr int head_dim_capacity(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+constexpr int threads_per_key(int capacity) { return capacity / kSliceElems; }
+constexpr int keys_per_warp_step(int capacity) { return 32 / threads_per_key(capacity); }
+
+// Query heads one warp holds in registers: 4 for groups up to 4, else 8 (register budget).
+constexpr int heads_per_warp(std::int64_t rows_per_block) { return rows_per_block <= 4 ? 4 : 8; }
+constexpr int head_chunks(std::int64_t rows_per_block) {
+  return static_cast<int>((rows_per_block + heads_per_warp(rows_per_block) - 1) / heads_per_warp(rows_per_block));
+}
+// Key warps: 4 while the block stays within kMaxThreads, fewer for very large groups.
+constexpr int key_warps_for(int chunks) { return std::max(1, std::min(4, kMaxThreads / 32 / chunks)); }
+constexpr int tile_keys(int capacity, int key_warps) { return key_warps * kStepsPerTile * keys_per_warp_step(capacity); }
+
+// Dynamic shared memory of one block (bytes): the K/V ring, aliased by the f32 query staging and the
+// cross-warp reduction, plus the (max, sum) pairs of each key warp and of the block, and the fused
+// kernel's new-key scratch.
+constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
+  return std::int64_t{2} * stages * tile * capacity * kv_elem_bytes;
+}
+constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
+                                    std::int64_t rows_per_block, int key_warps) {
+  const std::int64_t staging = rows_per_block * capacity * 4;  // f32 q rows, later the reduction
+  const std::int64_t main = std::max(ring_bytes(capacity, tile, stages, kv_elem_bytes), staging);
+  const std::int64_t stats = std::int64_t{2} * (key_warps + 1) * rows_per_block * 4;  // per warp, per row
+  const std::int64_t fused_scratch = std::int64_t{2} * capacity * 4;
+  return main + stats + fused_scratch;
+}
+
+}  // namespace attnkit::cuda_decode

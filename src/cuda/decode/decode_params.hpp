@@ -1,0 +1,65 @@
+// Internal: the arguments of one split-KV decode launch (plain decode or the fused RoPE + append +
+// decode step), filled on the host from a validated plan and tensors, passed to the kernel by value.
+// Strides are in elements. Plain C++ so host code can fill it without CUDA headers.
+#pragma once
+#include <cstdint>
+
+#include "attnkit/dtype.hpp"
+#include "attnkit/problem.hpp"
+
+namespace attnkit::cuda_decode {
+
+struct DecodeParams {
+  // q [batch, num_heads, head_dim]
+  const void* q = nullptr;
+  DType q_dtype = DType::kF32;
+  std::int64_t q_stride_b = 0, q_stride_h = 0;
+  // K/V caches [batch, kv_heads, max_seq, head_dim], kv dtype (16-byte aligned rows)
+  const void* k = nullptr;
+  const void* v = nullptr;
+  std::int64_t k_stride_b = 0, k_stride_h = 0, k_stride_s = 0;
+  std::int64_t v_stride_b = 0, v_stride_h = 0, v_stride_s = 0;
+  const std::int32_t* lengths = nullptr;  // plain decode: valid keys per sequence (device)
+  // out [batch, num_heads, head_dim], optional lse f32 [batch, num_heads]
+  void* out = nullptr;
+  DType out_dtype = DType::kF32;
+  std::int64_t out_stride_b = 0, out_stride_h = 0;
+  float* lse = nullptr;
+  std::int64_t lse_stride_b = 0, lse_stride_h = 0;
+  // Split states in the caller's workspace: out_partial [splits, batch*num_heads, head_dim],
+  // lse_partial [splits, batch*num_heads] (f32).
+  float* partial_out = nullptr;
+  float* partial_lse = nullptr;
+
+  int batch = 0, num_heads = 0, kv_heads = 0, group = 0, head_dim = 0;
+  int kv_len = 0;   // the plan's longest sequence: lengths are clamped to [0, kv_len]
+  int max_seq = 0;
+  std::int64_t window = 0;
+  float q_scale = 0;   // multiplies q: scale * log2(e) without soft-cap, scale with it
+  float softcap = 0;   // 0 = none; else s = softcap * tanh(s / softcap)
+  // The plan's partition.
+  int rows_per_block = 0, head_chunks = 0, key_warps = 0, tile = 0, stages = 0, splits = 1;
+  int keys_per_split = 0, passes = 1;
+  int shared_bytes = 0;
+
+  // The fused step (RoPE on q and k_new, append k_new and v_new at positions[b], attend over
+  // positions[b] + 1 keys). Off for plain decode.
+  bool fused = false;
+  const std::int32_t* positions = nullptr;
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  std::int64_t k_new_stride_b = 0, k_new_stride_h = 0, v_new_stride_b = 0, v_new_stride_h = 0;
+  void* k_cache_out = nullptr;  // the same caches as k / v, writable
+  void* v_cache_out = nullptr;
+  RopeStyle rope_style = RopeStyle::kHalf;
+  float rope_theta = 10000.0f;
+  const float* cos_table = nullptr;
+  const float* sin_table = nullptr;
+  std::int64_t table_positions = 0;
+};
+
+// Launchers (split_kv_decode_<dtype>.cu, merge_states.cu). Asynchronous on `stream`.
+void launch_split_kv_decode(const DecodeParams& params, DType kv_dtype, void* stream);
+void launch_merge_splits(const DecodeParams& params, void* stream);
+
+}  // namespace attnkit::cuda_decode

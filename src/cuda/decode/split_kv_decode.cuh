@@ -1,0 +1,383 @@
+// GQA-packed split-KV flash-decoding (KernelFamily::kSplitKvDecode), and the fused RoPE + KV
+// append + decode step built on it.
+//
+// Inputs: q [batch, num_heads, head_dim] (kv dtype or f32), K/V caches [batch, kv_heads, max_seq,
+//   head_dim] (f32, f16 or bf16, 16-byte aligned rows), lengths i32 [batch] on the device (or, fused,
+//   positions i32 [batch] and the new k/v rows).
+// Parallelism: one block per (sequence, KV head, head pass, key split). The block's warps form
+//   head_chunks x key_warps (decode_geometry.hpp): every warp of a head chunk holds heads_per_warp
+//   query heads of the GQA group in registers, so one shared-memory K/V tile serves the whole group
+//   and each K/V element leaves device memory once. Tiles stream through a cp.async ring of
+//   `stages` slots with 16-byte copies; out-of-window tiles are never loaded (the key range starts
+//   at the window). Softmax is online in f32 (log2 domain); splits write normalised partial
+//   (output, LSE) states to the caller's workspace and merge_states.cu combines them.
+// Bound: device-memory reads of K and V (2 * keys * head_dim * sizeof(kv) per KV head). The
+//   arithmetic (2 * group FMAs per K/V element pair) stays under the issue rate for groups <= 8.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "cuda/common/convert.cuh"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/decode/decode_geometry.hpp"
+#include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/rope.cuh"
+#include "cuda/decode/sequence_range.cuh"
+
+namespace attnkit::cuda_decode {
+
+inline constexpr float kLn2 = 0.69314718055994530942f;
+inline constexpr float kLog2e = 1.44269504088896340736f;
+
+template <class T, int kCap, int kHpw>
+__global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
+  using Traits = cuda_common::StorageTraits<T>;
+  constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
+  constexpr int kChunks = kSliceElems / kVecElems;             // vectors a thread owns per key (1 or 2)
+  constexpr int kTpk = threads_per_key(kCap);
+  constexpr int kKps = 32 / kTpk;
+  constexpr int kRowVecs = kCap / kVecElems;
+  constexpr unsigned kFull = 0xffffffffu;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  // Block -> (split, pass, kv head, sequence); the split index varies fastest.
+  std::int64_t block = blockIdx.x;
+  const int split = static_cast<int>(block % p.splits);
+  block /= p.splits;
+  const int pass = static_cast<int>(block % p.passes);
+  block /= p.passes;
+  const int kvh = static_cast<int>(block % p.kv_heads);
+  const int b = static_cast<int>(block / p.kv_heads);
+
+  const SequenceRange range = sequence_range(p, b);
+  const int visible = range.len - range.lo;
+  const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
+  if (p.splits > 1 && split >= active_splits) return;  // the merge writes empty and invalid rows
+  const int k_begin = range.lo + split * p.keys_per_split;
+  const int k_end = min(range.len, k_begin + p.keys_per_split);
+  const int new_pos = (p.fused && range.valid) ? range.len - 1 : -1;
+  const bool owns_new = new_pos >= k_begin && new_pos < k_end;  // only this block appends it
+  const int cache_end = owns_new ? new_pos : k_end;              // keys read from the cache
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int head_chunk = warp / p.key_warps, key_warp = warp % p.key_warps;
+  const int key_group = lane / kTpk, slice = lane % kTpk;
+  const int row0 = pass * p.rows_per_block;  // first head of this block within the group
+  const int rows_here = min(p.rows_per_block, p.group - row0);
+  const int g_base = head_chunk * kHpw;
+  const int n_mine = max(0, min(kHpw, rows_here - g_base));
+  const int h0 = kvh * p.group + row0;  // first query head of this block
+
+  // Shared memory: [main: K/V ring | q staging | reduction] [stats] [fused scratch].
+  const int ring_bytes_total = 2 * p.stages * p.tile * kCap * static_cast<int>(sizeof(T));
+  const int main_bytes = max(ring_bytes_total, p.rows_per_block * kCap * 4);
+  float* staging = reinterpret_cast<float*>(smem);
+  T* k_ring = reinterpret_cast<T*>(smem);
+  T* v_ring = k_ring + p.stages * p.tile * kCap;
+  float* warp_m = reinterpret_cast<float*>(smem + main_bytes);  // [key_warps][rows_per_block]
+  float* warp_l = warp_m + p.key_warps * p.rows_per_block;
+  float* row_m = warp_l + p.key_warps * p.rows_per_block;       // [rows_per_block]
+  float* row_l = row_m + p.rows_per_block;
+  float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
+  float* new_v = new_k + kCap;
+
+  // The element of head_dim held in register e of vector j of this thread's slice.
+  auto dim_of = [&](int j, int e) { return (slice + j * kTpk) * kVecElems + e; };
+
+  // 1. Query rows of the block -> f32 staging (zeros past head_dim), RoPE for the fused step.
+  for (int i = tid; i < rows_here * kCap; i += blockDim.x) {
+    const int r = i / kCap, d = i % kCap;
+    float x = 0.0f;
+    if (d < p.head_dim && range.valid) {
+      x = cuda_common::load_as_f32(p.q, p.q_dtype, b * p.q_stride_b + (h0 + r) * p.q_stride_h + d);
+    }
+    staging[i] = x;
+  }
+  __syncthreads();
+  if (new_pos >= 0) {
+    rope_rows(staging, rows_here, kCap, p, new_pos);
+    __syncthreads();
+  }
+  float q[kHpw][kSliceElems];
+#pragma unroll
+  for (int g = 0; g < kHpw; ++g) {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) {
+        q[g][j * kVecElems + e] = g < n_mine ? staging[(g_base + g) * kCap + dim_of(j, e)] * p.q_scale : 0.0f;
+      }
+    }
+  }
+  __syncthreads();  // the staging area becomes the ring
+
+  float m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
+#pragma unroll
+  for (int g = 0; g < kHpw; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kSliceElems; ++e) acc[g][e] = 0.0f;
+  }
+
+  const T* k_base = static_cast<const T*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
+  const T* v_base = static_cast<const T*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+  const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
+
+  // Copies tile t into ring slot `slot`; keys past cache_end and vectors past head_dim are zeros.
+  auto load_tile = [&](int t, int slot) {
+    const int key0 = k_begin + t * p.tile;
+    T* ks = k_ring + slot * p.tile * kCap;
+    T* vs = v_ring + slot * p.tile * kCap;
+    for (int i = tid; i < p.tile * kRowVecs; i += blockDim.x) {
+      const int r = i / kRowVecs, vec = i % kRowVecs;
+      const int key = key0 + r;
+      const bool ok = key < cache_end && vec * kVecElems < p.head_dim;
+      const std::int64_t k_off = ok ? key * p.k_stride_s + vec * kVecElems : 0;
+      const std::int64_t v_off = ok ? key * p.v_stride_s + vec * kVecElems : 0;
+      cuda_common::cp_async_16(ks + r * kCap + vec * kVecElems, k_base + k_off, ok);
+      cuda_common::cp_async_16(vs + r * kCap + vec * kVecElems, v_base + v_off, ok);
+    }
+  };
+
+  // Scores, online softmax and P.V for this warp's keys of one resident tile.
+  auto process_tile = [&](int slot, int n_valid) {
+    const T* ks = k_ring + slot * p.tile * kCap;
+    const T* vs = v_ring + slot * p.tile * kCap;
+    const int warp_key0 = key_warp * kStepsPerTile * kKps;
+    float s[kStepsPerTile][kHpw];
+#pragma unroll
+    for (int st = 0; st < kStepsPerTile; ++st) {
+      const int r = warp_key0 + st * kKps + key_group;
+      float kx[kSliceElems];
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(ks + r * kCap + (slice + j * kTpk) * kVecElems);
+        cuda_common::vec16_to_f32(raw, kx + j * kVecElems, T{});
+      }
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+        float a = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kSliceElems; ++e) a = fmaf(q[g][e], kx[e], a);
+        s[st][g] = a;
+      }
+    }
+#pragma unroll
+    for (int st = 0; st < kStepsPerTile; ++st) {
+      const bool valid = warp_key0 + st * kKps + key_group < n_valid;
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+        float x = s[st][g];
+#pragma unroll
+        for (int off = kTpk / 2; off >= 1; off /= 2) x += __shfl_xor_sync(kFull, x, off);
+        if (p.softcap > 0.0f) x = p.softcap * kLog2e * tanhf(x / p.softcap);
+        s[st][g] = valid ? x : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+      float tile_max = s[0][g];
+#pragma unroll
+      for (int st = 1; st < kStepsPerTile; ++st) tile_max = fmaxf(tile_max, s[st][g]);
+#pragma unroll
+      for (int off = kTpk; off < 32; off *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, off));
+      const float m_new = fmaxf(m[g], tile_max);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: no NaN from -inf - -inf
+      const float alpha = exp2f(m[g] - m_use);
+      m[g] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int st = 0; st < kStepsPerTile; ++st) {
+        s[st][g] = exp2f(s[st][g] - m_use);
+        sum += s[st][g];
+      }
+      l[g] = l[g] * alpha + sum;
+#pragma unroll
+      for (int e = 0; e < kSliceElems; ++e) acc[g][e] *= alpha;
+    }
+#pragma unroll
+    for (int st = 0; st < kStepsPerTile; ++st) {
+      const int r = warp_key0 + st * kKps + key_group;
+      float vx[kSliceElems];
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(vs + r * kCap + (slice + j * kTpk) * kVecElems);
+        cuda_common::vec16_to_f32(raw, vx + j * kVecElems, T{});
+      }
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+#pragma unroll
+        for (int e = 0; e < kSliceElems; ++e) acc[g][e] = fmaf(s[st][g], vx[e], acc[g][e]);
+      }
+    }
+  };
+
+  // 2. Stream the block's key range through the ring.
+  for (int st = 0; st < p.stages - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cuda_common::cp_async_commit();
+  }
+  for (int t = 0; t < n_tiles; ++t) {
+    cuda_common::cp_async_wait_dynamic(p.stages - 2);  // tile t has landed (one group per tile)
+    __syncthreads();                                   // ...for every thread; slot t-1 is free
+    const int next = t + p.stages - 1;
+    if (next < n_tiles) load_tile(next, next % p.stages);
+    cuda_common::cp_async_commit();
+    process_tile(t % p.stages, min(p.tile, cache_end - (k_begin + t * p.tile)));
+  }
+  cuda_common::cp_async_wait<0>();
+  __syncthreads();
+
+  // 3. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
+  //    to that key from shared memory (no other block reads or writes that cache row).
+  if (owns_new) {
+    const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_stride_b + kvh * p.k_new_stride_h;
+    const T* vn = static_cast<const T*>(p.v_new) + b * p.v_new_stride_b + kvh * p.v_new_stride_h;
+    for (int d = tid; d < kCap; d += blockDim.x) {
+      new_k[d] = d < p.head_dim ? Traits::to_f32(kn[d]) : 0.0f;
+      new_v[d] = d < p.head_dim ? Traits::to_f32(vn[d]) : 0.0f;
+    }
+    __syncthreads();
+    rope_rows(new_k, 1, kCap, p, new_pos);
+    __syncthreads();
+    T* ks = k_ring;
+    T* vs = v_ring;
+    T* k_dst = static_cast<T*>(p.k_cache_out) + b * p.k_stride_b + kvh * p.k_stride_h + new_pos * p.k_stride_s;
+    T* v_dst = static_cast<T*>(p.v_cache_out) + b * p.v_stride_b + kvh * p.v_stride_h + new_pos * p.v_stride_s;
+    for (int i = tid; i < p.tile * kCap; i += blockDim.x) {
+      const int r = i / kCap, d = i % kCap;
+      const T kv = Traits::from_f32(r == 0 ? new_k[d] : 0.0f);
+      const T vv = Traits::from_f32(r == 0 ? new_v[d] : 0.0f);
+      ks[i] = kv;
+      vs[i] = vv;
+      if (r == 0 && d < p.head_dim && pass == 0) {
+        k_dst[d] = kv;
+        v_dst[d] = vv;
+      }
+    }
+    __syncthreads();
+    process_tile(0, 1);
+    __syncthreads();
+  }
+
+  // 4. Combine: key groups of a warp (shuffles), then key warps (shared memory, in warp order).
+#pragma unroll
+  for (int g = 0; g < kHpw; ++g) {
+#pragma unroll
+    for (int off = kTpk; off < 32; off *= 2) {
+      l[g] += __shfl_xor_sync(kFull, l[g], off);
+#pragma unroll
+      for (int e = 0; e < kSliceElems; ++e) acc[g][e] += __shfl_xor_sync(kFull, acc[g][e], off);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+      if (g < n_mine) {
+        warp_m[key_warp * p.rows_per_block + g_base + g] = m[g];
+        warp_l[key_warp * p.rows_per_block + g_base + g] = l[g];
+      }
+    }
+  }
+  __syncthreads();
+  for (int r = tid; r < rows_here; r += blockDim.x) {
+    float mx = -INFINITY;
+    for (int w = 0; w < p.key_warps; ++w) mx = fmaxf(mx, warp_m[w * p.rows_per_block + r]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int w = 0; w < p.key_warps; ++w) {
+      sum += warp_l[w * p.rows_per_block + r] * exp2f(warp_m[w * p.rows_per_block + r] - m_use);
+    }
+    row_m[r] = mx;
+    row_l[r] = sum;
+  }
+  __syncthreads();
+  float* reduced = staging;  // [rows_per_block][kCap]; the ring is idle now
+  for (int w = 0; w < p.key_warps; ++w) {
+    if (key_warp == w && key_group == 0) {
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+        if (g < n_mine) {
+          const int r = g_base + g;
+          const float m_use = row_m[r] == -INFINITY ? 0.0f : row_m[r];
+          const float f = exp2f(m[g] - m_use);
+#pragma unroll
+          for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+            for (int e = 0; e < kVecElems; ++e) {
+              float* dst = reduced + r * kCap + dim_of(j, e);
+              *dst = (w == 0 ? 0.0f : *dst) + acc[g][j * kVecElems + e] * f;
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // 5. Write the normalised output and LSE (final when unsplit, else this split's partial state).
+  const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
+  for (int i = tid; i < rows_here * p.head_dim; i += blockDim.x) {
+    const int r = i / p.head_dim, d = i % p.head_dim;
+    const float sum = row_l[r];
+    float o = sum > 0.0f ? reduced[r * kCap + d] / sum : 0.0f;
+    if (p.splits == 1) {
+      if (!range.valid) o = NAN;
+      cuda_common::store_from_f32(p.out, p.out_dtype, b * p.out_stride_b + (h0 + r) * p.out_stride_h + d, o);
+    } else {
+      const std::int64_t row = static_cast<std::int64_t>(b) * p.num_heads + h0 + r;
+      p.partial_out[(split * rows_total + row) * p.head_dim + d] = o;
+    }
+  }
+  for (int r = tid; r < rows_here; r += blockDim.x) {
+    const float sum = row_l[r];
+    float lse = sum > 0.0f ? (row_m[r] + log2f(sum)) * kLn2 : -INFINITY;
+    if (p.splits == 1) {
+      if (!range.valid) lse = NAN;
+      if (p.lse != nullptr) p.lse[b * p.lse_stride_b + (h0 + r) * p.lse_stride_h] = lse;
+    } else {
+      p.partial_lse[split * rows_total + static_cast<std::int64_t>(b) * p.num_heads + h0 + r] = lse;
+    }
+  }
+}
+
+// Host: launches one instantiation. The opt-in shared-memory limit is raised once per kernel.
+template <class T, int kCap, int kHpw>
+void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
+  auto kernel = split_kv_decode_kernel<T, kCap, kHpw>;
+  static std::once_flag raised;
+  static cudaError_t raise_status = cudaSuccess;
+  std::call_once(raised, [&] {
+    int device = 0, optin = 0;
+    raise_status = cudaGetDevice(&device);
+    if (raise_status == cudaSuccess) raise_status = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (raise_status == cudaSuccess) {
+      raise_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    }
+  });
+  cuda_common::check(raise_status, "cuda::decode", "raising the kernel's shared-memory limit");
+  const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits;
+  const int threads = 32 * p.head_chunks * p.key_warps;
+  kernel<<<static_cast<unsigned>(blocks), threads, p.shared_bytes, stream>>>(p);
+  cuda_common::check_launch("cuda::decode", "split_kv_decode_kernel");
+}
+
+// Host: the instantiation for a plan's head_dim capacity and heads per warp.
+template <class T>
+void launch_decode_typed(const DecodeParams& p, cudaStream_t stream) {
+  const int cap = head_dim_capacity(p.head_dim);
+  const int hpw = heads_per_warp(p.rows_per_block);
+#define ATTNKIT_DECODE_CASE(CAP, HPW) \
+  if (cap == CAP && hpw == HPW) return launch_decode_instance<T, CAP, HPW>(p, stream);
+#include "cuda/decode/decode_instances.inc"
+#undef ATTNKIT_DECODE_CASE
+  fail("cuda::decode", "no kernel instance for head_dim capacity " + std::to_string(cap) + " and " +
+                           std::to_string(hpw) + " heads per warp",
+       "report this: decode_instances.inc and decode_geometry.hpp disagree");
+}
+
+}  // namespace attnkit::cuda_decode

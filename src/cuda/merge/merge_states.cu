@@ -1,0 +1,74 @@
+// Merge of split-KV partial states (the second launch of a split decode).
+//
+// Inputs: partial_out [splits, batch * num_heads, head_dim] f32, each normalised over its split's
+//   keys, and partial_lse [splits, batch * num_heads] f32 (natural log), in the caller's workspace.
+// Parallelism: one block per query row; a sequence's active split count is recomputed from its
+//   length exactly as the decode kernel did (sequence_range.cuh), so no split state is read that
+//   was not written this step.
+// Output: out = sum_s w_s * out_s / sum_s w_s with w_s = exp(lse_s - max lse); lse = max + log(sum).
+//   A row with no visible key writes zeros and LSE -inf; an invalid fused position writes NaN.
+// Bound: tiny next to the K/V read (splits * head_dim * 4 bytes per row).
+#include <cuda_runtime.h>
+
+#include "cuda/common/convert.cuh"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/decode/decode_geometry.hpp"
+#include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/sequence_range.cuh"
+
+namespace attnkit::cuda_decode {
+namespace {
+
+constexpr int kMergeThreads = 128;
+
+__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __grid_constant__ DecodeParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float total, max_lse;
+  const std::int64_t row = blockIdx.x;
+  const int b = static_cast<int>(row / p.num_heads), h = static_cast<int>(row % p.num_heads);
+  const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
+  const SequenceRange range = sequence_range(p, b);
+  const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
+
+  if (threadIdx.x < 32) {
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < active; s += 32) mx = fmaxf(mx, p.partial_lse[s * rows_total + row]);
+    for (int off = 16; off >= 1; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int s = threadIdx.x; s < active; s += 32) {
+      const float w = expf(p.partial_lse[s * rows_total + row] - m_use);
+      weights[s] = w;
+      sum += w;
+    }
+    for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (threadIdx.x == 0) {
+      total = sum;
+      max_lse = mx;
+    }
+  }
+  __syncthreads();
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < active; ++s) o = fmaf(weights[s], p.partial_out[(s * rows_total + row) * p.head_dim + d], o);
+    o *= inv;
+    if (!range.valid) o = NAN;
+    cuda_common::store_from_f32(p.out, p.out_dtype, b * p.out_stride_b + h * p.out_stride_h + d, o);
+  }
+  if (threadIdx.x == 0 && p.lse != nullptr) {
+    float lse = total > 0.0f ? max_lse + logf(total) : -INFINITY;
+    if (!range.valid) lse = NAN;
+    p.lse[b * p.lse_stride_b + h * p.lse_stride_h] = lse;
+  }
+}
+
+}  // namespace
+
+void launch_merge_splits(const DecodeParams& p, void* stream) {
+  const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.num_heads;
+  merge_splits_kernel<<<static_cast<unsigned>(rows), kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  cuda_common::check_launch("cuda::decode", "merge_splits_kernel");
+}
+
+}  // namespace attnkit::cuda_decode
