@@ -1,0 +1,89 @@
+"""attnkit.sdpa: torch.nn.functional.scaled_dot_product_attention's shape convention
+([batch, heads, seq, head_dim]) on attnkit kernels. It plans on first sight of a shape and keeps
+the plan (and its workspace) in a bounded cache, so repeated calls only run."""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Optional
+
+from . import _arrays
+from . import _attnkit as _native
+from ._ops import decode, prefill
+from ._plan import Plan, plan_decode, plan_prefill
+
+_CACHE_LIMIT = 512  # plans kept; a generation loop makes one per decode length
+_cache: "collections.OrderedDict[tuple, tuple[Plan, Any]]" = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def clear_plan_cache() -> None:
+    """Forget every plan sdpa() made (and the workspaces they hold)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _cached(key: tuple, make) -> tuple[Plan, Any]:
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    made = make()
+    with _cache_lock:
+        _cache[key] = made
+        while len(_cache) > _CACHE_LIMIT:
+            _cache.popitem(last=False)
+    return made
+
+
+def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None, window: int = 0,
+         softcap: float = 0.0, lengths: Any = None, out: Any = None, out_dtype: Any = None,
+         family: Optional[str] = None, threads: int = 0) -> Any:
+    """Attention of q [batch, heads, q_len, head_dim] over k, v [batch, kv_heads, kv_len, head_dim]
+    (kv_heads divides heads: grouped-query attention needs no repeat). With causal=True and
+    q_len < kv_len the mask is bottom-right aligned (the queries are the last q_len positions).
+    q_len == 1 runs the decode kernels; then `lengths` (int32 [batch]) may give each sequence's
+    valid keys, k and v being caches of kv_len slots. scale None means 1/sqrt(head_dim).
+    `out` may be any strided view of shape [batch, heads, q_len, head_dim] with head_dim
+    contiguous (e.g. a [batch, q_len, heads, head_dim] buffer transposed): it is written in place.
+    Returns out."""
+    if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
+        raise _native.Error(f"sdpa: q, k and v must be rank 4 [batch, heads, seq, head_dim], got "
+                            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}. Fix: reshape to BHSD")
+    batch, heads, q_len, head_dim = (int(s) for s in q.shape)
+    kv_heads, kv_len = int(k.shape[1]), int(k.shape[2])
+    kind, index = _arrays.device_of(q)
+    backend = "cuda" if kind == "cuda" else "cpu"
+    q_dtype, kv_dtype = _arrays.array_dtype(q), _arrays.array_dtype(k)
+    o_dtype = (_arrays.array_dtype(out) if out is not None
+               else q_dtype if out_dtype is None else _arrays.dtype_name(out_dtype))
+    scale_value = 0.0 if scale is None else float(scale)
+    common = dict(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim, out_dtype=o_dtype,
+                  window=int(window), scale=scale_value, softcap=float(softcap), backend=backend, family=family,
+                  threads=threads, device=index if backend == "cuda" else None)
+
+    if q_len == 1:
+        key = ("decode", kind, index, batch, heads, kv_heads, head_dim, kv_len, q_dtype, kv_dtype, o_dtype,
+               int(window), scale_value, float(softcap), family, threads)
+
+        def make_decode():
+            plan = plan_decode(max_seq=kv_len, kv_len=kv_len, kv_dtype=kv_dtype, q_dtype=q_dtype, **common)
+            return plan, _arrays.index_array([kv_len] * batch, q)
+
+        plan, full_lengths = _cached(key, make_decode)
+        result = decode(plan, q[:, :, 0, :], k, v, full_lengths if lengths is None else lengths,
+                        out=None if out is None else out[:, :, 0, :])
+        return out if out is not None else result[:, :, None, :]
+
+    if lengths is not None:
+        raise _native.Error("sdpa: lengths is for decode (q_len == 1). Fix: pass k and v cut to the valid keys "
+                            "for prefill, or use attnkit.prefill with cu_seqlens for ragged batches")
+    if kv_dtype != q_dtype:
+        raise _native.Error(f"sdpa: prefill needs q, k and v in one dtype, got q {q_dtype} and k {kv_dtype}. "
+                            "Fix: convert them to one dtype")
+    key = ("prefill", kind, index, batch, heads, kv_heads, head_dim, q_len, kv_len, bool(causal), q_dtype, o_dtype,
+           int(window), scale_value, float(softcap), family, threads)
+    plan, _ = _cached(key, lambda: (plan_prefill(q_len=q_len, kv_len=kv_len, causal=bool(causal), dtype=q_dtype,
+                                                 **common), None))
+    return prefill(plan, q, k, v, out=out)

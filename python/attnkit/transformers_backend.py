@@ -1,0 +1,96 @@
+"""attnkit as a Hugging Face transformers attention backend.
+
+    import attnkit.transformers_backend  # registers "attnkit"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="attnkit")
+
+Importing this module registers the name "attnkit" in transformers' AttentionInterface (the
+attention call) and AttentionMaskInterface (sdpa's mask builder, so the model hands over no mask
+whenever plain causal attention is meant). Prefill (causal, q_len == kv_len) and decode
+(q_len == 1 against the cache) then run on attnkit's CPU or CUDA kernels on torch's current
+stream; grouped-query attention runs without repeating K and V, and the output is written
+straight into the [batch, seq, heads, head_dim] layout the model reads.
+
+Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
+reason: an explicit mask (padding, packing, sliding window over the cache, chunked prefill),
+attention dropout in training, autograd (attnkit has no backward), position bias, attention
+sinks, and dtypes other than float32/float16/bfloat16.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from ._sdpa import sdpa
+
+NAME = "attnkit"
+
+_SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_warned: set[str] = set()
+fallback_counts: dict[str, int] = {}  # reason -> calls that ran sdpa instead (for tests and curiosity)
+attnkit_calls = 0  # calls that ran on attnkit
+
+
+def _fallback_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
+                     dropout: float, kwargs: dict) -> Optional[str]:
+    if attention_mask is not None:
+        return "an explicit attention mask (padding, packing, a sliding window or chunked prefill)"
+    if dropout:
+        return "attention dropout"
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        return "autograd (attnkit kernels have no backward)"
+    if kwargs.get("position_bias") is not None:
+        return "a position bias"
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+        return "attention sinks"
+    if query.dtype not in _SUPPORTED_DTYPES or key.dtype != query.dtype or value.dtype != query.dtype:
+        return f"dtype {query.dtype} / {key.dtype} (attnkit takes one of float32, float16, bfloat16)"
+    if query.device != key.device or query.device.type not in ("cpu", "cuda"):
+        return f"device {query.device}"
+    return None
+
+
+def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                              value: torch.Tensor, attention_mask: Optional[torch.Tensor], dropout: float = 0.0,
+                              scaling: Optional[float] = None, is_causal: Optional[bool] = None,
+                              **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature: query [batch, heads, q_len, head_dim], key and value
+    [batch, kv_heads, kv_len, head_dim]; returns ([batch, q_len, heads, head_dim], None)."""
+    global attnkit_calls
+    reason = _fallback_reason(query, key, value, attention_mask, dropout, kwargs)
+    if reason is not None:
+        fallback_counts[reason] = fallback_counts.get(reason, 0) + 1
+        if reason not in _warned:
+            _warned.add(reason)
+            warnings.warn(f"attnkit: {reason} is not handled by attnkit; those calls run torch sdpa", stacklevel=2)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+
+    batch, heads, q_len, head_dim = query.shape
+    kv_len = key.shape[2]
+    causal = q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if causal and kv_len > q_len:
+        # With no mask the model means sdpa's top-left causal mask: a prefill into an empty static
+        # cache whose slots past q_len are not written yet. Those keys are cut, as sdpa does.
+        key = key[:, :, :q_len]
+        value = value[:, :, :q_len]
+    window = kwargs.get("sliding_window") or 0
+    softcap = kwargs.get("softcap") or 0.0
+    out = torch.empty((batch, q_len, heads, head_dim), dtype=query.dtype, device=query.device)
+    sdpa(query, key, value, causal=bool(causal), scale=scaling, window=int(window), softcap=float(softcap),
+         out=out.transpose(1, 2))
+    attnkit_calls += 1
+    return out, None
+
+
+def register(name: str = NAME) -> None:
+    """Register attnkit under `name` (done on import for "attnkit")."""
+    AttentionInterface.register(name, attnkit_attention_forward)
+    AttentionMaskInterface.register(name, sdpa_mask)
+
+
+register()

@@ -1,0 +1,131 @@
+"""attnkit on a CUDA device through torch: parity with torch SDPA on random inputs (decode and
+prefill, bf16/f16/f32), zero-copy outputs, the caller's stream, and a randomly initialised small
+Llama generating 64 greedy tokens with attnkit as with sdpa. Marked gpu; skipped (visibly)
+without torch, a CUDA device, or an attnkit built with CUDA."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attnkit  # noqa: E402
+from conftest import REL_L2, check_close  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch"),
+    pytest.mark.skipif(not attnkit.cuda_built(), reason="attnkit was built without CUDA (no nvcc at build time)"),
+]
+
+TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def sdpa_f64(q, k, v, causal, lengths=None):
+    """torch SDPA in float64 (the exact math path), GQA by repetition, causal bottom-right,
+    and for decode each sequence's valid keys from lengths."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    q_len, kv_len = q.shape[2], k.shape[2]
+    mask = torch.ones(q.shape[0], 1, q_len, kv_len, dtype=torch.bool, device=q.device)
+    if causal:
+        mask &= torch.ones(q_len, kv_len, dtype=torch.bool, device=q.device).tril(kv_len - q_len)
+    if lengths is not None:
+        mask &= (torch.arange(kv_len, device=q.device)[None, :] < lengths[:, None].long())[:, None, None, :]
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def sdpa_native(q, k, v, causal):
+    """torch SDPA in the inputs' dtype (the peer attnkit is compared with)."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("batch,heads,kv_heads,head_dim,max_seq", [
+    (1, 32, 8, 128, 4097), (5, 16, 2, 64, 1000), (3, 8, 8, 96, 333), (2, 4, 1, 256, 129)])
+def test_decode_parity_with_sdpa(seed, dtype, batch, heads, kv_heads, head_dim, max_seq):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    td = TORCH_DTYPES[dtype]
+    q = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(td)
+    k = torch.randn(batch, kv_heads, max_seq, head_dim, device="cuda", generator=g).to(td)
+    v = torch.randn(batch, kv_heads, max_seq, head_dim, device="cuda", generator=g).to(td)
+    lengths = torch.randint(1, max_seq + 1, (batch,), device="cuda", generator=g, dtype=torch.int32)
+    lengths[0] = max_seq
+    plan = attnkit.plan_decode(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim, max_seq=max_seq,
+                               kv_dtype=dtype, backend="cuda")
+    assert plan.backend == "cuda"
+    out = torch.full((batch, heads, head_dim), float("nan"), dtype=td, device="cuda")
+    got = attnkit.decode(plan, q, k, v, lengths, out=out)
+    assert got is out
+    expected = sdpa_f64(q[:, :, None], k, v, causal=False, lengths=lengths)[:, :, 0]
+    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), dtype)
+    if dtype != "f32" and batch == 1:  # one full-length sequence: torch's own kernel as a second opinion
+        peer = sdpa_native(q[:, :, None], k, v, causal=False)[:, :, 0]
+        peer_err = float((peer.double() - expected).norm() / expected.norm())
+        assert peer_err <= REL_L2[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("batch,heads,kv_heads,head_dim,q_len,kv_len,causal", [
+    (2, 16, 4, 128, 300, 300, True), (1, 8, 2, 64, 129, 517, True), (3, 4, 4, 96, 77, 77, False),
+    (1, 4, 2, 256, 65, 65, True), (2, 8, 2, 32, 50, 50, True)])
+def test_prefill_parity_with_sdpa(seed, dtype, batch, heads, kv_heads, head_dim, q_len, kv_len, causal):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    td = TORCH_DTYPES[dtype]
+    q = torch.randn(batch, heads, q_len, head_dim, device="cuda", generator=g).to(td)
+    k = torch.randn(batch, kv_heads, kv_len, head_dim, device="cuda", generator=g).to(td)
+    v = torch.randn(batch, kv_heads, kv_len, head_dim, device="cuda", generator=g).to(td)
+    out = attnkit.sdpa(q, k, v, causal=causal)
+    assert out.dtype == td and out.device == q.device and out.shape == q.shape
+    expected = sdpa_f64(q, k, v, causal)
+    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), dtype)
+
+
+def test_prefill_writes_bshd_output_in_place_on_a_side_stream(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b, s, h, kvh, d = 2, 200, 8, 2, 128
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        q = torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
+        k = torch.randn(b, s, kvh, d, device="cuda", generator=g).bfloat16()
+        v = torch.randn(b, s, kvh, d, device="cuda", generator=g).bfloat16()
+        out = torch.full((b, s, h, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+        attnkit.sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, out=out.transpose(1, 2))
+        expected = sdpa_f64(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), True).transpose(1, 2)
+    side.synchronize()
+    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), "bf16")
+
+
+def test_append_kv_on_cuda_is_exact(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k_cache = torch.randn(3, 2, 50, 64, device="cuda", generator=g).bfloat16()
+    v_cache = torch.randn(3, 2, 50, 64, device="cuda", generator=g).bfloat16()
+    k_new = torch.randn(3, 2, 64, device="cuda", generator=g).bfloat16()
+    v_new = torch.randn(3, 2, 64, device="cuda", generator=g).bfloat16()
+    positions = torch.tensor([0, 49, 17], dtype=torch.int32, device="cuda")
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    for i, p in enumerate(positions.tolist()):
+        k_expected[i, :, p], v_expected[i, :, p] = k_new[i], v_new[i]
+    attnkit.append_kv(k_cache, v_cache, k_new, v_new, positions)
+    torch.cuda.synchronize()
+    assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
+
+
+def test_errors_on_cuda_carry_a_fix():
+    plan = attnkit.plan_decode(batch=1, num_heads=4, kv_heads=2, head_dim=64, max_seq=16, kv_dtype="bf16")  # CPU plan
+    q = torch.zeros(1, 4, 64, dtype=torch.bfloat16, device="cuda")
+    kv = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(attnkit.Error, match="Fix:"):
+        attnkit.decode(plan, q, kv, kv, torch.tensor([16], dtype=torch.int32, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype,tolerance,exact", [(torch.float32, 1e-4, True), (torch.bfloat16, 1e-2, False)])
+def test_tiny_llama_generates_like_sdpa(seed, dtype, tolerance, exact):
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import compare_generations, tiny_llama
+
+    model = tiny_llama(dtype, "cuda", seed)
+    prompt = torch.randint(0, 1000, (2, 17), generator=torch.Generator().manual_seed(seed)).cuda()
+    result = compare_generations(model, prompt, new_tokens=64, rel_l2_tolerance=tolerance, exact_tokens=exact)
+    print(result)

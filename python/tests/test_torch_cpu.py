@@ -1,0 +1,87 @@
+"""torch tensors on the CPU: DLPack interop (bf16 included), attnkit.sdpa against torch's SDPA,
+and the transformers backend on a small random Llama. Skipped where torch (or transformers)
+is not installed; CI installs neither, the device image has both."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attnkit  # noqa: E402
+from conftest import check_close  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def torch_sdpa_f64(q, k, v, causal):
+    """torch SDPA in float64 (its exact math path) with a bottom-right causal mask."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    mask = None
+    if causal:
+        q_len, kv_len = q.shape[2], k.shape[2]
+        mask = torch.ones(q_len, kv_len, dtype=torch.bool).tril(kv_len - q_len)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("q_len,kv_len,causal", [(1, 77, False), (33, 33, True), (9, 50, True), (20, 31, False)])
+def test_sdpa_matches_torch(seed, dtype, q_len, kv_len, causal):
+    g = torch.Generator().manual_seed(seed)
+    td = TORCH_DTYPES[dtype]
+    q = torch.randn(2, 8, q_len, 64, generator=g).to(td)
+    k = torch.randn(2, 2, kv_len, 64, generator=g).to(td)
+    v = torch.randn(2, 2, kv_len, 64, generator=g).to(td)
+    out = attnkit.sdpa(q, k, v, causal=causal)
+    assert isinstance(out, torch.Tensor) and out.dtype == td and out.shape == q.shape
+    check_close(out.float().numpy(), torch_sdpa_f64(q, k, v, causal).numpy(), dtype)
+
+
+def test_torch_tensors_in_and_out_without_copies(seed):
+    g = torch.Generator().manual_seed(seed)
+    plan = attnkit.plan_decode(batch=2, num_heads=4, kv_heads=2, head_dim=32, max_seq=40, kv_dtype="bf16")
+    q = torch.randn(2, 4, 32, generator=g).bfloat16().requires_grad_()
+    k = torch.randn(2, 2, 40, 32, generator=g).bfloat16()
+    v = torch.randn(2, 2, 40, 32, generator=g).bfloat16()
+    lengths = torch.tensor([40, 3], dtype=torch.int32)
+    out = torch.full((2, 4, 32), float("nan"), dtype=torch.bfloat16)
+    got = attnkit.decode(plan, q, k, v, lengths, out=out)
+    assert got is out and out.data_ptr() == got.data_ptr()
+    golden, _ = attnkit.reference_decode(plan, q.detach(), k, v, lengths)
+    check_close(out.float().numpy(), golden, "bf16")
+
+
+def test_transformers_backend_generates_like_sdpa_on_cpu(seed):
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import compare_generations, tiny_llama
+
+    torch.set_num_threads(2)
+    model = tiny_llama(torch.float32, "cpu", seed)
+    prompt = torch.randint(0, 1000, (2, 17), generator=torch.Generator().manual_seed(seed))
+    result = compare_generations(model, prompt, new_tokens=64, rel_l2_tolerance=1e-4, exact_tokens=True)
+    print(result)
+
+
+def test_transformers_backend_falls_back_on_padding(seed):
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend as backend
+    from llama_support import tiny_llama
+
+    model = tiny_llama(torch.float32, "cpu", seed)
+    prompt = torch.randint(0, 1000, (2, 9), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(prompt)
+    mask[1, :3] = 0  # left padding: a real mask, which attnkit leaves to sdpa
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        expected = model(prompt, attention_mask=mask).logits
+    model.set_attn_implementation("attnkit")
+    backend._warned.clear()
+    before = sum(backend.fallback_counts.values())
+    with torch.no_grad(), pytest.warns(UserWarning, match="explicit attention mask"):
+        got = model(prompt, attention_mask=mask).logits
+    assert sum(backend.fallback_counts.values()) - before == model.config.num_hidden_layers
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
