@@ -1,0 +1,89 @@
+// Test support for the CUDA decode, append and fused tests (label gpu): device copies of host
+// tensors, the skip when no GPU is present, and the golden comparison with DESIGN.md's tolerances.
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attnkit/attnkit.hpp"
+#include "support/random_tensors.hpp"
+
+namespace attnkit::testing::cuda_decode_tests {
+
+#define ATTNKIT_SKIP_WITHOUT_GPU()                                                              \
+  if (!::attnkit::cuda::built() || ::attnkit::cuda::device_count() == 0) {                      \
+    GTEST_SKIP() << "no CUDA device: the CUDA decode kernels were compiled but not run here";   \
+  }
+
+// A device copy of a host tensor (same shape and strides), freed on destruction.
+struct DeviceTensor {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  TensorView view;
+
+  DeviceTensor() = default;
+  explicit DeviceTensor(const HostTensor& h) : bytes(h.bytes.size()), view(h.view) {
+    EXPECT_EQ(cudaMalloc(&data, bytes == 0 ? 16 : bytes), cudaSuccess);
+    if (bytes > 0) EXPECT_EQ(cudaMemcpy(data, h.bytes.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    view.data = data;
+    view.device = DeviceKind::kCuda;
+  }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  ~DeviceTensor() {
+    if (data != nullptr) cudaFree(data);
+  }
+  void copy_to(HostTensor& h) const {
+    if (bytes > 0) ASSERT_EQ(cudaMemcpy(h.bytes.data(), data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+};
+
+// Caller-owned device workspace of exactly the plan's size.
+struct DeviceWorkspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceWorkspace(std::size_t n) : bytes(n) {
+    if (n > 0) EXPECT_EQ(cudaMalloc(&data, n), cudaSuccess);
+  }
+  DeviceWorkspace(const DeviceWorkspace&) = delete;
+  DeviceWorkspace& operator=(const DeviceWorkspace&) = delete;
+  ~DeviceWorkspace() {
+    if (data != nullptr) cudaFree(data);
+  }
+  Workspace view() const { return Workspace{data, bytes, DeviceKind::kCuda}; }
+};
+
+// DESIGN.md's parity rule for the storage dtypes involved (the loosest one applies).
+inline double rel_l2_limit(DType kv, DType q, DType out) {
+  return std::max({rel_l2_tolerance_for(kv), rel_l2_tolerance_for(q), rel_l2_tolerance_for(out)});
+}
+
+inline void expect_matches_golden(const HostTensor& out, const std::vector<double>& golden, DType kv, DType q,
+                                  DType out_dtype, const std::string& note) {
+  const Comparison c = compare(out, golden);
+  EXPECT_EQ(c.nan_count, 0u) << note << " " << describe(c);
+  EXPECT_LE(c.rel_l2, rel_l2_limit(kv, q, out_dtype)) << note << " " << describe(c);
+  if (kv == DType::kF32 && q == DType::kF32 && out_dtype == DType::kF32) {
+    EXPECT_LE(c.max_abs, kFlashAttentionOutputToleranceAbs) << note << " " << describe(c);
+  }
+}
+
+// LSE: -inf exactly where the golden has no visible key, else within an absolute tolerance.
+inline void expect_lse_matches(const HostTensor& lse, const std::vector<double>& golden, const std::string& note) {
+  ASSERT_EQ(lse.numel(), golden.size()) << note;
+  for (std::size_t i = 0; i < golden.size(); ++i) {
+    const double a = lse.get(i);
+    if (std::isinf(golden[i])) {
+      EXPECT_TRUE(std::isinf(a) && a < 0) << note << " lse[" << i << "]=" << a << " expected -inf";
+    } else {
+      EXPECT_NEAR(a, golden[i], 2e-3 * std::max(1.0, std::abs(golden[i]))) << note << " lse[" << i << "]";
+    }
+  }
+}
+
+}  // namespace attnkit::testing::cuda_decode_tests

@@ -1,0 +1,183 @@
+// CUDA split-KV decode against the float64 golden (label gpu). Awkward shapes on purpose: head_dim
+// 64 / 80 / 96 / 128 / 256, GQA 1 / 4 / 8 / 16 / 6 / MQA, windows of 1, mid and longer than the
+// sequence, lengths 0, 1, odd, thousands, and batches mixing lengths from 1 to 70000. Cache rows a
+// sequence must not read (past its length, before its window) hold NaN, so a kernel that touches
+// them fails; outputs are poisoned (NaN) before every run. Skips, visibly, without a GPU.
+#include <algorithm>
+#include <random>
+
+#include "cuda/decode_support.hpp"
+
+namespace attnkit::testing::cuda_decode_tests {
+namespace {
+
+struct DecodeSpec {
+  std::string name;
+  std::int64_t heads, kv_heads, head_dim;
+  DType kv, q, out;
+  std::vector<int> lengths;  // one per sequence
+  std::int64_t window = 0;
+  float softcap = 0.0f;
+  float stddev = 1.0f;       // q and k; large values make peaked softmaxes
+  std::int64_t plan_kv_len = 0;  // 0 = the longest length (a smaller one checks the kernel's clamp)
+};
+
+std::ostream& operator<<(std::ostream& os, const DecodeSpec& s) { return os << s.name; }
+
+struct DecodeRun {
+  DecodeProblem problem;
+  HostTensor q, k, v, lengths, out, lse;
+  std::uint64_t seed = 0;
+};
+
+// Host tensors of a spec: caches NaN except the rows each sequence may read.
+DecodeRun make_run(const DecodeSpec& s) {
+  DecodeRun r;
+  const std::int64_t batch = static_cast<std::int64_t>(s.lengths.size());
+  const std::int64_t longest = std::max<std::int64_t>(1, *std::max_element(s.lengths.begin(), s.lengths.end()));
+  DecodeProblem& p = r.problem;
+  p.batch = batch, p.num_heads = s.heads, p.kv_heads = s.kv_heads, p.head_dim = s.head_dim;
+  p.kv_len = s.plan_kv_len > 0 ? s.plan_kv_len : longest;
+  p.max_seq = longest + 5;
+  p.kv_dtype = s.kv, p.q_dtype = s.q, p.out_dtype = s.out;
+  p.options.window = s.window;
+  p.options.softcap = s.softcap;
+  r.seed = fresh_seed();
+  std::mt19937_64 rng(r.seed);
+  r.q = HostTensor(s.q, {batch, s.heads, s.head_dim});
+  r.k = HostTensor(s.kv, {batch, s.kv_heads, p.max_seq, s.head_dim});
+  r.v = HostTensor(s.kv, {batch, s.kv_heads, p.max_seq, s.head_dim});
+  r.lengths = HostTensor(DType::kI32, {batch});
+  r.out = HostTensor(s.out, {batch, s.heads, s.head_dim});
+  r.lse = HostTensor(DType::kF32, {batch, s.heads});
+  fill_normal(r.q, rng, s.stddev);
+  poison(r.k);
+  poison(r.v);
+  poison(r.out);
+  poison(r.lse);
+  std::normal_distribution<float> kd(0.0f, s.stddev), vd(0.0f, 1.0f);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t len = std::min<std::int64_t>(s.lengths[b], p.kv_len);
+    r.lengths.i32()[b] = s.lengths[b];
+    const std::int64_t first = s.window > 0 ? std::max<std::int64_t>(0, len - s.window) : 0;
+    for (std::int64_t h = 0; h < s.kv_heads; ++h) {
+      for (std::int64_t j = first; j < len; ++j) {
+        const std::size_t row = static_cast<std::size_t>(((b * s.kv_heads + h) * p.max_seq + j) * s.head_dim);
+        for (std::int64_t d = 0; d < s.head_dim; ++d) {
+          r.k.set(row + d, kd(rng));
+          r.v.set(row + d, vd(rng));
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Runs the planned kernel; returns the golden (computed with lengths clamped to the plan's kv_len).
+reference::Result run_and_golden(DecodeRun& r, const DecodePlan& plan) {
+  {
+    DeviceTensor q(r.q), k(r.k), v(r.v), lengths(r.lengths), out(r.out), lse(r.lse);
+    DeviceWorkspace ws(plan.evidence.workspace_bytes);
+    cuda::decode(plan, DecodeTensors{q.view, k.view, v.view, lengths.view, out.view, lse.view}, ws.view());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    out.copy_to(r.out);
+    lse.copy_to(r.lse);
+  }
+  HostTensor clamped(DType::kI32, {r.problem.batch});
+  for (std::int64_t b = 0; b < r.problem.batch; ++b) {
+    clamped.i32()[b] = std::clamp<std::int32_t>(r.lengths.i32()[b], 0, static_cast<std::int32_t>(r.problem.kv_len));
+  }
+  return reference::decode(r.problem, DecodeTensors{r.q.view, r.k.view, r.v.view, clamped.view, {}, {}});
+}
+
+std::vector<DecodeSpec> decode_specs() {
+  using enum DType;
+  return {
+      {"d64_mha_len1_bf16", 8, 8, 64, kBF16, kBF16, kBF16, {1, 1}},
+      {"d80_gqa4_odd_f32", 16, 4, 80, kF32, kF32, kF32, {37, 1, 129}},
+      {"d96_gqa8_thousands_f16", 16, 2, 96, kF16, kF16, kF16, {3001, 2999}},
+      {"d128_gqa4_thousands_bf16_out_f32", 32, 8, 128, kBF16, kBF16, kF32, {4093, 17}},
+      {"d128_gqa4_f32_q_bf16_kv", 32, 8, 128, kBF16, kF32, kBF16, {2048, 5}},
+      {"d256_mqa_bf16", 16, 1, 256, kBF16, kBF16, kBF16, {2500, 3}},
+      {"d256_gqa8_f32_large_scores", 8, 1, 256, kF32, kF32, kF32, {1500}, 0, 0.0f, 4.0f},
+      {"d128_gqa8_window1_bf16", 16, 2, 128, kBF16, kBF16, kBF16, {1000, 1}, 1},
+      {"d128_gqa4_window_mid_f32", 8, 2, 128, kF32, kF32, kF32, {2000, 150, 301}, 300},
+      {"d64_gqa4_window_longer_f16", 8, 2, 64, kF16, kF16, kF16, {1234, 7}, 5000},
+      {"d128_softcap_f16_q_f32", 8, 2, 128, kF16, kF32, kF16, {777, 2}, 0, 30.0f, 3.0f},
+      {"d64_softcap_window_bf16", 4, 1, 64, kBF16, kBF16, kF32, {999}, 100, 20.0f, 2.0f},
+      {"mixed_lengths_1_to_70000_bf16", 8, 2, 128, kBF16, kBF16, kBF16, {1, 0, 70000, 333, 12345, 69999}},
+      {"mixed_lengths_f32_gqa4", 32, 8, 128, kF32, kF32, kF32, {5, 40000, 0, 1}},
+      {"gqa16_two_head_chunks_bf16", 32, 2, 128, kBF16, kBF16, kBF16, {2000, 64}},
+      {"gqa6_partial_chunk_f16", 12, 2, 64, kF16, kF16, kF16, {500, 9}},
+      {"mqa128_two_passes_bf16", 128, 1, 64, kBF16, kBF16, kBF16, {300, 1}},
+      {"d256_gqa8_window_mid_bf16", 16, 2, 256, kBF16, kBF16, kBF16, {5000, 40}, 999},
+      {"length_above_plan_is_clamped_f32", 8, 2, 64, kF32, kF32, kF32, {500, 50}, 0, 0.0f, 1.0f, 100},
+  };
+}
+
+class DecodeCuda : public ::testing::TestWithParam<DecodeSpec> {};
+
+TEST_P(DecodeCuda, PlannedKernelMatchesGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const DecodeSpec& s = GetParam();
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  ASSERT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
+  const reference::Result golden = run_and_golden(r, plan);
+  const std::string note = s.name + " seed=" + std::to_string(r.seed) + " splits=" +
+                           std::to_string(plan.partition.sequence_splits);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note);
+  expect_lse_matches(r.lse, golden.lse, note);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeCuda, ::testing::ValuesIn(decode_specs()),
+                         [](const auto& info) { return info.param.name; });
+
+// Large batches give enough (sequence, KV head) blocks that the planner does not split: the
+// unsplit path writes out and LSE directly, with random lengths (some zero).
+TEST(DecodeCudaPaths, UnsplitLargeBatchMatchesGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  std::uniform_int_distribution<int> len(0, 300);
+  DecodeSpec s{"unsplit_batch40_bf16", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {}};
+  for (int b = 0; b < 40; ++b) s.lengths.push_back(len(rng));
+  s.lengths[0] = 300;
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  EXPECT_EQ(plan.partition.sequence_splits, 1u) << to_table(plan);
+  EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
+  const reference::Result golden = run_and_golden(r, plan);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name + " seed=" + std::to_string(r.seed));
+  expect_lse_matches(r.lse, golden.lse, s.name);
+}
+
+// The same call twice gives bit-identical results (no race, no dependence on block order).
+TEST(DecodeCudaPaths, SplitRunIsDeterministic) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  DecodeSpec s{"deterministic", 32, 8, 128, DType::kBF16, DType::kBF16, DType::kBF16, {9000, 3}};
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  ASSERT_GT(plan.partition.sequence_splits, 1u);
+  DeviceTensor q(r.q), k(r.k), v(r.v), lengths(r.lengths), out(r.out), lse(r.lse);
+  DeviceWorkspace ws(plan.evidence.workspace_bytes);
+  HostTensor first(DType::kBF16, {2, 32, 128}), second(DType::kBF16, {2, 32, 128});
+  cuda::decode(plan, DecodeTensors{q.view, k.view, v.view, lengths.view, out.view, lse.view}, ws.view());
+  out.copy_to(first);
+  cuda::decode(plan, DecodeTensors{q.view, k.view, v.view, lengths.view, out.view, lse.view}, ws.view());
+  out.copy_to(second);
+  EXPECT_EQ(first.bytes, second.bytes);
+}
+
+// A small case for compute-sanitizer (memcheck, racecheck): split path, window, GQA 4, LSE.
+TEST(DecodeCudaSmall, SanitizerCase) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  DecodeSpec s{"sanitizer_small", 8, 2, 64, DType::kBF16, DType::kBF16, DType::kBF16, {300, 0, 1}, 200};
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  const reference::Result golden = run_and_golden(r, plan);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name);
+  expect_lse_matches(r.lse, golden.lse, s.name);
+}
+
+}  // namespace
+}  // namespace attnkit::testing::cuda_decode_tests
