@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "attnkit/error.hpp"
 #include "attnkit/plan.hpp"
@@ -29,9 +30,15 @@ std::uint32_t to_u32(std::int64_t value, const char* name) {
   return static_cast<std::uint32_t>(value);
 }
 
+// JSON is re-indented for people; it stays one document for programs.
 void print(const std::string& table, const std::string& json, bool as_json) {
-  std::cout << (as_json ? json : table);
-  if (!(as_json ? json : table).ends_with('\n')) std::cout << '\n';
+  std::string text = table;
+  if (as_json) {
+    const nlohmann::json doc = nlohmann::json::parse(json, nullptr, false);
+    text = doc.is_discarded() ? json : doc.dump(2);
+  }
+  std::cout << text;
+  if (!text.ends_with('\n')) std::cout << '\n';
 }
 
 void run_seed_plan(const PlanFlags& f) {
