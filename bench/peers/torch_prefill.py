@@ -93,7 +93,7 @@ def render(attnkit_path, torch_path, out):
     key = lambda r: (r.get("head_dim"), r.get("causal"), r.get("seq_len"))
     by = {}
     for r in rows:
-        if "seq_len" in r and "tflops" in r:
+        if "seq_len" in r and "tflops" in r and r["impl"] in ("attnkit", "torch-flash", "torch-cudnn"):
             by.setdefault(key(r), {})[r["impl"]] = r["tflops"]
     gemm = [r["tflops"] for r in rows if r["impl"] == "cublas-bf16-gemm"]
     tgemm = [r["tflops"] for r in rows if r["impl"] == "torch-bf16-gemm"]

@@ -24,10 +24,10 @@ inline constexpr int kSharedRowPad = 8;  // elements added to each shared-memory
 // Register budget decides q_in_registers: at head_dim 256 the 16x256 output accumulator alone
 // takes 128 registers per thread, so Q is re-read from shared memory instead.
 inline constexpr TiledConfig kTiledConfigs[] = {
-    {64, 128, 128, 8, 2, true},
-    {96, 128, 64, 8, 2, true},
-    {128, 128, 64, 8, 2, true},
-    {256, 128, 64, 8, 2, false},
+    {64, 64, 128, 4, 2, true},
+    {96, 64, 64, 4, 2, true},
+    {128, 64, 64, 4, 2, true},
+    {256, 64, 32, 4, 2, false},
 };
 
 inline constexpr const TiledConfig* find_tiled_config(std::int64_t head_dim) {
