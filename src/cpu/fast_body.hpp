@@ -135,20 +135,44 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
   }
 }
 
-// acc[g] += sum_j p[g][j] * V[j] for rows [g0, g0 + GR), keys [j0, j0 + n).
+// acc[g] += sum_j p[g][j] * V[j] for rows [g0, g0 + GR), vectors [c0, c0 + NV) of head_dim,
+// keys [j0, j0 + n): each V row chunk is loaded once for the GR rows, each p broadcast once for NV.
+template <class Tag, int GR, int NV>
+void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, std::int64_t c0, std::int64_t j0,
+                     std::int64_t n) {
+  const std::int64_t d = t.head_dim;
+  V acc[GR][NV];
+  int width[NV];
+  for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
+  for (int g = 0; g < GR; ++g)
+    for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + (c0 + v) * W);
+  std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+    V vv[NV];
+    for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+    for (int g = 0; g < GR; ++g) {
+      const V pb = Vec::set1(L.scores[(g0 + g) * L.tp + j]);
+      for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
+    }
+  }
+  for (int g = 0; g < GR; ++g)
+    for (int v = 0; v < NV; ++v) Vec::store(L.acc + (g0 + g) * L.dp + (c0 + v) * W, acc[g][v]);
+}
+
+// Accumulator budget of one P V block (registers left for V chunks and the broadcast).
+constexpr int kPvAccumulators = W >= 16 ? 16 : (W >= 8 ? 8 : 4);
+
 template <class Tag, int GR>
 void decode_pv(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, std::int64_t j0, std::int64_t n) {
-  const std::int64_t d = t.head_dim;
-  for (std::int64_t c = 0; c < d; c += W) {
-    const int m = static_cast<int>(imin(W, d - c));
-    V acc[GR];
-    for (int g = 0; g < GR; ++g) acc[g] = Vec::load(L.acc + (g0 + g) * L.dp + c);
-    std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c;
-    for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
-      const V vv = load_chunk<Tag>(t.v.data, offset, m);
-      for (int g = 0; g < GR; ++g) acc[g] = Vec::fma(Vec::set1(L.scores[(g0 + g) * L.tp + j]), vv, acc[g]);
-    }
-    for (int g = 0; g < GR; ++g) Vec::store(L.acc + (g0 + g) * L.dp + c, acc[g]);
+  constexpr int kMaxVecs = kPvAccumulators / GR > 0 ? kPvAccumulators / GR : 1;
+  const std::int64_t vectors = L.dp / W;
+  std::int64_t c0 = 0;
+  while (c0 < vectors) {
+    const std::int64_t left = vectors - c0;
+    if (kMaxVecs >= 8 && left >= 8) { decode_pv_block<Tag, GR, (kMaxVecs >= 8 ? 8 : 1)>(t, L, g0, c0, j0, n); c0 += 8; }
+    else if (kMaxVecs >= 4 && left >= 4) { decode_pv_block<Tag, GR, (kMaxVecs >= 4 ? 4 : 1)>(t, L, g0, c0, j0, n); c0 += 4; }
+    else if (kMaxVecs >= 2 && left >= 2) { decode_pv_block<Tag, GR, (kMaxVecs >= 2 ? 2 : 1)>(t, L, g0, c0, j0, n); c0 += 2; }
+    else { decode_pv_block<Tag, GR, 1>(t, L, g0, c0, j0, n); c0 += 1; }
   }
 }
 
