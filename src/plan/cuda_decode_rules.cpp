@@ -41,9 +41,10 @@ std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
                            WorkPartition& p, std::vector<std::string>& reasons) {
   const char* ctx = "plan_decode (cuda)";
-  require(requested == nullptr || *requested == KernelFamily::kSplitKvDecode, ctx,
-          "the CUDA backend has only the split_kv_decode family for decode, got " + to_string(*requested),
-          "plan without a family or with KernelFamily::kSplitKvDecode");
+  if (requested != nullptr && *requested != KernelFamily::kSplitKvDecode) {
+    fail(ctx, "the CUDA backend has only the split_kv_decode family for decode, got " + to_string(*requested),
+         "plan without a family or with KernelFamily::kSplitKvDecode");
+  }
   require(pr.head_dim % 8 == 0 && pr.head_dim >= 8 && pr.head_dim <= 256, ctx,
           "head_dim=" + std::to_string(pr.head_dim) + " is not a multiple of 8 in [8, 256]",
           "use a head_dim that is a multiple of 8, at most 256");
@@ -110,13 +111,16 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   const std::int64_t base = pr.batch * pr.kv_heads * passes;
   const std::int64_t max_splits = std::clamp<std::int64_t>(range / (kMinTilesPerSplit * tile), 1, geo::kMaxSplits);
   std::int64_t splits = 1;
+  std::string split_reason;
   if (base >= 2 * sm_count) {
-    reasons.push_back("sequence_splits 1: batch x kv_heads x passes = " + std::to_string(base) +
-                      " blocks already give every one of " + std::to_string(sm_count) + " SMs at least two");
+    split_reason = "batch x kv_heads x passes = " + std::to_string(base) + " blocks already give every one of " +
+                   std::to_string(sm_count) + " SMs at least two";
   } else {
-    // The smallest split count whose blocks fill whole waves of `wave` resident blocks best.
+    // Up to two waves of `wave` resident blocks: the split count whose blocks fill whole waves best
+    // (a smaller count wins ties: fewer partial states, less merge work).
+    const std::int64_t cap = std::min(max_splits, std::max<std::int64_t>(1, div_up(2 * wave, base)));
     double best = -1;
-    for (std::int64_t s = 1; s <= max_splits; ++s) {
+    for (std::int64_t s = 1; s <= cap; ++s) {
       const std::int64_t blocks = base * s;
       const double fill = static_cast<double>(blocks) / static_cast<double>(div_up(blocks, wave) * wave);
       if (fill > best + 0.02) {
@@ -124,15 +128,15 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
         splits = s;
       }
     }
-    reasons.push_back("sequence_splits " + std::to_string(splits) + ": " + std::to_string(base) +
-                      " (sequence, KV head) blocks are too few for " + std::to_string(sm_count) + " SMs x " +
-                      std::to_string(per_sm) + " resident; " + std::to_string(base * splits) +
-                      " blocks fill waves best, at least " + std::to_string(kMinTilesPerSplit) +
-                      " tiles per split (at most " + std::to_string(max_splits) + " splits for " +
-                      std::to_string(range) + " keys)");
+    split_reason = std::to_string(base) + " (sequence, KV head) blocks are too few for " + std::to_string(sm_count) +
+                   " SMs x " + std::to_string(per_sm) + " resident blocks; the count whose blocks fill whole waves "
+                   "best within two waves, at least " + std::to_string(kMinTilesPerSplit) + " tiles per split (at most " +
+                   std::to_string(max_splits) + " splits for " + std::to_string(range) + " keys)";
   }
   const std::int64_t keys_per_split = div_up(div_up(range, splits), tile) * tile;
   splits = div_up(range, keys_per_split);
+  reasons.push_back("sequence_splits " + std::to_string(splits) + " of " + std::to_string(keys_per_split) +
+                    " keys: " + split_reason);
   if (splits > 1) {
     reasons.push_back("merge: partial (output, LSE) states of the splits go to the caller's workspace and a merge "
                       "kernel combines them; a sequence shorter than the plan uses fewer splits");
