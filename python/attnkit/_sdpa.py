@@ -3,6 +3,7 @@
 the plan (and its workspace) in a bounded cache, so repeated calls only run."""
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
 from typing import Any, Optional
@@ -21,6 +22,10 @@ def clear_plan_cache() -> None:
     """Forget every plan sdpa() made (and the workspaces they hold)."""
     with _cache_lock:
         _cache.clear()
+
+
+# Plans hold native objects: let them go before the interpreter tears the extension down.
+atexit.register(clear_plan_cache)
 
 
 def _cached(key: tuple, make) -> tuple[Plan, Any]:

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import attnkit  # noqa: E402
-from conftest import check_close  # noqa: E402
+from conftest import REL_L2, check_close  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -57,13 +57,23 @@ def test_torch_tensors_in_and_out_without_copies(seed):
 def test_transformers_backend_generates_like_sdpa_on_cpu(seed):
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import compare_generations, tiny_llama
+    from llama_support import check_greedy_generation, tiny_llama
 
     torch.set_num_threads(2)
     model = tiny_llama(torch.float32, "cpu", seed)
     prompt = torch.randint(0, 1000, (2, 17), generator=torch.Generator().manual_seed(seed))
-    result = compare_generations(model, prompt, new_tokens=64, rel_l2_tolerance=1e-4, exact_tokens=True)
-    print(result)
+    print(check_greedy_generation(model, prompt, rel_l2_tolerance=REL_L2["f32"]))
+
+
+def test_transformers_backend_bf16_on_cpu_is_as_close_to_f32_as_sdpa(seed):
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import check_teacher_forced, tiny_llama
+
+    torch.set_num_threads(2)
+    model = tiny_llama(torch.bfloat16, "cpu", seed)
+    prompt = torch.randint(0, 1000, (2, 17), generator=torch.Generator().manual_seed(seed))
+    print(check_teacher_forced(model, prompt))
 
 
 def test_transformers_backend_falls_back_on_padding(seed):
