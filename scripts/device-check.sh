@@ -109,6 +109,27 @@ PY
   echo "}" >> "$OUT/ncu.json"
 fi
 
+# ---- prefill (owner: CUDA prefill; opt-in: --prefill, not in the default parts) -------------
+# gpu tests of the prefill kernels, compute-sanitizer on small prefill cases, the prefill sweep
+# (bench/cuda/prefill_bench.cu as a standalone program, cuBLAS bf16 GEMM ceiling) and the torch
+# SDPA flash/cuDNN peers, rendered to $OUT/prefill_h200.{md,png}. Needs --build (or a build) first.
+if want prefill; then
+  step "prefill: gpu tests, sanitizer, sweep"
+  PF="*PrefillShapesCuda*:PrefillCuda.*"
+  timeout 200 $TESTS --gtest_filter="$PF" > "$LOG/prefill_tests.log" 2>&1; rc=$?; echo "prefill tests rc=$rc"; ((rc)) && status=1
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $TESTS \
+    --gtest_filter="*/ragged_causal_empty_len1_d128_bf16:*/causal_long_keys_split_d128_bf16" > "$LOG/prefill_memcheck.log" 2>&1
+  rc=$?; echo "prefill memcheck rc=$rc"; ((rc)) && status=1
+  nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ibench \
+    -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas -Xcompiler=-fopenmp \
+    -o $BUILD/prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 || { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
+  PQ=""; ((quick)) && PQ="--quick"
+  timeout 200 $BUILD/prefill_bench $PQ > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" || status=1
+  PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ > "$OUT/prefill_torch.jsonl" 2> "$LOG/prefill_torch.err" || status=1
+  python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_h200" | tail -40
+fi
+# ---- end prefill ---------------------------------------------------------------------------
+
 if [[ -s "$OUT/attnkit.json" && -s "$OUT/peers.json" ]]; then
   step render
   python3 bench/render.py --ours "$OUT/attnkit.json" --peers "$OUT/peers.json" --ncu "$OUT/ncu.json" --out "$OUT/decode_h200"
