@@ -4,6 +4,7 @@
 // unwritten cache slot holds anything and a kernel must skip, not read, what it may not see.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -381,36 +382,64 @@ void check_fused(CheckContext& ctx, const DecodeShape& s, DType dtype, RopeStyle
   });
 }
 
+// Runs `body` with rows collected; when every row was skipped for one and the same reason (the
+// backend has no such family), reports a single row for all of them instead of one per case.
+void collapsed(CheckContext& ctx, const std::string& label, const std::function<void()>& body) {
+  std::vector<CheckRow> rows;
+  const std::function<void(CheckRow)> report = ctx.report;
+  ctx.report = [&rows](CheckRow row) { rows.push_back(std::move(row)); };
+  body();
+  ctx.report = report;
+  const bool same_skip = rows.size() > 1 && std::all_of(rows.begin(), rows.end(), [&](const CheckRow& r) {
+    return r.status == Status::kSkipped && r.note == rows.front().note;
+  });
+  if (!same_skip) {
+    for (CheckRow& r : rows) report(std::move(r));
+    return;
+  }
+  CheckRow one = rows.front();
+  one.kernel = label;
+  one.shape = "all " + std::to_string(rows.size()) + " cases";
+  one.dtype = "-";
+  report(std::move(one));
+}
+
 }  // namespace
 
 void check_attention(CheckContext& ctx) {
   const std::vector<KernelFamily> decode_families = {KernelFamily::kScalarOnline, KernelFamily::kSplitKvDecode};
   const std::vector<KernelFamily> prefill_families = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled};
   for (KernelFamily family : decode_families) {
-    for (const DecodeShape& s : decode_shapes(ctx.quick)) {
-      for (DType dtype : dtypes(ctx.quick)) check_decode(ctx, s, dtype, family);
-    }
+    collapsed(ctx, "decode/" + family_name(family), [&] {
+      for (const DecodeShape& s : decode_shapes(ctx.quick)) {
+        for (DType dtype : dtypes(ctx.quick)) check_decode(ctx, s, dtype, family);
+      }
+    });
   }
   for (KernelFamily family : prefill_families) {
-    for (const PrefillShape& s : prefill_shapes(ctx.quick)) {
-      for (DType dtype : dtypes(ctx.quick)) check_prefill(ctx, s, dtype, family);
-    }
+    collapsed(ctx, "prefill/" + family_name(family), [&] {
+      for (const PrefillShape& s : prefill_shapes(ctx.quick)) {
+        for (DType dtype : dtypes(ctx.quick)) check_prefill(ctx, s, dtype, family);
+      }
+    });
   }
   const std::vector<DecodeShape> fused_shapes = {
       {3, 8, 2, 128, 300, 320, 0, 0.0f, false},
       {2, 12, 4, 64, 2048, 2048, 256, 0.0f, false},
   };
   for (KernelFamily family : decode_families) {
-    for (const DecodeShape& s : fused_shapes) {
-      for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
-        if (ctx.quick) {
-          check_fused(ctx, s, style == RopeStyle::kHalf ? DType::kF32 : DType::kBF16, style, family);
-        } else {
-          for (DType dtype : dtypes(false)) check_fused(ctx, s, dtype, style, family);
+    collapsed(ctx, "fused-rope-append-decode/*/" + family_name(family), [&] {
+      for (const DecodeShape& s : fused_shapes) {
+        for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
+          if (ctx.quick) {
+            check_fused(ctx, s, style == RopeStyle::kHalf ? DType::kF32 : DType::kBF16, style, family);
+          } else {
+            for (DType dtype : dtypes(false)) check_fused(ctx, s, dtype, style, family);
+          }
         }
+        if (ctx.quick) break;  // one shape is enough for --quick
       }
-      if (ctx.quick) break;  // one shape is enough for --quick
-    }
+    });
   }
 }
 

@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/out}; mkdir -p "$out"; build=/tmp/attnkit-cli; mkdir -p $build/obj
 dep=.deps/devprefix
-common="-std=c++20 -O3 -DNDEBUG -DATTNKIT_WITH_CUDA=1 -Iinclude -Isrc -Ibench -Itests -Itools -I$dep/include"
+common="-std=c++20 -O3 -g -DNDEBUG -DATTNKIT_WITH_CUDA=1 -Iinclude -Isrc -Ibench -Itests -Itools -I$dep/include"
 nvcc_flags="$common --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-fopenmp"
 gxx_flags="$common -fopenmp -I/usr/local/cuda/include"
 nvidia-smi -L
@@ -27,5 +27,9 @@ g++ -fopenmp $build/obj/*.o -L/usr/local/cuda/lib64 -lcudart -lcublas -o $build/
 echo "build: $(( $(date +%s) - start )) s"
 timeout 300 $build/attnkit check > $out/check.txt 2>&1; echo "check rc=$?"
 grep -E "FAIL|SKIPPED|^# " $out/check.txt | head -60
-timeout 200 $build/attnkit bench "$@" > $out/bench.txt 2> $out/bench.err; echo "bench rc=$?"; cat $out/bench.txt; tail -3 $out/bench.err
+timeout 200 $build/attnkit bench "$@" > $out/bench.txt 2> $out/bench.err; rc=$?; echo "bench rc=$rc"
+cat $out/bench.txt; tail -3 $out/bench.err
+if [[ $rc -ge 128 ]] && command -v gdb > /dev/null; then
+  gdb -batch -ex run -ex bt --args $build/attnkit bench "$@" 2>&1 | grep -E "^#|signal" | head -20
+fi
 timeout 200 $build/attnkit bench --json "$@" > $out/bench.json 2>> $out/bench.err; echo "bench --json rc=$?"
