@@ -4,8 +4,9 @@
 // Decode (kSplitKvDecode): a task is one (sequence, KV head, key split); it packs the whole GQA
 //   group (rows_per_block = group size) so each K/V row is read once for all its query heads.
 //   Keys are split only when there are too few (sequence, KV head) units to keep every thread busy.
-// Prefill (kCooperativeTiled): a task is one (sequence, query head, block of query rows); the key
-//   tile (tile_size) is converted to f32 once per block and reused by every row of it.
+// Prefill (kCooperativeTiled): a task is one (sequence, KV head, block of rows_per_block query rows
+//   for each head of the GQA group); the key tile (tile_size) is converted to f32 once per task
+//   and reused by every row of every head of it.
 // Cache sizes: Target carries only the last-level cache, so the per-core L1d and L2 the tiles are
 // sized for are the conservative values below (every AVX2/AVX-512 x86 core of the last decade has
 // at least these), stated in the reasons.
@@ -172,17 +173,21 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   reasons.push_back("tile: " + std::to_string(tile) + " keys: the f32 K tile (" +
                     std::to_string(tile * hd * kF32Bytes >> 10) + " KiB) fits an assumed 32 KiB L1d");
 
-  // Query rows per block: q and the output accumulator in f32 fill at most a quarter of L2, and
-  // the blocks still give each thread several tasks to balance causal work.
-  std::uint64_t rows = std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * kF32Bytes)), 16, 128);
+  // Query rows per block (per head; a task packs the GQA group, so the K/V tile is converted once
+  // for group x rows rows): the group's q and output accumulators in f32 fill at most half of L2,
+  // and the blocks still give each thread several tasks to balance causal work.
+  const std::uint64_t group = u(pr.group_size());
+  std::uint64_t rows =
+      std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 2 / (group * 2 * hd * kF32Bytes)), 16, 128);
   const std::uint64_t q_len = std::max<std::uint64_t>(1, u(pr.q_len));
-  while (rows > 16 && rows / 2 >= 16 && u(pr.batch) * u(pr.num_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
+  while (rows > 16 && u(pr.batch) * u(pr.kv_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
   rows = std::min<std::uint64_t>(rows, div_up(q_len, 8) * 8);
   const std::uint64_t blocks = div_up(q_len, rows);
-  const std::uint64_t tasks = u(pr.batch) * u(pr.num_heads) * blocks;
-  reasons.push_back("rows: " + std::to_string(rows) + " query rows per block (q and accumulator " +
-                    std::to_string(2 * rows * hd * kF32Bytes >> 10) + " KiB, within a quarter of an assumed 1 MiB L2); " +
-                    std::to_string(tasks) + " tasks for " + std::to_string(threads) + " threads");
+  const std::uint64_t tasks = u(pr.batch) * u(pr.kv_heads) * blocks;
+  reasons.push_back("rows: " + std::to_string(rows) + " query rows per block for each of the " + std::to_string(group) +
+                    " heads of a KV group (q and accumulators " + std::to_string(group * 2 * rows * hd * kF32Bytes >> 10) +
+                    " KiB, within half of an assumed 1 MiB L2); " + std::to_string(tasks) +
+                    " (sequence, KV head, row block) tasks for " + std::to_string(threads) + " threads");
   reasons.push_back("splits: 1: query rows already give the threads independent work (no merge needed)");
 
   const std::uint64_t keys = std::max<std::uint64_t>(1, u(pr.kv_len));
@@ -196,9 +201,9 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   p.workgroup_lanes = 1;
   p.warp_lanes = kVectorLanes;
   p.warps_per_block = 1;
-  p.q_scratch_elements = u32(rows * hd, ctx, "q scratch");
+  p.q_scratch_elements = u32(group * rows * hd, ctx, "q scratch");
   p.score_scratch_elements = u32(rows * tile, ctx, "score scratch");
-  p.o_acc_scratch_elements = u32(rows * hd, ctx, "accumulator scratch");
+  p.o_acc_scratch_elements = u32(group * rows * hd, ctx, "accumulator scratch");
   p.split_reduce_scratch_elements = 0;
   p.grid_blocks = tasks;
   p.pipeline_stages = 1;
