@@ -48,9 +48,11 @@ if want tests; then
   rc=$?; echo "decode/append/fused tests rc=$rc"; ((rc)) && status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$LOG/gpu_tests.log" | head -30
   grep -E "Failure|Expected|rel_l2|which is" "$LOG/gpu_tests.log" | head -30
-  step "ctest -L gpu (every gpu-labelled test, prefill included)"
-  (cd $BUILD && timeout 240 ctest -L gpu --output-on-failure -j4 > "$OUT/logs/ctest_gpu.log" 2>&1)
-  echo "ctest -L gpu rc=$?"; tail -4 "$LOG/ctest_gpu.log"
+  # Every gpu-labelled test lives in this one binary (prefill included); it is run directly since
+  # ctest's gtest discovery chokes on the SKIP_REGULAR_EXPRESSION brackets under CMake 4 (reported).
+  step "all gpu tests (attnkit_cuda_tests, prefill included)"
+  timeout 300 $TESTS > "$LOG/gpu_tests_all.log" 2>&1
+  echo "all gpu tests rc=$?"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$LOG/gpu_tests_all.log" | tail -8
 fi
 
 if want sanitize; then
