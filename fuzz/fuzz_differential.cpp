@@ -1,0 +1,213 @@
+// libFuzzer target: the CPU kernels (scalar online, and the fast families on every instruction
+// set this CPU has) on tiny random problems against the float64 golden, with the tolerances of
+// DESIGN.md. The fuzzer picks the shape, options, family, threads, ISA, layout (padded strides),
+// lengths, magnitudes and the seed of the values; outputs are poisoned with NaN first, so an
+// element left unwritten is a finding too.
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/fast_isa.hpp"
+#include "fuzz_support.hpp"
+#include "support/random_tensors.hpp"
+
+namespace attnkit::fuzz {
+namespace {
+
+using testing::HostTensor;
+
+// A buffer holding a view with padded strides (rows `pad` elements apart beyond head_dim).
+struct Padded {
+  std::vector<std::uint8_t> bytes;
+  TensorView view;
+  Padded(DType dtype, std::vector<std::int64_t> shape, std::int64_t pad) {
+    view.dtype = dtype;
+    view.rank = static_cast<int>(shape.size());
+    std::int64_t stride = 1;
+    for (int i = view.rank - 1; i >= 0; --i) {
+      view.shape[i] = shape[static_cast<std::size_t>(i)];
+      view.strides[i] = stride;
+      stride *= view.shape[i] + (i == view.rank - 1 ? pad : 0);
+    }
+    bytes.resize(static_cast<std::size_t>(std::max<std::int64_t>(stride, 1)) * dtype_size(dtype));
+    view.data = bytes.data();
+  }
+  std::size_t offset(std::int64_t flat) const {  // row-major logical index -> element offset
+    std::size_t off = 0;
+    for (int i = view.rank - 1; i >= 0; --i) {
+      off += static_cast<std::size_t>(flat % view.shape[i] * view.strides[i]);
+      flat /= view.shape[i];
+    }
+    return off;
+  }
+  std::int64_t numel() const { return view.numel(); }
+  float get(std::int64_t i) const { return load_as_float(view.data, view.dtype, offset(i)); }
+  void set(std::int64_t i, float x) { store_from_float(view.data, view.dtype, offset(i), x); }
+};
+
+void fill(Padded& t, std::mt19937_64& rng, float stddev) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, normal(rng));
+}
+void poison(Padded& t) {
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, std::nanf(""));
+}
+
+// DESIGN.md parity by the coarsest storage dtype of the call; NaN never passes.
+void check(const Padded& actual, const std::vector<double>& golden, DType coarsest, const std::string& what) {
+  double err2 = 0, ref2 = 0, max_abs = 0;
+  for (std::size_t i = 0; i < golden.size(); ++i) {
+    const double a = actual.get(static_cast<std::int64_t>(i));
+    if (std::isnan(a)) finding(what + ": NaN at output " + std::to_string(i));
+    const double d = std::abs(a - golden[i]);
+    max_abs = std::max(max_abs, d);
+    err2 += d * d;
+    ref2 += golden[i] * golden[i];
+  }
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  const bool ok = coarsest == DType::kF32 ? (max_abs <= 1e-3 && rel <= 1e-5)
+                  : coarsest == DType::kF16 ? rel <= 2e-3
+                                            : rel <= 1e-2;
+  if (!ok) finding(what + ": max_abs=" + std::to_string(max_abs) + " rel_l2=" + std::to_string(rel));
+}
+
+void check_lse(const HostTensor& lse, const std::vector<double>& golden, const std::string& what) {
+  for (std::size_t i = 0; i < golden.size(); ++i) {
+    const double a = lse.get(i);
+    const bool ok = std::isinf(golden[i]) ? (std::isinf(a) && a < 0)
+                                          : std::abs(a - golden[i]) <= 1e-3 * (1.0 + std::abs(golden[i]));
+    if (!ok) finding(what + ": lse[" + std::to_string(i) + "]=" + std::to_string(a) + " golden " + std::to_string(golden[i]));
+  }
+}
+
+DType coarsest(DType a, DType b, DType c) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    if (a == t || b == t || c == t) return t;
+  }
+  return DType::kF32;
+}
+
+DType storage(FuzzedDataProvider& in) {
+  static constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  return in.PickValueInArray(kTypes);
+}
+
+AttentionOptions options(FuzzedDataProvider& in) {
+  AttentionOptions o;
+  if (in.ConsumeBool()) o.window = in.ConsumeIntegralInRange<std::int64_t>(1, 40);
+  if (in.ConsumeBool()) o.scale = in.ConsumeFloatingPointInRange<float>(0.01f, 2.0f);
+  if (in.ConsumeBool()) o.softcap = in.ConsumeFloatingPointInRange<float>(0.5f, 60.0f);
+  return o;
+}
+
+// Magnitudes the f32 tolerances hold for (the golden reads the same stored inputs): near-equal
+// scores, ordinary ones, and a few dominant keys.
+float magnitude(FuzzedDataProvider& in) {
+  static constexpr float kStddev[] = {1e-3f, 0.3f, 1.0f, 3.0f};
+  return in.PickValueInArray(kStddev);
+}
+
+// The ISA for this input (fast families only), among those this CPU supports.
+void select_isa(FuzzedDataProvider& in) {
+  using cpu::simd::Isa;
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (cpu::simd::isa_supported(isa)) isas.push_back(isa);
+  }
+  const Isa isa = isas[in.ConsumeIntegralInRange<std::size_t>(0, isas.size() - 1)];
+  setenv("ATTNKIT_CPU_ISA", std::string(cpu::simd::isa_name(isa)).c_str(), 1);
+}
+
+void fuzz_decode(FuzzedDataProvider& in) {
+  DecodeProblem p;
+  p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.kv_heads = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.num_heads = p.kv_heads * in.ConsumeIntegralInRange<std::int64_t>(1, 5);
+  p.head_dim = 8 * in.ConsumeIntegralInRange<std::int64_t>(1, 12);
+  p.max_seq = in.ConsumeIntegralInRange<std::int64_t>(1, 70);
+  p.kv_len = in.ConsumeIntegralInRange<std::int64_t>(1, p.max_seq);
+  p.kv_dtype = storage(in);
+  p.q_dtype = storage(in);
+  p.out_dtype = storage(in);
+  p.options = options(in);
+  const bool scalar = in.ConsumeBool();
+  const int threads = in.ConsumeIntegralInRange<int>(1, 3);
+  const DecodePlan plan = scalar ? plan_decode(p, cpu_target(threads), KernelFamily::kScalarOnline)
+                                 : plan_decode(p, cpu_target(threads));
+  select_isa(in);
+  const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim, S = p.max_seq;
+  const std::int64_t pad = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::int64_t>(1, 9) : 0;
+  Padded q(p.q_dtype, {B, H, D}, pad), k(p.kv_dtype, {B, G, S, D}, pad), v(p.kv_dtype, {B, G, S, D}, pad);
+  Padded out(p.out_dtype, {B, H, D}, pad);
+  HostTensor lengths(DType::kI32, {B}), lse(DType::kF32, {B, H});
+  for (std::int64_t b = 0; b < B; ++b) lengths.i32()[b] = in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(p.kv_len));
+  const float stddev = magnitude(in);
+  std::mt19937_64 rng(in.ConsumeIntegral<std::uint64_t>());
+  fill(q, rng, stddev);
+  fill(k, rng, stddev);
+  fill(v, rng, 1.0f);
+  poison(out);
+  testing::poison(lse);
+  const DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view};
+  std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
+  cpu::decode(plan, t, Workspace{workspace.data(), workspace.size()});
+  const reference::Result golden = reference::decode(p, t);
+  const std::string what = std::string("decode ") + (scalar ? "scalar" : "fast");
+  check(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
+  check_lse(lse, golden.lse, what);
+}
+
+void fuzz_prefill(FuzzedDataProvider& in) {
+  PrefillProblem p;
+  p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 2);
+  p.kv_heads = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.num_heads = p.kv_heads * in.ConsumeIntegralInRange<std::int64_t>(1, 4);
+  p.head_dim = 8 * in.ConsumeIntegralInRange<std::int64_t>(1, 12);
+  p.kv_len = in.ConsumeIntegralInRange<std::int64_t>(1, 70);
+  p.causal = in.ConsumeBool();
+  p.q_len = in.ConsumeIntegralInRange<std::int64_t>(1, p.causal ? p.kv_len : 70);
+  p.dtype = storage(in);
+  p.out_dtype = storage(in);
+  p.options = options(in);
+  const bool scalar = in.ConsumeBool();
+  const int threads = in.ConsumeIntegralInRange<int>(1, 3);
+  const PrefillPlan plan = scalar ? plan_prefill(p, cpu_target(threads), KernelFamily::kScalarOnline)
+                                  : plan_prefill(p, cpu_target(threads));
+  select_isa(in);
+  const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim;
+  const std::int64_t pad = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::int64_t>(1, 9) : 0;
+  Padded q(p.dtype, {B, H, p.q_len, D}, pad), k(p.dtype, {B, G, p.kv_len, D}, pad),
+      v(p.dtype, {B, G, p.kv_len, D}, pad), out(p.out_dtype, {B, H, p.q_len, D}, pad);
+  HostTensor lse(DType::kF32, {B, H, p.q_len});
+  const float stddev = magnitude(in);
+  std::mt19937_64 rng(in.ConsumeIntegral<std::uint64_t>());
+  fill(q, rng, stddev);
+  fill(k, rng, stddev);
+  fill(v, rng, 1.0f);
+  poison(out);
+  testing::poison(lse);
+  const PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
+  std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
+  cpu::prefill(plan, t, Workspace{workspace.data(), workspace.size()});
+  const reference::Result golden = reference::prefill(p, t);
+  const std::string what = std::string("prefill ") + (scalar ? "scalar" : "fast");
+  check(out, golden.out, coarsest(p.dtype, p.dtype, p.out_dtype), what);
+  check_lse(lse, golden.lse, what);
+}
+
+}  // namespace
+}  // namespace attnkit::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace attnkit::fuzz;
+  FuzzedDataProvider in(data, size);
+  // Every problem here is valid: an Error is a finding as much as a wrong answer.
+  if (in.ConsumeBool()) {
+    fuzz_decode(in);
+  } else {
+    fuzz_prefill(in);
+  }
+  return 0;
+}
