@@ -14,3 +14,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The Python package's build and test tools (numpy for the CPU tests; torch is not needed in CI).
+python3 -m pip install -q --disable-pip-version-check nanobind scikit-build-core numpy pytest

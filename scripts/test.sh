@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake --workflow --preset release-test
 cmake --workflow --preset asan-test
+# The Python package, CPU-only here (the CUDA kernels were compiled above already).
+python3 -m pip install -q --disable-pip-version-check . --no-build-isolation -Ccmake.define.ATTNKIT_CUDA=OFF
+python3 -m pytest -q python/tests -m "not gpu"
 echo "attnkit: all tests passed"
