@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the release build (CUDA compiled when nvcc is present; GPU tests
-# SKIPPED without a device), then the CPU tests again under AddressSanitizer + UBSan.
+# SKIPPED without a device), the CPU tests again under AddressSanitizer + UBSan, and the Python
+# package's CPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
