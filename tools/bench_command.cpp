@@ -146,6 +146,11 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
 }
 
 nlohmann::json row_json(const bench::Row& r) {
+  if (is_ceiling(r)) {
+    // A ceiling has no attention shape: only what was measured.
+    return {{"impl", r.impl}, {"backend", r.backend}, {"timing", r.timing}, {"ceiling_name", r.ceiling_name},
+            {"ceiling_value", r.ceiling_value}, {"median_s", r.median_s}, {"bytes", r.bytes}};
+  }
   nlohmann::json j = {
       {"op", r.c.op}, {"batch", r.c.batch}, {"num_heads", r.c.num_heads}, {"kv_heads", r.c.kv_heads},
       {"head_dim", r.c.head_dim}, {"q_len", r.c.q_len}, {"kv_len", r.c.kv_len}, {"causal", r.c.causal},

@@ -3,10 +3,13 @@
 # machine has no network, so headers come from the carried .deps/devprefix) and runs
 # `attnkit check` and `attnkit bench` there. Output files go to $OUT.
 #   tools/device-cli.sh [bench args...]      (ATTNKIT_COMMIT: the commit to record)
+# ATTNKIT_SRC: build from that tree instead (e.g. a carried `git archive HEAD` export, so other
+# engineers' uncommitted edits in the working tree do not get in the way).
 set -u
 cd "$(dirname "$0")/.."
+dep=$PWD/.deps/devprefix
+cd "${ATTNKIT_SRC:-.}"
 out=${OUT:-/tmp/out}; mkdir -p "$out"; build=/tmp/attnkit-cli; mkdir -p $build/obj
-dep=.deps/devprefix
 common="-std=c++20 -O3 -g -DNDEBUG -DATTNKIT_WITH_CUDA=1 -Iinclude -Isrc -Ibench -Itests -Itools -I$dep/include"
 nvcc_flags="$common --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-fopenmp"
 gxx_flags="$common -fopenmp -I/usr/local/cuda/include"
