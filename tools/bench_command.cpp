@@ -116,6 +116,14 @@ std::string case_shape(const bench::Case& c) {
 // Drivers return their ceilings as rows whose impl is not "attnkit" (bench.hpp).
 bool is_ceiling(const bench::Row& r) { return r.impl != "attnkit"; }
 
+// The planned family: the row's, or (for drivers that leave it empty) the one in its plan.
+std::string family_of(const bench::Row& r) {
+  if (!r.family.empty() || r.plan_json.empty()) return r.family;
+  const nlohmann::json plan = nlohmann::json::parse(r.plan_json, nullptr, false);
+  if (plan.is_discarded() || !plan.contains("partition")) return {};
+  return plan["partition"].value("family", std::string());
+}
+
 void print_table(const std::vector<bench::Row>& rows, const std::string& device, const bench::Options& options) {
   std::printf("# attnkit bench on %s (%s), commit %s, %d repetitions after %d warm-up, median shown\n",
               rows.empty() ? "?" : rows.front().backend.c_str(), device.c_str(), git_commit().c_str(),
@@ -127,8 +135,8 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     ceilings += (ceilings.empty() ? "" : ", ") + r.ceiling_name + " " + si(r.ceiling_value, rate ? "FLOP/s" : "B/s");
   }
   std::printf("# ceilings measured in this run: %s\n", ceilings.c_str());
-  std::printf("%-8s %-36s %-5s %-18s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "median_ms",
-              "min_ms", "achieved", "%ceil", "predicted_ms", "plan_MB");
+  std::printf("%-8s %-36s %-5s %-18s %-6s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
+              "median_ms", "min_ms", "achieved", "%ceil", "predicted_ms", "plan_MB");
   for (const bench::Row& r : rows) {
     if (is_ceiling(r)) continue;
     if (!r.skipped.empty()) {
@@ -138,10 +146,10 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     }
     const bool decode = r.c.op == "decode";
     const std::string achieved = decode ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
-    std::printf("%-8s %-36s %-5s %-18s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
-                case_shape(r.c).c_str(), std::string(dtype_name(r.c.dtype)).c_str(),
-                (r.impl == "attnkit" ? r.family : r.impl).c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(),
-                r.pct_of_ceiling, r.predicted_s * 1e3, r.bytes / (1 << 20));
+    std::printf("%-8s %-36s %-5s %-18s %-6s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
+                case_shape(r.c).c_str(), std::string(dtype_name(r.c.dtype)).c_str(), family_of(r).c_str(),
+                r.timing.c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(), r.pct_of_ceiling,
+                r.predicted_s * 1e3, r.bytes / (1 << 20));
   }
 }
 
@@ -155,7 +163,7 @@ nlohmann::json row_json(const bench::Row& r) {
       {"op", r.c.op}, {"batch", r.c.batch}, {"num_heads", r.c.num_heads}, {"kv_heads", r.c.kv_heads},
       {"head_dim", r.c.head_dim}, {"q_len", r.c.q_len}, {"kv_len", r.c.kv_len}, {"causal", r.c.causal},
       {"window", r.c.window}, {"dtype", std::string(dtype_name(r.c.dtype))}, {"backend", r.backend},
-      {"impl", r.impl}, {"family", r.family}, {"timing", r.timing}, {"median_s", r.median_s},
+      {"impl", r.impl}, {"family", family_of(r)}, {"timing", r.timing}, {"median_s", r.median_s},
       {"min_s", r.min_s}, {"max_s", r.max_s}, {"repetitions", r.repetitions}, {"bytes", r.bytes},
       {"flops", r.flops}, {"achieved_bytes_per_s", r.achieved_bytes_per_s},
       {"achieved_flops_per_s", r.achieved_flops_per_s}, {"ceiling_name", r.ceiling_name},
