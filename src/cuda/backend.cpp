@@ -33,12 +33,13 @@ void check_plan(const DecodePlan& plan, const char* ctx) {
   require(w.family == KernelFamily::kSplitKvDecode, ctx, "the plan's family is " + to_string(w.family),
           "plan the CUDA decode with KernelFamily::kSplitKvDecode (or no family)");
   const std::int64_t rows = std::min<std::int64_t>(plan.problem.group_size(), geo::kMaxRowsPerBlock);
-  const int chunks = geo::head_chunks(rows);
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(plan.problem.kv_dtype));
+  const int chunks = geo::head_chunks(rows, kv_bytes);
   const bool consistent = w.rows_per_block == rows && w.warps_per_block % chunks == 0 && w.sequence_splits >= 1 &&
                           w.sequence_splits <= static_cast<unsigned>(geo::kMaxSplits) && w.keys_per_split > 0 &&
                           w.pipeline_stages >= 2 && w.pipeline_stages <= static_cast<unsigned>(geo::kMaxStages) &&
                           w.tile_size == static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(plan.problem.head_dim),
-                                                                              w.warps_per_block / chunks)) &&
+                                                                              w.warps_per_block / chunks, kv_bytes)) &&
                           w.keys_per_split % w.tile_size == 0;
   require(consistent, ctx, "the plan's partition does not match this build's decode kernel",
           "make the plan with attnkit::plan_decode of this build and do not edit its partition");
@@ -60,7 +61,7 @@ DecodeParams base_params(const DecodePlan& plan) {
   p.softcap = pr.options.softcap;
   p.q_scale = pr.options.softcap > 0 ? scale : scale * 1.44269504088896340736f;
   p.rows_per_block = static_cast<int>(w.rows_per_block);
-  p.head_chunks = geo::head_chunks(w.rows_per_block);
+  p.head_chunks = geo::head_chunks(w.rows_per_block, static_cast<std::int64_t>(dtype_size(pr.kv_dtype)));
   p.key_warps = static_cast<int>(w.warps_per_block) / p.head_chunks;
   p.tile = static_cast<int>(w.tile_size);
   p.stages = static_cast<int>(w.pipeline_stages);

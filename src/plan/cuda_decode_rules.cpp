@@ -25,7 +25,10 @@ constexpr std::int64_t kMinTilesPerSplit = 2;
 // for two or three blocks per SM.
 constexpr std::int64_t kRingBudgetBytes = 96 << 10;
 // Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
-constexpr std::int64_t registers_per_thread(int heads_per_warp) { return heads_per_warp <= 4 ? 128 : 248; }
+constexpr std::int64_t registers_per_thread(int heads_per_warp, int capacity) {
+  if (heads_per_warp == geo::kMmaRows) return capacity <= 64 ? 120 : capacity <= 128 ? 168 : 255;
+  return heads_per_warp == 4 ? 128 : 248;
+}
 constexpr std::int64_t kRegistersPerSm = 65536;
 // Fallbacks when the target does not say (an H100/H200 class GPU).
 constexpr int kDefaultSmCount = 132;
@@ -66,25 +69,33 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   const std::int64_t group = pr.group_size();
   const std::int64_t rows = std::min<std::int64_t>(group, geo::kMaxRowsPerBlock);
   const std::int64_t passes = div_up(group, rows);
-  const int hpw = geo::heads_per_warp(rows);
-  const int chunks = geo::head_chunks(rows);
+  const int hpw = geo::heads_per_warp(rows, kv_bytes);
+  const int chunks = geo::head_chunks(rows, kv_bytes);
   const int key_warps = geo::key_warps_for(chunks);
   const int capacity = geo::head_dim_capacity(pr.head_dim);
-  const int tile = geo::tile_keys(capacity, key_warps);
+  const int tile = geo::tile_keys(capacity, key_warps, kv_bytes);
   const int threads = 32 * chunks * key_warps;
   reasons.push_back("rows_per_block " + std::to_string(rows) + ": the GQA group (" + std::to_string(group) +
                     " query heads per KV head) shares one block, so each K/V element is read once" +
                     (passes > 1 ? " per pass (" + std::to_string(passes) + " passes: groups above " +
                                       std::to_string(geo::kMaxRowsPerBlock) + " heads)"
                                 : std::string{}));
-  reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
-                    std::to_string(hpw) + " heads x " + std::to_string(key_warps) +
-                    " key warps; a thread owns 8 elements of head_dim per key (" +
-                    std::to_string(geo::threads_per_key(capacity)) + " threads per key row, head_dim capacity " +
-                    std::to_string(capacity) + ")");
-  reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
-                    std::to_string(geo::kStepsPerTile) + " steps x " +
-                    std::to_string(geo::keys_per_warp_step(capacity)) + " keys per warp step");
+  if (geo::uses_mma(kv_bytes)) {
+    reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
+                      std::to_string(hpw) + " heads (the 16 rows of an mma.sync m16n8k16 tile; 16-bit K/V on tensor "
+                      "cores) x " + std::to_string(key_warps) + " key warps");
+    reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
+                      std::to_string(geo::kMmaKeysPerWarp) + " keys (one P.V k-step each)");
+  } else {
+    reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
+                      std::to_string(hpw) + " heads x " + std::to_string(key_warps) +
+                      " key warps on CUDA cores (f32 K/V: f32 arithmetic keeps the f32 parity rule); a thread owns 8 "
+                      "elements of head_dim per key (" + std::to_string(geo::threads_per_key(capacity)) +
+                      " threads per key row, head_dim capacity " + std::to_string(capacity) + ")");
+    reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
+                      std::to_string(geo::kStepsPerTile) + " steps x " +
+                      std::to_string(geo::keys_per_warp_step(capacity)) + " keys per warp step");
+  }
 
   // Pipeline: as many tiles in flight as the ring budget holds (2..kMaxStages).
   const std::int64_t stage_bytes = geo::ring_bytes(capacity, tile, 1, kv_bytes);
@@ -102,7 +113,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   // Residency: blocks per SM by shared memory, threads and registers.
   const std::int64_t by_smem = smem_sm / (smem + 1024);
   const std::int64_t by_threads = threads_sm / threads;
-  const std::int64_t by_regs = kRegistersPerSm / (threads * registers_per_thread(hpw));
+  const std::int64_t by_regs = kRegistersPerSm / (threads * registers_per_thread(hpw, capacity));
   const std::int64_t per_sm = std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
   const std::int64_t wave = per_sm * sm_count;
 

@@ -25,20 +25,35 @@ constexpr int head_dim_capacity(std::int64_t head_dim) { return head_dim <= 64 ?
 constexpr int threads_per_key(int capacity) { return capacity / kSliceElems; }
 constexpr int keys_per_warp_step(int capacity) { return 32 / threads_per_key(capacity); }
 
-// Query heads one warp holds in registers: 4 for groups up to 4, else 8 (register budget).
-constexpr int heads_per_warp(std::int64_t rows_per_block) { return rows_per_block <= 4 ? 4 : 8; }
-constexpr int head_chunks(std::int64_t rows_per_block) {
-  return static_cast<int>((rows_per_block + heads_per_warp(rows_per_block) - 1) / heads_per_warp(rows_per_block));
+// 16-bit K/V run on tensor cores (mma.sync m16n8k16): a warp's 16 MMA rows are query heads, so
+// one warp serves up to 16 heads of the group; f32 K/V run on CUDA cores (TF32 would break the f32
+// parity rule), a warp holding 4 heads (groups up to 4) or 8 in registers.
+constexpr bool uses_mma(std::int64_t kv_elem_bytes) { return kv_elem_bytes == 2; }
+inline constexpr int kMmaRows = 16;
+inline constexpr int kMmaKeysPerWarp = 16;  // keys a warp takes per tile (one P.V k-step)
+constexpr int heads_per_warp(std::int64_t rows_per_block, std::int64_t kv_elem_bytes) {
+  return uses_mma(kv_elem_bytes) ? kMmaRows : rows_per_block <= 4 ? 4 : 8;
+}
+constexpr int head_chunks(std::int64_t rows_per_block, std::int64_t kv_elem_bytes) {
+  const int hpw = heads_per_warp(rows_per_block, kv_elem_bytes);
+  return static_cast<int>((rows_per_block + hpw - 1) / hpw);
 }
 // Key warps: 4 while the block stays within kMaxThreads, fewer for very large groups.
 constexpr int key_warps_for(int chunks) { return std::max(1, std::min(4, kMaxThreads / 32 / chunks)); }
-constexpr int tile_keys(int capacity, int key_warps) { return key_warps * kStepsPerTile * keys_per_warp_step(capacity); }
+constexpr int tile_keys(int capacity, int key_warps, std::int64_t kv_elem_bytes) {
+  return key_warps * (uses_mma(kv_elem_bytes) ? kMmaKeysPerWarp : kStepsPerTile * keys_per_warp_step(capacity));
+}
+// Shared-memory rows are padded by 16 bytes so 8 consecutive rows start in different banks
+// (conflict-free ldmatrix and 16-byte loads).
+constexpr int row_stride_elems(int capacity, std::int64_t kv_elem_bytes) {
+  return capacity + static_cast<int>(16 / kv_elem_bytes);
+}
 
 // Dynamic shared memory of one block (bytes): the K/V ring, aliased by the f32 query staging and the
 // cross-warp reduction, plus the (max, sum) pairs of each key warp and of the block, and the fused
 // kernel's new-key scratch.
 constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
-  return std::int64_t{2} * stages * tile * capacity * kv_elem_bytes;
+  return std::int64_t{2} * stages * tile * row_stride_elems(capacity, kv_elem_bytes) * kv_elem_bytes;
 }
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {

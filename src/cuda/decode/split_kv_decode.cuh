@@ -18,12 +18,15 @@
 
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/engine_mma.cuh"
+#include "cuda/decode/engine_simt.cuh"
 #include "cuda/decode/rope.cuh"
 #include "cuda/decode/sequence_range.cuh"
 
@@ -32,15 +35,12 @@ namespace attnkit::cuda_decode {
 inline constexpr float kLn2 = 0.69314718055994530942f;
 inline constexpr float kLog2e = 1.44269504088896340736f;
 
-template <class T, int kCap, int kHpw>
+template <class T, int kCap, class Engine>
 __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
   using Traits = cuda_common::StorageTraits<T>;
   constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
-  constexpr int kChunks = kSliceElems / kVecElems;             // vectors a thread owns per key (1 or 2)
-  constexpr int kTpk = threads_per_key(kCap);
-  constexpr int kKps = 32 / kTpk;
   constexpr int kRowVecs = kCap / kVecElems;
-  constexpr unsigned kFull = 0xffffffffu;
+  constexpr int kStride = Engine::kStride;  // padded shared-memory row (elements)
   extern __shared__ __align__(16) unsigned char smem[];
 
   // Block -> (split, pass, kv head, sequence); the split index varies fastest.
@@ -64,28 +64,25 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int head_chunk = warp / p.key_warps, key_warp = warp % p.key_warps;
-  const int key_group = lane / kTpk, slice = lane % kTpk;
   const int row0 = pass * p.rows_per_block;  // first head of this block within the group
   const int rows_here = min(p.rows_per_block, p.group - row0);
-  const int g_base = head_chunk * kHpw;
-  const int n_mine = max(0, min(kHpw, rows_here - g_base));
+  const int hpw = (p.rows_per_block + p.head_chunks - 1) / p.head_chunks;
+  const int g_base = head_chunk * hpw;
+  const int n_mine = max(0, min(hpw, rows_here - g_base));
   const int h0 = kvh * p.group + row0;  // first query head of this block
 
   // Shared memory: [main: K/V ring | q staging | reduction] [stats] [fused scratch].
-  const int ring_bytes_total = 2 * p.stages * p.tile * kCap * static_cast<int>(sizeof(T));
-  const int main_bytes = max(ring_bytes_total, p.rows_per_block * kCap * 4);
+  const int ring_elems = p.stages * p.tile * kStride;
+  const int main_bytes = max(2 * ring_elems * static_cast<int>(sizeof(T)), p.rows_per_block * kCap * 4);
   float* staging = reinterpret_cast<float*>(smem);
   T* k_ring = reinterpret_cast<T*>(smem);
-  T* v_ring = k_ring + p.stages * p.tile * kCap;
+  T* v_ring = k_ring + ring_elems;
   float* warp_m = reinterpret_cast<float*>(smem + main_bytes);  // [key_warps][rows_per_block]
   float* warp_l = warp_m + p.key_warps * p.rows_per_block;
   float* row_m = warp_l + p.key_warps * p.rows_per_block;       // [rows_per_block]
   float* row_l = row_m + p.rows_per_block;
   float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
-
-  // The element of head_dim held in register e of vector j of this thread's slice.
-  auto dim_of = [&](int j, int e) { return (slice + j * kTpk) * kVecElems + e; };
 
   // 1. Query rows of the block -> f32 staging (zeros past head_dim), RoPE for the fused step.
   for (int i = tid; i < rows_here * kCap; i += blockDim.x) {
@@ -101,27 +98,9 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     rope_rows(staging, rows_here, kCap, p, new_pos);
     __syncthreads();
   }
-  float q[kHpw][kSliceElems];
-#pragma unroll
-  for (int g = 0; g < kHpw; ++g) {
-#pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-      for (int e = 0; e < kVecElems; ++e) {
-        q[g][j * kVecElems + e] = g < n_mine ? staging[(g_base + g) * kCap + dim_of(j, e)] * p.q_scale : 0.0f;
-      }
-    }
-  }
+  Engine engine;
+  engine.init(staging, g_base, n_mine, p.q_scale, lane);
   __syncthreads();  // the staging area becomes the ring
-
-  float m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
-#pragma unroll
-  for (int g = 0; g < kHpw; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kSliceElems; ++e) acc[g][e] = 0.0f;
-  }
 
   const T* k_base = static_cast<const T*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const T* v_base = static_cast<const T*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
@@ -130,89 +109,16 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   // Copies tile t into ring slot `slot`; keys past cache_end and vectors past head_dim are zeros.
   auto load_tile = [&](int t, int slot) {
     const int key0 = k_begin + t * p.tile;
-    T* ks = k_ring + slot * p.tile * kCap;
-    T* vs = v_ring + slot * p.tile * kCap;
+    T* ks = k_ring + slot * p.tile * kStride;
+    T* vs = v_ring + slot * p.tile * kStride;
     for (int i = tid; i < p.tile * kRowVecs; i += blockDim.x) {
       const int r = i / kRowVecs, vec = i % kRowVecs;
       const int key = key0 + r;
       const bool ok = key < cache_end && vec * kVecElems < p.head_dim;
       const std::int64_t k_off = ok ? key * p.k_stride_s + vec * kVecElems : 0;
       const std::int64_t v_off = ok ? key * p.v_stride_s + vec * kVecElems : 0;
-      cuda_common::cp_async_16(ks + r * kCap + vec * kVecElems, k_base + k_off, ok);
-      cuda_common::cp_async_16(vs + r * kCap + vec * kVecElems, v_base + v_off, ok);
-    }
-  };
-
-  // Scores, online softmax and P.V for this warp's keys of one resident tile.
-  auto process_tile = [&](int slot, int n_valid) {
-    const T* ks = k_ring + slot * p.tile * kCap;
-    const T* vs = v_ring + slot * p.tile * kCap;
-    const int warp_key0 = key_warp * kStepsPerTile * kKps;
-    float s[kStepsPerTile][kHpw];
-#pragma unroll
-    for (int st = 0; st < kStepsPerTile; ++st) {
-      const int r = warp_key0 + st * kKps + key_group;
-      float kx[kSliceElems];
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(ks + r * kCap + (slice + j * kTpk) * kVecElems);
-        cuda_common::vec16_to_f32(raw, kx + j * kVecElems, T{});
-      }
-#pragma unroll
-      for (int g = 0; g < kHpw; ++g) {
-        float a = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kSliceElems; ++e) a = fmaf(q[g][e], kx[e], a);
-        s[st][g] = a;
-      }
-    }
-#pragma unroll
-    for (int st = 0; st < kStepsPerTile; ++st) {
-      const bool valid = warp_key0 + st * kKps + key_group < n_valid;
-#pragma unroll
-      for (int g = 0; g < kHpw; ++g) {
-        float x = s[st][g];
-#pragma unroll
-        for (int off = kTpk / 2; off >= 1; off /= 2) x += __shfl_xor_sync(kFull, x, off);
-        if (p.softcap > 0.0f) x = p.softcap * kLog2e * tanhf(x / p.softcap);
-        s[st][g] = valid ? x : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kHpw; ++g) {
-      float tile_max = s[0][g];
-#pragma unroll
-      for (int st = 1; st < kStepsPerTile; ++st) tile_max = fmaxf(tile_max, s[st][g]);
-#pragma unroll
-      for (int off = kTpk; off < 32; off *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, off));
-      const float m_new = fmaxf(m[g], tile_max);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: no NaN from -inf - -inf
-      const float alpha = exp2f(m[g] - m_use);
-      m[g] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int st = 0; st < kStepsPerTile; ++st) {
-        s[st][g] = exp2f(s[st][g] - m_use);
-        sum += s[st][g];
-      }
-      l[g] = l[g] * alpha + sum;
-#pragma unroll
-      for (int e = 0; e < kSliceElems; ++e) acc[g][e] *= alpha;
-    }
-#pragma unroll
-    for (int st = 0; st < kStepsPerTile; ++st) {
-      const int r = warp_key0 + st * kKps + key_group;
-      float vx[kSliceElems];
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(vs + r * kCap + (slice + j * kTpk) * kVecElems);
-        cuda_common::vec16_to_f32(raw, vx + j * kVecElems, T{});
-      }
-#pragma unroll
-      for (int g = 0; g < kHpw; ++g) {
-#pragma unroll
-        for (int e = 0; e < kSliceElems; ++e) acc[g][e] = fmaf(s[st][g], vx[e], acc[g][e]);
-      }
+      cuda_common::cp_async_16(ks + r * kStride + vec * kVecElems, k_base + k_off, ok);
+      cuda_common::cp_async_16(vs + r * kStride + vec * kVecElems, v_base + v_off, ok);
     }
   };
 
@@ -227,7 +133,9 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     const int next = t + p.stages - 1;
     if (next < n_tiles) load_tile(next, next % p.stages);
     cuda_common::cp_async_commit();
-    process_tile(t % p.stages, min(p.tile, cache_end - (k_begin + t * p.tile)));
+    const int slot = t % p.stages;
+    engine.process(k_ring + slot * p.tile * kStride, v_ring + slot * p.tile * kStride,
+                   min(p.tile, cache_end - (k_begin + t * p.tile)), key_warp, p.softcap);
   }
   cuda_common::cp_async_wait<0>();
   __syncthreads();
@@ -244,45 +152,28 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     __syncthreads();
     rope_rows(new_k, 1, kCap, p, new_pos);
     __syncthreads();
-    T* ks = k_ring;
-    T* vs = v_ring;
     T* k_dst = static_cast<T*>(p.k_cache_out) + b * p.k_stride_b + kvh * p.k_stride_h + new_pos * p.k_stride_s;
     T* v_dst = static_cast<T*>(p.v_cache_out) + b * p.v_stride_b + kvh * p.v_stride_h + new_pos * p.v_stride_s;
-    for (int i = tid; i < p.tile * kCap; i += blockDim.x) {
-      const int r = i / kCap, d = i % kCap;
-      const T kv = Traits::from_f32(r == 0 ? new_k[d] : 0.0f);
-      const T vv = Traits::from_f32(r == 0 ? new_v[d] : 0.0f);
-      ks[i] = kv;
-      vs[i] = vv;
-      if (r == 0 && d < p.head_dim && pass == 0) {
+    for (int i = tid; i < p.tile * kStride; i += blockDim.x) {
+      const int r = i / kStride, d = i % kStride;
+      const bool row0_elem = r == 0 && d < kCap;
+      const T kv = Traits::from_f32(row0_elem ? new_k[d] : 0.0f);
+      const T vv = Traits::from_f32(row0_elem ? new_v[d] : 0.0f);
+      k_ring[i] = kv;
+      v_ring[i] = vv;
+      if (row0_elem && d < p.head_dim && pass == 0) {
         k_dst[d] = kv;
         v_dst[d] = vv;
       }
     }
     __syncthreads();
-    process_tile(0, 1);
+    engine.process(k_ring, v_ring, 1, key_warp, p.softcap);
     __syncthreads();
   }
 
-  // 4. Combine: key groups of a warp (shuffles), then key warps (shared memory, in warp order).
-#pragma unroll
-  for (int g = 0; g < kHpw; ++g) {
-#pragma unroll
-    for (int off = kTpk; off < 32; off *= 2) {
-      l[g] += __shfl_xor_sync(kFull, l[g], off);
-#pragma unroll
-      for (int e = 0; e < kSliceElems; ++e) acc[g][e] += __shfl_xor_sync(kFull, acc[g][e], off);
-    }
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int g = 0; g < kHpw; ++g) {
-      if (g < n_mine) {
-        warp_m[key_warp * p.rows_per_block + g_base + g] = m[g];
-        warp_l[key_warp * p.rows_per_block + g_base + g] = l[g];
-      }
-    }
-  }
+  // 4. Combine: within each warp (engine), then key warps (shared memory, in warp order).
+  engine.finish();
+  engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
   __syncthreads();
   for (int r = tid; r < rows_here; r += blockDim.x) {
     float mx = -INFINITY;
@@ -298,24 +189,7 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   __syncthreads();
   float* reduced = staging;  // [rows_per_block][kCap]; the ring is idle now
   for (int w = 0; w < p.key_warps; ++w) {
-    if (key_warp == w && key_group == 0) {
-#pragma unroll
-      for (int g = 0; g < kHpw; ++g) {
-        if (g < n_mine) {
-          const int r = g_base + g;
-          const float m_use = row_m[r] == -INFINITY ? 0.0f : row_m[r];
-          const float f = exp2f(m[g] - m_use);
-#pragma unroll
-          for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-            for (int e = 0; e < kVecElems; ++e) {
-              float* dst = reduced + r * kCap + dim_of(j, e);
-              *dst = (w == 0 ? 0.0f : *dst) + acc[g][j * kVecElems + e] * f;
-            }
-          }
-        }
-      }
-    }
+    if (key_warp == w) engine.add_output(reduced, row_m, g_base, n_mine, w == 0);
     __syncthreads();
   }
 
@@ -348,7 +222,8 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
 // Host: launches one instantiation. The opt-in shared-memory limit is raised once per kernel.
 template <class T, int kCap, int kHpw>
 void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
-  auto kernel = split_kv_decode_kernel<T, kCap, kHpw>;
+  using Engine = std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, SimtEngine<T, kCap, kHpw>>;
+  auto kernel = split_kv_decode_kernel<T, kCap, Engine>;
   static std::once_flag raised;
   static cudaError_t raise_status = cudaSuccess;
   std::call_once(raised, [&] {
@@ -370,9 +245,12 @@ void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
 template <class T>
 void launch_decode_typed(const DecodeParams& p, cudaStream_t stream) {
   const int cap = head_dim_capacity(p.head_dim);
-  const int hpw = heads_per_warp(p.rows_per_block);
-#define ATTNKIT_DECODE_CASE(CAP, HPW) \
-  if (cap == CAP && hpw == HPW) return launch_decode_instance<T, CAP, HPW>(p, stream);
+  const int hpw = heads_per_warp(p.rows_per_block, sizeof(T));
+  // 16-bit K/V: tensor-core engine only (16 heads per warp); f32: CUDA-core engine (4 or 8).
+#define ATTNKIT_DECODE_CASE(CAP, HPW)                                                   \
+  if constexpr ((sizeof(T) == 2) == (HPW == kMmaRows)) {                                \
+    if (cap == CAP && hpw == HPW) return launch_decode_instance<T, CAP, HPW>(p, stream); \
+  }
 #include "cuda/decode/decode_instances.inc"
 #undef ATTNKIT_DECODE_CASE
   fail("cuda::decode", "no kernel instance for head_dim capacity " + std::to_string(cap) + " and " +

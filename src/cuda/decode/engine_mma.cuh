@@ -1,0 +1,191 @@
+// Internal: the tensor-core warp engine of the split-KV decode kernel (f16 and bf16 K/V).
+// A warp's 16 mma.sync m16n8k16 rows are up to 16 query heads of the GQA group (unused rows are
+// zeros), its columns 16 keys of the shared-memory tile: S = Q K^T with K fragments from ldmatrix,
+// online softmax on the accumulator fragments (rows lane/4 and lane/4 + 8), then O += P V with P
+// re-packed from the S fragments into A fragments and V fragments from ldmatrix.trans. f32
+// accumulation; q (scaled) and P are rounded to the K/V dtype for the tensor cores.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/decode/decode_geometry.hpp"
+
+namespace attnkit::cuda_decode {
+
+template <class T>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* shared_ptr) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(shared_ptr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* shared_ptr) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(shared_ptr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <class T, int kCap>
+struct MmaEngine {
+  static constexpr int kStride = row_stride_elems(kCap, 2);
+  static constexpr int kKSteps = kCap / 16;  // QK^T k-steps over head_dim
+  static constexpr int kNBlocks = kCap / 8;  // P.V n-blocks over head_dim
+  static constexpr unsigned kFull = 0xffffffffu;
+
+  std::uint32_t qa[kKSteps][4];
+  float o[kNBlocks][4];
+  float m[2], l[2];  // rows lane/4 and lane/4 + 8
+  int lane;
+
+  __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
+    lane = lane_id;
+    const int r = lane / 4, c = 2 * (lane % 4);
+    auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] * q_scale : 0.0f; };
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const int d = ks * 16 + c;
+      qa[ks][0] = pack2<T>(qv(r, d), qv(r, d + 1));
+      qa[ks][1] = pack2<T>(qv(r + 8, d), qv(r + 8, d + 1));
+      qa[ks][2] = pack2<T>(qv(r, d + 8), qv(r, d + 9));
+      qa[ks][3] = pack2<T>(qv(r + 8, d + 8), qv(r + 8, d + 9));
+    }
+#pragma unroll
+    for (int nb = 0; nb < kNBlocks; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  __device__ void process(const T* ks, const T* vs, int n_valid, int key_warp, float softcap) {
+    const int key0 = key_warp * kMmaKeysPerWarp;
+    float s[2][4];
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+    // S = Q K^T: one ldmatrix.x4 gives the B fragments of two k-steps for 8 keys.
+#pragma unroll
+    for (int kk = 0; kk < kKSteps / 2; ++kk) {
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, ks + (key0 + nb * 8 + (lane % 8)) * kStride + kk * 32 + (lane / 8) * 8);
+        mma_16816<T>(s[nb], qa[2 * kk], b[0], b[1]);
+        mma_16816<T>(s[nb], qa[2 * kk + 1], b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nb][e];
+        if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
+        const int key = key0 + nb * 8 + 2 * (lane % 4) + (e & 1);
+        s[nb][e] = key < n_valid ? x : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[nb][2 * h + e] = exp2f(s[nb][2 * h + e] - m_use);
+          sum += s[nb][2 * h + e];
+        }
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) {
+        o[nb][2 * h] *= alpha;
+        o[nb][2 * h + 1] *= alpha;
+      }
+    }
+    // O += P V: the S accumulators of the two key blocks are the A fragment of one k-step.
+    const std::uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
+                                 pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dn = 0; dn < kNBlocks; dn += 2) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, vs + (key0 + ((lane / 8) & 1) * 8 + (lane % 8)) * kStride + dn * 8 + (lane / 16) * 8);
+      mma_16816<T>(o[dn], pa, b[0], b[1]);
+      mma_16816<T>(o[dn + 1], pa, b[2], b[3]);
+    }
+  }
+
+  // Row sums over the quad (the four lanes holding one row's keys).
+  __device__ void finish() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(kFull, l[h], 1);
+      l[h] += __shfl_xor_sync(kFull, l[h], 2);
+    }
+  }
+
+  __device__ void write_stats(float* warp_m, float* warp_l, int g_base, int n_mine) const {
+    if (lane % 4 != 0) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      if (row < n_mine) {
+        warp_m[g_base + row] = m[h];
+        warp_l[g_base + row] = l[h];
+      }
+    }
+  }
+
+  __device__ void add_output(float* reduced, const float* row_m, int g_base, int n_mine, bool first) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      if (row >= n_mine) continue;
+      const int r = g_base + row;
+      const float m_use = row_m[r] == -INFINITY ? 0.0f : row_m[r];
+      const float f = exp2f(m[h] - m_use);
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float* dst = reduced + r * kCap + nb * 8 + 2 * (lane % 4) + e;
+          *dst = (first ? 0.0f : *dst) + o[nb][2 * h + e] * f;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace attnkit::cuda_decode

@@ -1,0 +1,161 @@
+// Internal: the CUDA-core warp engine of the split-KV decode kernel (f32 K/V).
+// A warp holds kHpw query heads in registers; a thread owns 8 elements of head_dim of one key
+// (one or two 16-byte vectors), threads_per_key threads cover a key row and reduce the partial
+// dot products with xor-shuffles; a warp takes kStepsPerTile steps of 32 / threads_per_key keys.
+// Online softmax per warp in the log2 domain; f32 throughout.
+#pragma once
+#include "cuda/common/convert.cuh"
+#include "cuda/decode/decode_geometry.hpp"
+
+namespace attnkit::cuda_decode {
+
+template <class T, int kCap, int kHpw>
+struct SimtEngine {
+  static constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));
+  static constexpr int kChunks = kSliceElems / kVecElems;
+  static constexpr int kTpk = threads_per_key(kCap);
+  static constexpr int kKps = 32 / kTpk;
+  static constexpr int kStride = row_stride_elems(kCap, sizeof(T));
+  static constexpr unsigned kFull = 0xffffffffu;
+
+  float q[kHpw][kSliceElems], m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
+  int lane, key_group, slice;
+
+  __device__ int dim_of(int j, int e) const { return (slice + j * kTpk) * kVecElems + e; }
+
+  __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
+    lane = lane_id;
+    key_group = lane / kTpk;
+    slice = lane % kTpk;
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e) {
+          q[g][j * kVecElems + e] = g < n_mine ? staging[(g_base + g) * kCap + dim_of(j, e)] * q_scale : 0.0f;
+          acc[g][j * kVecElems + e] = 0.0f;
+        }
+      }
+    }
+  }
+
+  __device__ void load_row(const T* rows, int r, float (&x)[kSliceElems]) const {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(rows + r * kStride + (slice + j * kTpk) * kVecElems);
+      cuda_common::vec16_to_f32(raw, x + j * kVecElems, T{});
+    }
+  }
+
+  // Scores, online softmax and P.V for this warp's keys of one resident tile.
+  __device__ void process(const T* ks, const T* vs, int n_valid, int key_warp, float softcap) {
+    const int warp_key0 = key_warp * kStepsPerTile * kKps;
+    float s[kStepsPerTile][kHpw];
+#pragma unroll
+    for (int st = 0; st < kStepsPerTile; ++st) {
+      float kx[kSliceElems];
+      load_row(ks, warp_key0 + st * kKps + key_group, kx);
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+        float a = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kSliceElems; ++e) a = fmaf(q[g][e], kx[e], a);
+        s[st][g] = a;
+      }
+    }
+#pragma unroll
+    for (int st = 0; st < kStepsPerTile; ++st) {
+      const bool valid = warp_key0 + st * kKps + key_group < n_valid;
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+        float x = s[st][g];
+#pragma unroll
+        for (int off = kTpk / 2; off >= 1; off /= 2) x += __shfl_xor_sync(kFull, x, off);
+        if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
+        s[st][g] = valid ? x : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+      float tile_max = s[0][g];
+#pragma unroll
+      for (int st = 1; st < kStepsPerTile; ++st) tile_max = fmaxf(tile_max, s[st][g]);
+#pragma unroll
+      for (int off = kTpk; off < 32; off *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, off));
+      const float m_new = fmaxf(m[g], tile_max);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: no NaN from -inf - -inf
+      const float alpha = exp2f(m[g] - m_use);
+      m[g] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int st = 0; st < kStepsPerTile; ++st) {
+        s[st][g] = exp2f(s[st][g] - m_use);
+        sum += s[st][g];
+      }
+      l[g] = l[g] * alpha + sum;
+#pragma unroll
+      for (int e = 0; e < kSliceElems; ++e) acc[g][e] *= alpha;
+    }
+#pragma unroll
+    for (int st = 0; st < kStepsPerTile; ++st) {
+      float vx[kSliceElems];
+      load_row(vs, warp_key0 + st * kKps + key_group, vx);
+#pragma unroll
+      for (int g = 0; g < kHpw; ++g) {
+#pragma unroll
+        for (int e = 0; e < kSliceElems; ++e) acc[g][e] = fmaf(s[st][g], vx[e], acc[g][e]);
+      }
+    }
+  }
+
+  // Combines the key groups of the warp (same head_dim slice, different keys).
+  __device__ void finish() {
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+#pragma unroll
+      for (int off = kTpk; off < 32; off *= 2) {
+        l[g] += __shfl_xor_sync(kFull, l[g], off);
+#pragma unroll
+        for (int e = 0; e < kSliceElems; ++e) acc[g][e] += __shfl_xor_sync(kFull, acc[g][e], off);
+      }
+    }
+  }
+
+  // (max, sum) of each of this warp's rows: stats[row] for rows g_base .. g_base + n_mine.
+  __device__ void write_stats(float* warp_m, float* warp_l, int g_base, int n_mine) const {
+    if (lane != 0) return;
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+      if (g < n_mine) {
+        warp_m[g_base + g] = m[g];
+        warp_l[g_base + g] = l[g];
+      }
+    }
+  }
+
+  // reduced[row][dim] (+)= acc * 2^(m - block max).
+  __device__ void add_output(float* reduced, const float* row_m, int g_base, int n_mine, bool first) const {
+    if (key_group != 0) return;
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) {
+      if (g < n_mine) {
+        const int r = g_base + g;
+        const float m_use = row_m[r] == -INFINITY ? 0.0f : row_m[r];
+        const float f = exp2f(m[g] - m_use);
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+          for (int e = 0; e < kVecElems; ++e) {
+            float* dst = reduced + r * kCap + dim_of(j, e);
+            *dst = (first ? 0.0f : *dst) + acc[g][j * kVecElems + e] * f;
+          }
+        }
+      }
+    }
+  }
+};
+
+}  // namespace attnkit::cuda_decode
