@@ -1,6 +1,7 @@
 // The CPU backend. Every entry point validates its inputs first (an Error with a Fix, nothing
 // written), then runs the kernel family its plan names.
 #pragma once
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
 #include "attnkit/tensors.hpp"
 
@@ -22,5 +23,13 @@ void fused_rope_append_decode(const DecodePlan& plan, const FusedDecodeTensors& 
 
 // Merge partial (output, LSE) states of key splits.
 void merge_states(const MergeTensors& tensors);
+
+// Paged cache (paged.hpp). Decode: one query per sequence. Extend: q_len_b new rows per sequence
+// (cu_seqlens_q), causal bottom-right against the sequence's cached keys. The workspace is the
+// plan's bounds.workspace_bytes; nothing is allocated per call beyond per-thread scratch.
+void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& tensors, Workspace workspace = {});
+void extend(const ExtendPlan& plan, const ExtendTensors& tensors, Workspace workspace = {});
+// Appends n_b new K and/or V rows per sequence into its pages, across page boundaries.
+void paged_append_kv(const PagedCacheSpec& cache, const PagedAppendTensors& tensors);
 
 }  // namespace attnkit::cpu

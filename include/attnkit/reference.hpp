@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "attnkit/paged.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/tensors.hpp"
 
@@ -17,6 +18,12 @@ struct Result {
 // Inputs must be host views. `lengths` of the tensors gives each sequence's valid keys.
 Result decode(const DecodeProblem& problem, const DecodeTensors& tensors);
 Result prefill(const PrefillProblem& problem, const PrefillTensors& tensors);
+
+// Paged cache (paged.hpp): keys read through the page table. paged_decode's out is
+// [batch, num_heads, head_dim]; extend's out is [cu_seqlens_q[batch], num_heads, head_dim], lse
+// [rows, num_heads]. Index tensors are validated (host views only).
+Result paged_decode(const PagedDecodeProblem& problem, const PagedDecodeTensors& tensors);
+Result extend(const ExtendProblem& problem, const ExtendTensors& tensors);
 
 // Rotate one vector of head_dim elements for position `pos` (float64).
 void rope(double* x, std::int64_t head_dim, std::int64_t pos, const RopeSpec& spec);

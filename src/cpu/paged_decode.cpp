@@ -1,0 +1,143 @@
+// Paged decode on the CPU: one new query per sequence against its keys in a page pool.
+// Inputs: validated views; q/out [batch, num_heads, head_dim]; K/V pools in HND or NHD
+//   (paged.hpp); i32 page table [batch, max_pages_per_seq] and lengths [batch], on the host.
+// Parallelism: the plan's tasks, (sequence, KV head, key split), on OpenMP threads, dynamic
+//   scheduling. A task packs the GQA group and walks its keys in chunks of plan.gather_keys:
+//   gather the chunk's K and V rows from their pages into L2-resident staging, run the fast
+//   decode body (fast_body.hpp) on it, merge the chunk's state into the task's running state.
+//   Split states go to the caller's workspace ([splits][rows][head_dim] then [splits][rows]) and
+//   one parallel pass merges them, as the contiguous kernel does.
+// Bound: memory (K/V read once per KV head from DRAM, then once more from L2 by the body).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <omp.h>
+
+#include "attnkit/cpu.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/validate.hpp"
+#include "cpu/paged_rows.hpp"
+#include "cpu/row_io.hpp"
+
+namespace attnkit::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void require_cpu_plan(const Target& target, const char* context) {
+  require(target.backend == Backend::kCpu, context, "the plan was made for the cuda backend",
+          "plan with cpu_target() to run on the CPU, or call cuda::paged_decode");
+}
+
+}  // namespace
+
+void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Workspace workspace) {
+  const char* ctx = "cpu::paged_decode";
+  require_cpu_plan(plan.target, ctx);
+  validate_paged_decode(plan.problem, t, DeviceKind::kCpu);
+  validate_workspace(workspace, plan.evidence.workspace_bytes, DeviceKind::kCpu);
+  const PagedDecodeProblem& p = plan.problem;
+  const WorkPartition& part = plan.partition;
+  const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
+  require(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
+              part.keys_per_split >= 1 && part.tile_size >= 1 && plan.gather_keys >= part.tile_size,
+          ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G),
+          "plan with plan_paged_decode(problem, cpu_target())");
+  const detail::FastBodies& bodies = detail::paged_bodies();
+  const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
+  const std::int64_t tile = part.tile_size, chunk = plan.gather_keys;
+  const std::int64_t rows = p.batch * H, tasks = p.batch * KH * splits;
+
+  float* state_out = nullptr;
+  float* state_lse = nullptr;
+  if (splits > 1) {
+    const std::size_t floats = static_cast<std::size_t>(splits * rows * (d + 1));
+    require(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float), ctx,
+            "the workspace is smaller than the split states need", "pass plan.bounds.workspace_bytes bytes");
+    state_out = static_cast<float*>(workspace.data);
+    state_lse = state_out + splits * rows * d;
+  }
+  const std::size_t stage_bytes = static_cast<std::size_t>(chunk * d) * dtype_size(p.kv_dtype);
+  const std::size_t stage_floats = detail::floats_for_bytes(stage_bytes);
+  const std::size_t state_floats = static_cast<std::size_t>(G * d + G);  // one (out, lse) set
+  const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);
+  const PageLayout layout = p.cache.layout;
+
+#pragma omp parallel num_threads(std::max(1, plan.target.threads))
+  {
+    float* scratch = detail::paged_thread_scratch(2 * stage_floats + 2 * state_floats + body_floats);
+    float* stage_k = scratch;
+    float* stage_v = stage_k + stage_floats;
+    float* run = stage_v + stage_floats;  // running state: out [G][d], then lse [G]
+    float* part_state = run + state_floats;
+    float* body_scratch = part_state + state_floats;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const std::int64_t split = task % splits, unit = task / splits;
+      const std::int64_t b = unit / KH, kvh = unit % KH;
+      const std::int64_t len = detail::index_at(t.cache.lengths, b);
+      const KeyRange range = visible_keys(len - 1, len, true, p.options.window);
+      const std::int64_t begin = std::min(range.end, range.begin + split * keys_per_split);
+      const std::int64_t end = split == splits - 1 ? range.end : std::min(range.end, begin + keys_per_split);
+      const detail::PagedRows keys(t.cache.k_pages, layout, t.cache.page_table, b, kvh);
+      const detail::PagedRows values(t.cache.v_pages, layout, t.cache.page_table, b, kvh);
+
+      std::fill(run, run + G * d, 0.0f);
+      std::fill(run + G * d, run + G * d + G, kNegInf);
+      detail::DecodeTask a;
+      a.head_dim = d;
+      a.group = G;
+      a.tile = tile;
+      a.scale = p.effective_scale();
+      a.softcap = p.options.softcap;
+      a.q = detail::RowSource{t.q.data, t.q.dtype, b * t.q.strides[0] + kvh * G * t.q.strides[1], 0, t.q.strides[1]};
+      a.k = detail::RowSource{stage_k, p.kv_dtype, 0, d, 0};
+      a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
+      a.out_stride = d;
+      a.scratch = body_scratch;
+      for (std::int64_t c0 = begin; c0 < end; c0 += chunk) {
+        const std::int64_t n = std::min(chunk, end - c0);
+        keys.gather(c0, n, stage_k);
+        values.gather(c0, n, stage_v);
+        a.key_begin = 0;
+        a.key_end = n;
+        const bool first = c0 == begin;  // the first chunk writes the running state directly
+        a.out = first ? run : part_state;
+        a.lse = first ? run + G * d : part_state + G * d;
+        bodies.decode(a);
+        if (!first) detail::merge_partial(G, d, part_state, d, part_state + G * d, run, d, run + G * d);
+      }
+      const std::int64_t first_row = b * H + kvh * G;
+      if (splits > 1) {
+        std::copy(run, run + G * d, state_out + (split * rows + first_row) * d);
+        std::copy(run + G * d, run + G * d + G, state_lse + split * rows + first_row);
+        continue;
+      }
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::int64_t h = kvh * G + g;
+        detail::store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, run + g * d);
+        if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = run[G * d + g];
+      }
+    }
+    if (splits > 1) {
+#pragma omp for schedule(static)
+      for (std::int64_t row = 0; row < rows; ++row) {
+        float* merged = run;
+        float* merged_lse = run + d;
+        std::fill(merged, merged + d, 0.0f);
+        *merged_lse = kNegInf;
+        for (std::int64_t s = 0; s < splits; ++s) {
+          detail::merge_partial(1, d, state_out + (s * rows + row) * d, d, state_lse + s * rows + row, merged, d,
+                                merged_lse);
+        }
+        const std::int64_t b = row / H, h = row % H;
+        detail::store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, merged);
+        if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = *merged_lse;
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::cpu

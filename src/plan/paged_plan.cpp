@@ -1,0 +1,183 @@
+// Plans for the paged calls (paged.hpp): plan once per batch composition, run many times.
+//
+// Paged decode is contiguous decode with one more indirection per page, so it is cut by the same
+// backend rules (rules.hpp) applied to the equivalent contiguous problem (as_decode()); the
+// evidence is that problem's plus the page-table reads. Extend (q_len_b new rows per sequence) is
+// cut like a causal prefill of max_q_len rows against kv_len keys, then its keys are split when the
+// (sequence, KV head, row block) tasks alone leave the machine idle (short q_len, few sequences).
+// The plan is made from host-side bounds only; it states what it covers (PlanBounds) and the exact
+// workspace, so a run never allocates and a captured CUDA graph stays valid within the bounds.
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "attnkit/error.hpp"
+#include "attnkit/paged.hpp"
+#include "plan/checked_math.hpp"
+#include "plan/evidence.hpp"
+#include "plan/rules.hpp"
+
+namespace attnkit {
+namespace {
+
+constexpr std::uint64_t kI32Bytes = 4;
+constexpr std::uint64_t kWorkspaceAlignment = 256;
+// CPU gather chunk: K and V rows of one chunk (native dtype) stay within half of an assumed 1 MiB
+// L2, so the kernel body reads them from cache right after the gather.
+constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
+constexpr std::uint64_t kMaxGatherKeys = 1024;
+
+std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
+
+std::uint64_t round_workspace(std::uint64_t bytes, const char* ctx) {
+  if (bytes == 0) return 0;
+  const std::uint64_t padded = detail::checked_add(bytes, kWorkspaceAlignment - 1, ctx, "workspace bytes");
+  return padded / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// Page-table entries the bounds make a run read: batch rows of ceil(kv_len / page_size).
+void add_page_table_reads(Evidence& e, std::int64_t batch, std::int64_t kv_len, const PagedCacheSpec& c,
+                          const Target& target, const char* ctx) {
+  const std::uint64_t bytes = detail::checked_product(
+      {u(batch), detail::div_ceil(u(kv_len), u(c.page_size)), kI32Bytes}, ctx, "page table bytes");
+  e.traffic.global_read_bytes = detail::checked_add(e.traffic.global_read_bytes, bytes, ctx, "global read bytes");
+  if (target.peak_read_bytes_per_s > 0) e.predicted_seconds += static_cast<double>(bytes) / target.peak_read_bytes_per_s;
+}
+
+std::uint32_t gather_keys_for(const Target& target, std::int64_t head_dim, DType kv_dtype, std::uint32_t tile) {
+  if (target.backend != Backend::kCpu) return 0;  // the GPU kernels read pages in place
+  const std::uint64_t per_key = 2 * u(head_dim) * dtype_size(kv_dtype);
+  std::uint64_t keys = std::min<std::uint64_t>(kAssumedL2Bytes / 2 / per_key, kMaxGatherKeys);
+  keys = std::max<std::uint64_t>(tile, keys / tile * tile);
+  return static_cast<std::uint32_t>(keys);
+}
+
+std::string cache_line(const PagedCacheSpec& c) {
+  return "paged cache: " + to_string(c.layout) + " pages of " + std::to_string(c.page_size) + " keys, " +
+         std::to_string(c.num_pages) + " in the pool, page table " + std::to_string(c.max_pages_per_seq) +
+         " entries per sequence (one i32 load finds a key's page)";
+}
+
+std::string bounds_line(const PlanBounds& b) {
+  return "covers: batch " + std::to_string(b.batch) + " (pad with empty sequences), lengths <= " +
+         std::to_string(b.max_kv_len) + ", q_len <= " + std::to_string(b.max_q_len) + ", total query rows <= " +
+         std::to_string(b.max_total_q) + "; workspace " + std::to_string(b.workspace_bytes) +
+         " bytes; runs within these bounds reuse the plan (and a captured CUDA graph)";
+}
+
+}  // namespace
+
+PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Target& target) {
+  const char* ctx = "plan_paged_decode";
+  problem.validate();
+  const DecodeProblem d = problem.as_decode();
+  PagedDecodePlan plan;
+  plan.problem = problem;
+  plan.target = target;
+  if (target.backend == Backend::kCpu) {
+    detail::partition_cpu_decode(d, target, nullptr, plan.partition, plan.reasons);
+  } else {
+    detail::partition_cuda_decode(d, target, nullptr, plan.partition, plan.reasons);
+  }
+  require(plan.partition.family == KernelFamily::kSplitKvDecode, ctx,
+          "the decode rules chose " + to_string(plan.partition.family) + ", which has no paged kernel",
+          "paged decode runs the split_kv_decode family; fix the rules");
+  plan.evidence = detail::compute_decode_evidence(d, plan.partition, target);
+  add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
+  plan.gather_keys = gather_keys_for(target, problem.head_dim, problem.kv_dtype, plan.partition.tile_size);
+  plan.reasons.push_back(cache_line(problem.cache));
+  if (plan.gather_keys > 0) {
+    plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
+                           " keys of K and V copied from their pages per kernel call (half of an assumed 1 MiB L2), "
+                           "partial states merged in registers");
+  }
+  plan.bounds = PlanBounds{problem.batch, problem.kv_len, 1, problem.batch, plan.evidence.workspace_bytes};
+  plan.reasons.push_back(bounds_line(plan.bounds));
+  return plan;
+}
+
+ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
+  const char* ctx = "plan_extend";
+  problem.validate();
+  // The padded equivalent: every sequence with max_q_len rows at the end of kv_len keys.
+  PrefillProblem pre;
+  pre.batch = problem.batch;
+  pre.num_heads = problem.num_heads;
+  pre.kv_heads = problem.kv_heads;
+  pre.head_dim = problem.head_dim;
+  pre.q_len = problem.max_q_len;
+  pre.kv_len = problem.kv_len;
+  pre.causal = true;
+  pre.dtype = problem.kv_dtype;
+  pre.out_dtype = problem.out_dtype;
+  pre.options = problem.options;
+
+  ExtendPlan plan;
+  plan.problem = problem;
+  plan.target = target;
+  WorkPartition& p = plan.partition;
+  if (target.backend == Backend::kCpu) {
+    detail::partition_cpu_prefill(pre, target, nullptr, p, plan.reasons);
+    // Split keys when the row-block tasks cannot keep every thread busy (decode-like batches).
+    const std::uint64_t threads = u(std::max(1, target.threads));
+    const std::uint64_t units = p.grid_blocks;
+    const std::uint64_t keys = problem.options.window > 0
+                                   ? std::min(u(problem.kv_len), u(problem.options.window) + u(problem.max_q_len) - 1)
+                                   : u(problem.kv_len);
+    std::uint64_t splits = units < 4 * threads ? threads / std::gcd(units, threads) : 1;
+    const std::uint64_t max_splits = std::max<std::uint64_t>(1, keys / (u(p.tile_size) * kTargetTilesPerSplit));
+    splits = std::min(splits, max_splits);
+    std::uint64_t keys_per_split = detail::div_ceil(detail::div_ceil(keys, splits), u(p.tile_size)) * p.tile_size;
+    splits = detail::div_ceil(keys, keys_per_split);
+    if (splits == 1) keys_per_split = keys;
+    p.sequence_splits = static_cast<std::uint32_t>(splits);
+    p.keys_per_split = static_cast<std::uint32_t>(keys_per_split);
+    p.tiles_per_split = static_cast<std::uint32_t>(detail::div_ceil(keys_per_split, u(p.tile_size)));
+    p.workgroups_per_row = p.sequence_splits;
+    p.grid_blocks = detail::checked_mul(units, splits, ctx, "tasks");
+    p.split_reduce_scratch_elements =
+        splits > 1 ? static_cast<std::uint32_t>(splits * u(problem.group_size()) * (u(problem.head_dim) + 2)) : 0;
+    plan.reasons.push_back(splits > 1 ? "splits: " + std::to_string(splits) + " key ranges of " +
+                                            std::to_string(keys_per_split) + " keys per row block (" +
+                                            std::to_string(units) + " row-block tasks for " +
+                                            std::to_string(threads) + " threads), merged after"
+                                      : "splits: 1: row-block tasks already keep the threads busy");
+  } else {
+    detail::partition_cuda_prefill(pre, target, nullptr, p, plan.reasons);
+  }
+  require(p.family == KernelFamily::kCooperativeTiled, ctx,
+          "the prefill rules chose " + to_string(p.family) + ", which has no extend kernel",
+          "extend runs the cooperative_tiled family; fix the rules");
+  plan.evidence = detail::compute_prefill_evidence(pre, p, target);
+  add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
+  for (DType t : {problem.q_dtype, problem.kv_dtype, problem.out_dtype}) {
+    plan.evidence.rel_l2_tolerance = std::max(plan.evidence.rel_l2_tolerance, rel_l2_tolerance_for(t));
+  }
+  // Split states exist for the packed rows the plan covers (not the padded batch * max_q_len).
+  const std::uint64_t state_rows = detail::checked_mul(u(problem.total_q_bound()), u(problem.num_heads), ctx, "rows");
+  plan.evidence.workspace_bytes =
+      p.sequence_splits > 1
+          ? round_workspace(detail::checked_product({p.sequence_splits, state_rows,
+                                                     detail::split_state_bytes_per_row(problem.head_dim)},
+                                                    ctx, "split state bytes"),
+                            ctx)
+          : 0;
+  plan.gather_keys = gather_keys_for(target, problem.head_dim, problem.kv_dtype, p.tile_size);
+  plan.reasons.push_back(cache_line(problem.cache));
+  plan.reasons.push_back("queries: up to " + std::to_string(problem.max_q_len) +
+                         " new rows per sequence, causal bottom-right against the cached prefix; evidence counts "
+                         "the padded bound (every sequence at max_q_len rows and kv_len keys)");
+  if (plan.gather_keys > 0) {
+    plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
+                           " keys of K and V copied from their pages per kernel call, partial states merged");
+  }
+  if (target.backend == Backend::kCuda) {
+    plan.reasons.push_back("cuda: partition from the prefill rules; the paged extend kernel is not built yet");
+  }
+  plan.bounds = PlanBounds{problem.batch, problem.kv_len, problem.max_q_len, problem.total_q_bound(),
+                           plan.evidence.workspace_bytes};
+  plan.reasons.push_back(bounds_line(plan.bounds));
+  return plan;
+}
+
+}  // namespace attnkit
