@@ -120,9 +120,12 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   part.o_acc_scratch_elements = static_cast<std::uint32_t>(c.rows_per_block * c.head_dim);
   reasons.push_back("cooperative-tiled (tensor cores): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
                     std::to_string(p.head_dim) + " has an instantiation");
-  reasons.push_back(std::to_string(c.rows_per_block) + " query rows per block (" + std::to_string(c.warps) +
-                    " warps x 16 rows), " + std::to_string(c.keys_per_tile) + " keys per tile: K/V tile reuse vs " +
-                    (c.q_in_registers ? "registers for Q, S and O" : "the 128-register O accumulator (Q re-read from shared memory)"));
+  reasons.push_back(std::to_string(c.rows_per_block) + " query rows per block (" + std::to_string(c.warps) + " warps x " +
+                    std::to_string(16 * c.row_tiles) + " rows: " + std::to_string(c.row_tiles) +
+                    " m16 tile(s) share each K/V fragment), " + std::to_string(c.keys_per_tile) +
+                    " keys per tile; " +
+                    (c.q_in_registers ? "Q fragments stay in registers"
+                                      : "Q re-read from shared memory per k-step (registers go to the O accumulator)"));
   const int fit = blocks_per_sm(c, t);
   reasons.push_back(std::to_string(c.stages) + " shared-memory stages for K and V (cp.async): " +
                     std::to_string(cuda_prefill::tiled_shared_bytes(c)) + " bytes per block, " +

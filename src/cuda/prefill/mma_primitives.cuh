@@ -19,7 +19,7 @@ struct HalfType<__half> {
     return *reinterpret_cast<std::uint32_t*>(&h);
   }
   __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -35,7 +35,7 @@ struct HalfType<__nv_bfloat16> {
     return *reinterpret_cast<std::uint32_t*>(&h);
   }
   __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -44,6 +44,15 @@ struct HalfType<__nv_bfloat16> {
   __device__ static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 };
 
+// 2^x in one MUFU (flush-to-zero, ~2 ulp): the softmax's exponent; -inf gives +0.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ldmatrix stays `asm volatile`: it reads shared memory the compiler cannot see, so it must not
+// be merged or moved across the barriers that publish each tile.
 __device__ inline std::uint32_t shared_address(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -52,7 +52,12 @@ void launch_simt(const PrefillParams& p, cudaStream_t stream) {
 template <int kIndex, class T>
 void launch_tiled_config(const PrefillParams& p, cudaStream_t stream) {
   constexpr cuda_prefill::TiledConfig c = cuda_prefill::kTiledConfigs[kIndex];
-  auto kernel = cuda_prefill::tiled_prefill_kernel<c.head_dim, c.keys_per_tile, c.warps, c.stages, c.q_in_registers, T>;
+  static_assert(c.rows_per_block == 16 * c.row_tiles * c.warps, "kTiledConfigs: rows_per_block = 16 * row_tiles * warps");
+  auto kernel = p.softcap > 0.0f
+                    ? cuda_prefill::tiled_prefill_kernel<c.head_dim, c.keys_per_tile, c.warps, c.row_tiles, c.stages,
+                                                         c.q_in_registers, true, T>
+                    : cuda_prefill::tiled_prefill_kernel<c.head_dim, c.keys_per_tile, c.warps, c.row_tiles, c.stages,
+                                                         c.q_in_registers, false, T>;
   constexpr int smem = static_cast<int>(cuda_prefill::tiled_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   require(attr == cudaSuccess, kContext,

@@ -4,17 +4,19 @@
 //          with D contiguous and 16-byte aligned rows), or ragged [1, heads, total, D] + cu_seqlens.
 // Output:  out in the input dtype or f32, optional f32 LSE; with key splits, normalised f32
 //          partial states in the workspace instead (merged by split_merge.cuh).
-// Parallelism: one block per (query tile of 16 * warps rows, head, batch * split). Each warp owns
-//          16 query rows: S = Q K^T and O += P V run on tensor cores with the scores held in
-//          registers; P goes from the S accumulators straight into the A operand of the second
-//          product. K and V tiles stream through `stages` shared-memory buffers with cp.async: the
+// Parallelism: one block per (query tile of 16 * row_tiles * warps rows, head, batch * split). Each
+//          warp owns 16 * row_tiles query rows (every K/V fragment it loads feeds all its m16
+//          tiles): S = Q K^T and O += P V run on tensor cores with the scores held in registers;
+//          P goes from the S accumulators straight into the A operand of the second product. K and V tiles stream through `stages` shared-memory buffers with cp.async: the
 //          next K tile loads while this tile's scores are computed, the next V tile while P V runs.
 //          GQA: head h reads KV head h / group_size.
 // Masks:   causal bottom-right aligned (row r at position r + kv_len - q_len), sliding window.
 //          Tiles no row can see are never loaded; only boundary tiles pay for the mask test.
 //          Masked keys get probability exactly 0; a row with no visible key writes 0 and LSE -inf.
 // Bound:   tensor-core issue and shared-memory bandwidth (ldmatrix of K/V fragments per warp) on
-//          long sequences; global memory only for very short ones.
+//          long sequences; global memory only for very short ones. The per-score epilogue is one
+//          FFMA + one MUFU.EX2 (scale folded into the exponent); mask code runs on boundary tiles
+//          only, soft-cap code only in the soft-cap instantiation.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -43,15 +45,33 @@ __device__ inline void load_tile(T* dst, const T* src, std::int64_t stride, int 
   }
 }
 
-template <int D, int Bc, int Warps, int Stages, bool QInRegs, class T>
+// Rows this thread's scores may see, as an inclusive key range [lo, hi] (empty when lo > hi).
+struct RowKeys {
+  int lo, hi;
+};
+
+__device__ inline RowKeys row_keys(const PrefillParams& p, int kv_len, std::int64_t pos) {
+  RowKeys r;
+  const std::int64_t hi = p.causal ? min_i64(kv_len - 1, pos) : kv_len - 1;
+  const std::int64_t lo = p.window > 0 ? max_i64(0, pos - p.window + 1) : 0;
+  r.hi = static_cast<int>(max_i64(hi, -1));
+  r.lo = static_cast<int>(min_i64(lo, static_cast<std::int64_t>(kv_len)));
+  return r;
+}
+
+// One block: Warps warps x RowTiles m16 tiles of query rows. Softcap is a template parameter so
+// the common path carries no tanh; the mask costs one uniform branch per key tile.
+template <int D, int Bc, int Warps, int RowTiles, int Stages, bool QInRegs, bool Softcap, class T>
 __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const PrefillParams p) {
   using H = HalfType<T>;
-  constexpr int Br = Warps * 16;
+  constexpr int WarpRows = 16 * RowTiles;
+  constexpr int Br = Warps * WarpRows;
   constexpr int Pitch = D + kSharedRowPad;
   constexpr int Threads = Warps * 32;
   constexpr int DTiles = D / 8;   // n-tiles of the output
   constexpr int KTiles = Bc / 8;  // n-tiles of the scores
   static_assert(D % 16 == 0 && Bc % 16 == 0, "tile sizes must be multiples of 16");
+  static_assert(Stages == 2, "the K/V pipeline below is written for two stages");
 
   extern __shared__ uint4 shared_raw[];
   T* s_q = reinterpret_cast<T*>(shared_raw);
@@ -92,15 +112,25 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
   const T* v_ptr = static_cast<const T*>(p.v) + e.q_base_batch * p.v_batch_stride + kvh * p.v_head_stride +
                    e.k_start * p.v_row_stride;
 
-  float o[DTiles][4];
+  float o[RowTiles][DTiles][4];
 #pragma unroll
-  for (int i = 0; i < DTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
-  float l_run[2] = {0.0f, 0.0f};            // running sum (this thread's columns only)
-  std::uint32_t qf[QInRegs ? D / 16 : 1][4];
+  for (int mt = 0; mt < RowTiles; ++mt) {
+#pragma unroll
+    for (int i = 0; i < DTiles; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  }
+  // Running max in score units (pre-scale), running sum of this thread's columns; [m-tile][half].
+  float m_run[RowTiles][2], l_run[RowTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < RowTiles; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
+  std::uint32_t qf[QInRegs ? RowTiles : 1][QInRegs ? D / 16 : 1][4];
 
-  const float scale_log2 = p.scale * kLog2e;
-  const int row_in_block0 = warp * 16 + g;  // this thread's rows: +0 and +8
+  // exp2 argument = s * sl - m * sl (one FFMA); soft-capped scores are already in log2 units.
+  const float sl = Softcap ? 1.0f : p.scale * kLog2e;
+  const float cap_in = Softcap ? p.scale / p.softcap : 0.0f, cap_out = Softcap ? p.softcap * kLog2e : 0.0f;
+  const int row_in_block0 = warp * WarpRows + g;  // this thread's rows: + mt * 16 + {0, 8}
   const std::int64_t pos0 = m0 + row_in_block0 + offset;
 
   if (tile_lo < tile_hi) {
@@ -112,8 +142,9 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
                                  p.v_row_stride, Bc, e.kv_len - tile_lo * Bc, tid);
     cp_async_commit();
 
-    const std::uint32_t q_addr =
-        shared_address(s_q + (warp * 16 + lane % 16) * Pitch + (lane / 16) * 8);
+    const std::uint32_t q_addr = shared_address(s_q + (warp * WarpRows + lane % 16) * Pitch + (lane / 16) * 8);
+    const std::uint32_t k_addr0 = shared_address(s_k + (lane % 8 + (lane / 16) * 8) * Pitch + ((lane / 8) % 2) * 8);
+    const std::uint32_t v_addr0 = shared_address(s_v + (lane % 8 + ((lane / 8) % 2) * 8) * Pitch + (lane / 16) * 8);
     for (int t = tile_lo; t < tile_hi; ++t) {
       const int it = t - tile_lo;
       const int stage = it % Stages, next_stage = (it + 1) % Stages;
@@ -130,89 +161,119 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
       if constexpr (QInRegs) {
         if (it == 0) {
 #pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], q_addr + kk * 32);
+          for (int mt = 0; mt < RowTiles; ++mt) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[mt][kk], q_addr + (mt * 16 * Pitch + kk * 16) * 2);
+          }
         }
       }
 
-      // S = Q K^T for this warp's 16 rows and Bc keys.
-      float s[KTiles][4];
+      // S = Q K^T for this warp's rows and Bc keys; each K fragment feeds all RowTiles m-tiles.
+      float s[RowTiles][KTiles][4];
 #pragma unroll
-      for (int i = 0; i < KTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-      const T* k_stage = s_k + stage * Bc * Pitch;
-      const std::uint32_t k_addr = shared_address(k_stage + (lane % 8 + (lane / 16) * 8) * Pitch + ((lane / 8) % 2) * 8);
+      for (int mt = 0; mt < RowTiles; ++mt) {
+#pragma unroll
+        for (int i = 0; i < KTiles; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+      }
+      const std::uint32_t k_addr = k_addr0 + stage * Bc * Pitch * 2;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        std::uint32_t a_local[4];
-        if constexpr (!QInRegs) ldmatrix_x4(a_local, q_addr + kk * 32);
-        const std::uint32_t(&a)[4] = QInRegs ? qf[QInRegs ? kk : 0] : a_local;
+        std::uint32_t a[RowTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < RowTiles; ++mt) {
+          if constexpr (QInRegs) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[mt][r] = qf[QInRegs ? mt : 0][QInRegs ? kk : 0][r];
+          } else {
+            ldmatrix_x4(a[mt], q_addr + (mt * 16 * Pitch + kk * 16) * 2);
+          }
+        }
 #pragma unroll
         for (int nn = 0; nn < Bc / 16; ++nn) {
           std::uint32_t bf[4];
           ldmatrix_x4(bf, k_addr + (nn * 16 * Pitch + kk * 16) * 2);
-          H::mma(s[2 * nn], a, bf[0], bf[1]);
-          H::mma(s[2 * nn + 1], a, bf[2], bf[3]);
+#pragma unroll
+          for (int mt = 0; mt < RowTiles; ++mt) {
+            H::mma(s[mt][2 * nn], a[mt], bf[0], bf[1]);
+            H::mma(s[mt][2 * nn + 1], a[mt], bf[2], bf[3]);
+          }
         }
       }
 
-      // Scale (and soft-cap) into log2 units; mask only tiles some row cannot fully see.
+      if constexpr (Softcap) {  // into log2 units: c * tanh(scale * s / c) * log2(e)
+#pragma unroll
+        for (int mt = 0; mt < RowTiles; ++mt) {
+#pragma unroll
+          for (int i = 0; i < KTiles; ++i) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) s[mt][i][r] = cap_out * tanhf(s[mt][i][r] * cap_in);
+          }
+        }
+      }
+      // Mask only tiles some row cannot fully see (one uniform branch per tile).
       const bool needs_mask = key0 + Bc > e.kv_len || (p.causal && key0 + Bc - 1 > first_pos) ||
                               (p.window > 0 && key0 < last_pos - p.window + 1);
+      if (needs_mask) {
 #pragma unroll
-      for (int i = 0; i < KTiles; ++i) {
+        for (int mt = 0; mt < RowTiles; ++mt) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          float x = s[i][r];
-          if (p.softcap > 0.0f) {
-            x = p.softcap * tanhf(x * p.scale / p.softcap) * kLog2e;
-          } else {
-            x *= scale_log2;
+          for (int hr = 0; hr < 2; ++hr) {
+            const RowKeys rk = row_keys(p, e.kv_len, pos0 + mt * 16 + hr * 8);
+            const int lo = rk.lo - key0 - 2 * c, hi = rk.hi - key0 - 2 * c;  // relative to this lane's column
+#pragma unroll
+            for (int i = 0; i < KTiles; ++i) {
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const int col = i * 8 + j;
+                if (col < lo || col > hi) s[mt][i][2 * hr + j] = -INFINITY;
+              }
+            }
           }
-          if (needs_mask) {
-            const std::int64_t key = key0 + i * 8 + 2 * c + (r & 1);
-            const std::int64_t pos = pos0 + (r >= 2 ? 8 : 0);
-            const bool visible = key < e.kv_len && (!p.causal || key <= pos) && (p.window <= 0 || key > pos - p.window);
-            if (!visible) x = -INFINITY;
-          }
-          s[i][r] = x;
         }
       }
 
-      // Online softmax: rows g (regs 0,1) and g + 8 (regs 2,3); a row spans the 4 lanes of a quad.
-      float alpha[2];
+      // Online softmax per m-tile: rows g (regs 0,1) and g + 8 (regs 2,3); a row spans a quad.
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = m_run[hr];
+      for (int mt = 0; mt < RowTiles; ++mt) {
+        float alpha[2];
 #pragma unroll
-        for (int i = 0; i < KTiles; ++i) mx = fmaxf(mx, fmaxf(s[i][2 * hr], s[i][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_use = mx == -INFINITY ? 0.0f : mx;  // all masked so far: keep exp2 finite
-        alpha[hr] = exp2f(m_run[hr] - m_use);
-        m_run[hr] = mx;
-        float sum = 0.0f;
+        for (int hr = 0; hr < 2; ++hr) {
+          float mx = m_run[mt][hr];
 #pragma unroll
-        for (int i = 0; i < KTiles; ++i) {
-          s[i][2 * hr] = exp2f(s[i][2 * hr] - m_use);
-          s[i][2 * hr + 1] = exp2f(s[i][2 * hr + 1] - m_use);
-          sum += s[i][2 * hr] + s[i][2 * hr + 1];
+          for (int i = 0; i < KTiles; ++i) mx = fmaxf(mx, fmaxf(s[mt][i][2 * hr], s[mt][i][2 * hr + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_scaled = (mx == -INFINITY ? 0.0f : mx) * sl;  // all masked so far: keep exp2 finite
+          alpha[hr] = fast_exp2(m_run[mt][hr] * sl - m_scaled);        // -inf (first tile) gives 0
+          m_run[mt][hr] = mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < KTiles; ++i) {
+            s[mt][i][2 * hr] = fast_exp2(fmaf(s[mt][i][2 * hr], sl, -m_scaled));
+            s[mt][i][2 * hr + 1] = fast_exp2(fmaf(s[mt][i][2 * hr + 1], sl, -m_scaled));
+            sum += s[mt][i][2 * hr] + s[mt][i][2 * hr + 1];
+          }
+          l_run[mt][hr] = l_run[mt][hr] * alpha[hr] + sum;
         }
-        l_run[hr] = l_run[hr] * alpha[hr] + sum;
-      }
 #pragma unroll
-      for (int i = 0; i < DTiles; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
+        for (int i = 0; i < DTiles; ++i) {
+          o[mt][i][0] *= alpha[0];
+          o[mt][i][1] *= alpha[0];
+          o[mt][i][2] *= alpha[1];
+          o[mt][i][3] *= alpha[1];
+        }
       }
       // P in the A-operand layout of m16n8k16: key block kk = score n-tiles 2kk and 2kk + 1.
-      std::uint32_t pf[Bc / 16][4];
+      std::uint32_t pf[RowTiles][Bc / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk) {
-        pf[kk][0] = H::pack(s[2 * kk][0], s[2 * kk][1]);
-        pf[kk][1] = H::pack(s[2 * kk][2], s[2 * kk][3]);
-        pf[kk][2] = H::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pf[kk][3] = H::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int mt = 0; mt < RowTiles; ++mt) {
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) {
+          pf[mt][kk][0] = H::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pf[mt][kk][1] = H::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pf[mt][kk][2] = H::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pf[mt][kk][3] = H::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
       }
 
       if (t + 1 < tile_hi) {
@@ -224,18 +285,19 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
       cp_async_wait<2>();  // V[t] has landed
       __syncthreads();
 
-      // O += P V.
-      const T* v_stage = s_v + stage * Bc * Pitch;
-      const std::uint32_t v_addr =
-          shared_address(v_stage + (lane % 8 + ((lane / 8) % 2) * 8) * Pitch + (lane / 16) * 8);
+      // O += P V; each V fragment feeds all RowTiles m-tiles.
+      const std::uint32_t v_addr = v_addr0 + stage * Bc * Pitch * 2;
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) {
 #pragma unroll
         for (int nn = 0; nn < D / 16; ++nn) {
           std::uint32_t bf[4];
           ldmatrix_x4_trans(bf, v_addr + (kk * 16 * Pitch + nn * 16) * 2);
-          H::mma(o[2 * nn], pf[kk], bf[0], bf[1]);
-          H::mma(o[2 * nn + 1], pf[kk], bf[2], bf[3]);
+#pragma unroll
+          for (int mt = 0; mt < RowTiles; ++mt) {
+            H::mma(o[mt][2 * nn], pf[mt][kk], bf[0], bf[1]);
+            H::mma(o[mt][2 * nn + 1], pf[mt][kk], bf[2], bf[3]);
+          }
         }
       }
     }
@@ -244,45 +306,56 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
 
   // Epilogue: finish the row sums across the quad, normalise, write.
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
-    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+  for (int mt = 0; mt < RowTiles; ++mt) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l_run[mt][hr] += __shfl_xor_sync(0xffffffffu, l_run[mt][hr], 1);
+      l_run[mt][hr] += __shfl_xor_sync(0xffffffffu, l_run[mt][hr], 2);
+    }
   }
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int r = row_in_block0 + hr * 8;
-    if (r >= rows_here) continue;
-    const bool any = l_run[hr] > 0.0f;
-    const float inv = any ? 1.0f / l_run[hr] : 0.0f;
-    const float lse = any ? (m_run[hr] + log2f(l_run[hr])) * kLn2 : -INFINITY;
-    if (p.splits > 1) {
-      const std::int64_t row = (static_cast<std::int64_t>(split) * p.num_heads + h) * p.workspace_rows +
-                               e.workspace_row0 + m0 + r;
-      float* dst = p.partial_out + row * D;
+  for (int mt = 0; mt < RowTiles; ++mt) {
 #pragma unroll
-      for (int i = 0; i < DTiles; ++i) {
-        *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) = make_float2(o[i][2 * hr] * inv, o[i][2 * hr + 1] * inv);
-      }
-      if (c == 0) p.partial_lse[row] = lse;
-      continue;
-    }
-    const std::int64_t out_off = e.q_base_batch * p.o_batch_stride + h * p.o_head_stride +
-                                 (e.q_start + m0 + r) * p.o_row_stride;
-    if (p.out_kind == OutKind::kF32) {
-      float* dst = static_cast<float*>(p.out) + out_off;
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = row_in_block0 + mt * 16 + hr * 8;
+      if (r >= rows_here) continue;
+      const float l = l_run[mt][hr];
+      const bool any = l > 0.0f;
+      const float inv = any ? 1.0f / l : 0.0f;
+      const float lse = any ? (m_run[mt][hr] * sl + log2f(l)) * kLn2 : -INFINITY;
+      if (p.splits > 1) {
+        const std::int64_t row = (static_cast<std::int64_t>(split) * p.num_heads + h) * p.workspace_rows +
+                                 e.workspace_row0 + m0 + r;
+        float* dst = p.partial_out + row * D;
 #pragma unroll
-      for (int i = 0; i < DTiles; ++i) {
-        *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) = make_float2(o[i][2 * hr] * inv, o[i][2 * hr + 1] * inv);
+        for (int i = 0; i < DTiles; ++i) {
+          *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) =
+              make_float2(o[mt][i][2 * hr] * inv, o[mt][i][2 * hr + 1] * inv);
+        }
+        if (c == 0) p.partial_lse[row] = lse;
+        continue;
       }
-    } else {
-      T* dst = static_cast<T*>(p.out) + out_off;
+      const std::int64_t out_off = e.q_base_batch * p.o_batch_stride + h * p.o_head_stride +
+                                   (e.q_start + m0 + r) * p.o_row_stride;
+      if (p.out_kind == OutKind::kF32) {
+        float* dst = static_cast<float*>(p.out) + out_off;
 #pragma unroll
-      for (int i = 0; i < DTiles; ++i) {
-        *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * c) = H::pack(o[i][2 * hr] * inv, o[i][2 * hr + 1] * inv);
+        for (int i = 0; i < DTiles; ++i) {
+          *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) =
+              make_float2(o[mt][i][2 * hr] * inv, o[mt][i][2 * hr + 1] * inv);
+        }
+      } else {
+        T* dst = static_cast<T*>(p.out) + out_off;
+#pragma unroll
+        for (int i = 0; i < DTiles; ++i) {
+          *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * c) =
+              H::pack(o[mt][i][2 * hr] * inv, o[mt][i][2 * hr + 1] * inv);
+        }
       }
-    }
-    if (p.lse != nullptr && c == 0) {
-      p.lse[e.q_base_batch * p.lse_batch_stride + h * p.lse_head_stride + (e.q_start + m0 + r) * p.lse_row_stride] = lse;
+      if (p.lse != nullptr && c == 0) {
+        p.lse[e.q_base_batch * p.lse_batch_stride + h * p.lse_head_stride +
+              (e.q_start + m0 + r) * p.lse_row_stride] = lse;
+      }
     }
   }
 }
