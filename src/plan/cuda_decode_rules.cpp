@@ -21,9 +21,9 @@ namespace {
 namespace geo = attnkit::cuda_decode;
 
 constexpr std::int64_t kMinTilesPerSplit = 2;
-// The ring budget per block: deep enough to keep ~64 KB of K/V in flight per block, small enough
-// for two or three blocks per SM.
-constexpr std::int64_t kRingBudgetBytes = 96 << 10;
+// The ring budget per block: three 16-bit tiles of 64 keys x 128 dims (two in flight while one is
+// consumed), small enough for two blocks per SM.
+constexpr std::int64_t kRingBudgetBytes = 112 << 10;
 // Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
 constexpr std::int64_t registers_per_thread(int heads_per_warp, int capacity) {
   if (heads_per_warp == geo::kMmaRows) return capacity <= 64 ? 120 : capacity <= 128 ? 168 : 255;

@@ -49,8 +49,8 @@ constexpr int row_stride_elems(int capacity, std::int64_t kv_elem_bytes) {
   return capacity + static_cast<int>(16 / kv_elem_bytes);
 }
 
-// Dynamic shared memory of one block (bytes): the K/V ring, aliased by the f32 query staging and the
-// cross-warp reduction, plus the (max, sum) pairs of each key warp and of the block, and the fused
+// Dynamic shared memory of one block (bytes): the K/V ring, the f32 query staging (reused as the
+// cross-warp reduction), the (max, sum) pairs of each key warp and of the block, and the fused
 // kernel's new-key scratch.
 constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
   return std::int64_t{2} * stages * tile * row_stride_elems(capacity, kv_elem_bytes) * kv_elem_bytes;
@@ -58,10 +58,9 @@ constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {
   const std::int64_t staging = rows_per_block * capacity * 4;  // f32 q rows, later the reduction
-  const std::int64_t main = std::max(ring_bytes(capacity, tile, stages, kv_elem_bytes), staging);
   const std::int64_t stats = std::int64_t{2} * (key_warps + 1) * rows_per_block * 4;  // per warp, per row
   const std::int64_t fused_scratch = std::int64_t{2} * capacity * 4;
-  return main + stats + fused_scratch;
+  return ring_bytes(capacity, tile, stages, kv_elem_bytes) + staging + stats + fused_scratch;
 }
 
 }  // namespace attnkit::cuda_decode

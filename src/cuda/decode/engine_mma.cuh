@@ -3,7 +3,8 @@
 // zeros), its columns 16 keys of the shared-memory tile: S = Q K^T with K fragments from ldmatrix,
 // online softmax on the accumulator fragments (rows lane/4 and lane/4 + 8), then O += P V with P
 // re-packed from the S fragments into A fragments and V fragments from ldmatrix.trans. f32
-// accumulation; q (scaled) and P are rounded to the K/V dtype for the tensor cores.
+// accumulation; q (unscaled) and P are rounded to the K/V dtype for the tensor cores (exact for a
+// 16-bit q; an f32 or rotated q loses its low bits, within the 16-bit parity rule).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -64,12 +65,15 @@ struct MmaEngine {
   std::uint32_t qa[kKSteps][4];
   float o[kNBlocks][4];
   float m[2], l[2];  // rows lane/4 and lane/4 + 8
+  float score_scale;
   int lane;
 
+  // q enters the tensor cores unscaled (a 16-bit q stays exact); the scale is applied to S in f32.
   __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
     lane = lane_id;
+    score_scale = q_scale;
     const int r = lane / 4, c = 2 * (lane % 4);
-    auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] * q_scale : 0.0f; };
+    auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] : 0.0f; };
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       const int d = ks * 16 + c;
@@ -104,7 +108,7 @@ struct MmaEngine {
     for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[nb][e];
+        float x = s[nb][e] * score_scale;
         if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
         const int key = key0 + nb * 8 + 2 * (lane % 4) + (e & 1);
         s[nb][e] = key < n_valid ? x : -INFINITY;

@@ -71,36 +71,18 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   const int n_mine = max(0, min(hpw, rows_here - g_base));
   const int h0 = kvh * p.group + row0;  // first query head of this block
 
-  // Shared memory: [main: K/V ring | q staging | reduction] [stats] [fused scratch].
+  // Shared memory: [K/V ring] [q staging, later the cross-warp reduction] [stats] [fused scratch].
   const int ring_elems = p.stages * p.tile * kStride;
-  const int main_bytes = max(2 * ring_elems * static_cast<int>(sizeof(T)), p.rows_per_block * kCap * 4);
-  float* staging = reinterpret_cast<float*>(smem);
+  const int ring_bytes = 2 * ring_elems * static_cast<int>(sizeof(T));
   T* k_ring = reinterpret_cast<T*>(smem);
   T* v_ring = k_ring + ring_elems;
-  float* warp_m = reinterpret_cast<float*>(smem + main_bytes);  // [key_warps][rows_per_block]
+  float* staging = reinterpret_cast<float*>(smem + ring_bytes);  // [rows_per_block][kCap]
+  float* warp_m = staging + p.rows_per_block * kCap;             // [key_warps][rows_per_block]
   float* warp_l = warp_m + p.key_warps * p.rows_per_block;
   float* row_m = warp_l + p.key_warps * p.rows_per_block;       // [rows_per_block]
   float* row_l = row_m + p.rows_per_block;
   float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
-
-  // 1. Query rows of the block -> f32 staging (zeros past head_dim), RoPE for the fused step.
-  for (int i = tid; i < rows_here * kCap; i += blockDim.x) {
-    const int r = i / kCap, d = i % kCap;
-    float x = 0.0f;
-    if (d < p.head_dim && range.valid) {
-      x = cuda_common::load_as_f32(p.q, p.q_dtype, b * p.q_stride_b + (h0 + r) * p.q_stride_h + d);
-    }
-    staging[i] = x;
-  }
-  __syncthreads();
-  if (new_pos >= 0) {
-    rope_rows(staging, rows_here, kCap, p, new_pos);
-    __syncthreads();
-  }
-  Engine engine;
-  engine.init(staging, g_base, n_mine, p.q_scale, lane);
-  __syncthreads();  // the staging area becomes the ring
 
   const T* k_base = static_cast<const T*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
   const T* v_base = static_cast<const T*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
@@ -122,11 +104,30 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     }
   };
 
-  // 2. Stream the block's key range through the ring.
+  // 1. The first tiles are requested before anything else, so their latency covers the q load.
   for (int st = 0; st < p.stages - 1; ++st) {
     if (st < n_tiles) load_tile(st, st);
     cuda_common::cp_async_commit();
   }
+
+  // 2. Query rows of the block -> f32 staging (zeros past head_dim), RoPE for the fused step.
+  for (int i = tid; i < rows_here * kCap; i += blockDim.x) {
+    const int r = i / kCap, d = i % kCap;
+    float x = 0.0f;
+    if (d < p.head_dim && range.valid) {
+      x = cuda_common::load_as_f32(p.q, p.q_dtype, b * p.q_stride_b + (h0 + r) * p.q_stride_h + d);
+    }
+    staging[i] = x;
+  }
+  __syncthreads();
+  if (new_pos >= 0) {
+    rope_rows(staging, rows_here, kCap, p, new_pos);
+    __syncthreads();
+  }
+  Engine engine;
+  engine.init(staging, g_base, n_mine, p.q_scale, lane);
+
+  // 3. Stream the block's key range through the ring.
   for (int t = 0; t < n_tiles; ++t) {
     cuda_common::cp_async_wait_dynamic(p.stages - 2);  // tile t has landed (one group per tile)
     __syncthreads();                                   // ...for every thread; slot t-1 is free
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   cuda_common::cp_async_wait<0>();
   __syncthreads();
 
-  // 3. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
+  // 4. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
   //    to that key from shared memory (no other block reads or writes that cache row).
   if (owns_new) {
     const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_stride_b + kvh * p.k_new_stride_h;
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     __syncthreads();
   }
 
-  // 4. Combine: within each warp (engine), then key warps (shared memory, in warp order).
+  // 5. Combine: within each warp (engine), then key warps (shared memory, in warp order).
   engine.finish();
   engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
   __syncthreads();
@@ -187,13 +188,13 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     row_l[r] = sum;
   }
   __syncthreads();
-  float* reduced = staging;  // [rows_per_block][kCap]; the ring is idle now
+  float* reduced = staging;  // [rows_per_block][kCap]; every engine read its q before the barriers above
   for (int w = 0; w < p.key_warps; ++w) {
     if (key_warp == w) engine.add_output(reduced, row_m, g_base, n_mine, w == 0);
     __syncthreads();
   }
 
-  // 5. Write the normalised output and LSE (final when unsplit, else this split's partial state).
+  // 6. Write the normalised output and LSE (final when unsplit, else this split's partial state).
   const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
   for (int i = tid; i < rows_here * p.head_dim; i += blockDim.x) {
     const int r = i / p.head_dim, d = i % p.head_dim;
