@@ -264,6 +264,7 @@ void validate_paged_append(const PagedCacheSpec& c, const PagedAppendTensors& t,
             "pass the position of each sequence's first new token (its length before the append)");
     if (n == 0) continue;
     const std::int64_t end = start + n;
+    check_page(ctx, c, t.page_table, b, end - 1, end, "after the append its");  // table long enough, first
     for (std::int64_t pos = start; pos < end; pos = (pos / c.page_size + 1) * c.page_size) {
       check_page(ctx, c, t.page_table, b, pos, end, "after the append its");
     }
