@@ -20,10 +20,13 @@ namespace {
 
 namespace geo = attnkit::cuda_decode;
 
-constexpr std::int64_t kMinTilesPerSplit = 2;
-// The ring budget per block: three 16-bit tiles of 64 keys x 128 dims (two in flight while one is
-// consumed), small enough for two blocks per SM.
-constexpr std::int64_t kRingBudgetBytes = 112 << 10;
+constexpr std::int64_t kMinTilesPerSplit = 1;
+// The ring budget per block. Tensor-core blocks (16-bit K/V) are bound by bytes in flight: three
+// tiles of 64 keys x 128 dims (two in flight while one is consumed), two blocks per SM. CUDA-core
+// blocks (f32) are bound by instruction latency: two tiles, three blocks (12 warps) per SM.
+// Measured on the H200 (docs/perf-notes.md): f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8.
+constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
+constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
 // Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
 constexpr std::int64_t registers_per_thread(int heads_per_warp, int capacity) {
   if (heads_per_warp == geo::kMmaRows) return capacity <= 64 ? 120 : capacity <= 128 ? 168 : 255;
@@ -99,7 +102,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
 
   // Pipeline: as many tiles in flight as the ring budget holds (2..kMaxStages).
   const std::int64_t stage_bytes = geo::ring_bytes(capacity, tile, 1, kv_bytes);
-  const std::int64_t budget = std::min(kRingBudgetBytes, smem_block - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
+  const std::int64_t budget = std::min(geo::uses_mma(kv_bytes) ? kRingBudgetBytesMma : kRingBudgetBytesSimt, smem_block - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
   const int stages = static_cast<int>(std::clamp<std::int64_t>(budget / stage_bytes, 2, geo::kMaxStages));
   const std::int64_t smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
   require(smem <= smem_block, ctx,
@@ -123,27 +126,24 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   const std::int64_t max_splits = std::clamp<std::int64_t>(range / (kMinTilesPerSplit * tile), 1, geo::kMaxSplits);
   std::int64_t splits = 1;
   std::string split_reason;
-  if (base >= 2 * sm_count) {
-    split_reason = "batch x kv_heads x passes = " + std::to_string(base) + " blocks already give every one of " +
-                   std::to_string(sm_count) + " SMs at least two";
-  } else {
-    // Up to two waves of `wave` resident blocks: the split count whose blocks fill whole waves best
-    // (a smaller count wins ties: fewer partial states, less merge work).
-    const std::int64_t cap = std::min(max_splits, std::max<std::int64_t>(1, div_up(2 * wave, base)));
-    double best = -1;
-    for (std::int64_t s = 1; s <= cap; ++s) {
-      const std::int64_t blocks = base * s;
-      const double fill = static_cast<double>(blocks) / static_cast<double>(div_up(blocks, wave) * wave);
-      if (fill > best + 0.02) {
-        best = fill;
-        splits = s;
-      }
+  // Up to four waves of `wave` resident blocks: the split count whose blocks fill whole waves best
+  // (a smaller count wins near-ties: fewer partial states, less merge work). Four or more waves of
+  // unsplit blocks leave at most a quarter-wave tail, so they are not split.
+  const std::int64_t cap = std::min(max_splits, std::max<std::int64_t>(1, div_up(4 * wave, base)));
+  double best = -1;
+  for (std::int64_t s = 1; s <= cap; ++s) {
+    const std::int64_t blocks = base * s;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(div_up(blocks, wave) * wave);
+    if (fill > best + 0.02) {
+      best = fill;
+      splits = s;
     }
-    split_reason = std::to_string(base) + " (sequence, KV head) blocks are too few for " + std::to_string(sm_count) +
-                   " SMs x " + std::to_string(per_sm) + " resident blocks; the count whose blocks fill whole waves "
-                   "best within two waves, at least " + std::to_string(kMinTilesPerSplit) + " tiles per split (at most " +
-                   std::to_string(max_splits) + " splits for " + std::to_string(range) + " keys)";
   }
+  split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) + " SMs x " +
+                 std::to_string(per_sm) + " resident blocks: the count whose blocks fill whole waves best (" +
+                 std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves, at least " +
+                 std::to_string(kMinTilesPerSplit) + " tiles per split (at most " + std::to_string(max_splits) +
+                 " splits for " + std::to_string(range) + " keys)";
   const std::int64_t keys_per_split = div_up(div_up(range, splits), tile) * tile;
   splits = div_up(range, keys_per_split);
   reasons.push_back("sequence_splits " + std::to_string(splits) + " of " + std::to_string(keys_per_split) +
