@@ -90,6 +90,34 @@ reference::Result run_and_golden(DecodeRun& r, const DecodePlan& plan) {
   return reference::decode(r.problem, DecodeTensors{r.q.view, r.k.view, r.v.view, clamped.view, {}, {}});
 }
 
+// A q wider than 16-bit K/V enters the tensor cores rounded to the K/V dtype (engine_mma.cuh), so
+// each score may move by up to 2 * u * |score| (u the dtype's unit roundoff; a soft-cap only shrinks
+// it): the LSE bound of such rows grows by 2 * u * max |score| of the row. Zero for other cases.
+std::vector<double> q_rounding_slack(const DecodeRun& r) {
+  const DecodeProblem& p = r.problem;
+  std::vector<double> slack(static_cast<std::size_t>(p.batch * p.num_heads), 0.0);
+  if (dtype_size(p.kv_dtype) != 2 || p.q_dtype == p.kv_dtype) return slack;
+  const double u = p.kv_dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  const double scale = p.effective_scale();
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t len = std::clamp<std::int64_t>(r.lengths.view.as<const std::int32_t>()[b], 0, p.kv_len);
+    const KeyRange keys = visible_keys(len - 1, len, true, p.options.window);
+    for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      double worst = 0;
+      for (std::int64_t j = keys.begin; j < keys.end; ++j) {
+        double dot = 0;
+        for (std::int64_t d = 0; d < p.head_dim; ++d) {
+          dot += static_cast<double>(r.q.get(static_cast<std::size_t>((b * p.num_heads + h) * p.head_dim + d))) *
+                 r.k.get(static_cast<std::size_t>(((b * p.kv_heads + h / p.group_size()) * p.max_seq + j) * p.head_dim + d));
+        }
+        worst = std::max(worst, std::abs(dot * scale));
+      }
+      slack[static_cast<std::size_t>(b * p.num_heads + h)] = 2 * u * worst;
+    }
+  }
+  return slack;
+}
+
 std::vector<DecodeSpec> decode_specs() {
   using enum DType;
   return {
@@ -127,7 +155,7 @@ TEST_P(DecodeCuda, PlannedKernelMatchesGolden) {
   const std::string note = s.name + " seed=" + std::to_string(r.seed) + " splits=" +
                            std::to_string(plan.partition.sequence_splits);
   expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note);
-  expect_lse_matches(r.lse, golden.lse, note, rel_l2_limit(s.kv, s.q, s.out));
+  expect_lse_matches(r.lse, golden.lse, note, rel_l2_limit(s.kv, s.q, s.out), q_rounding_slack(r));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeCuda, ::testing::ValuesIn(decode_specs()),
