@@ -89,7 +89,7 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   if (plan.gather_keys > 0) {
     plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
                            " keys of K and V copied from their pages per kernel call (half of an assumed 1 MiB L2), "
-                           "partial states merged in registers");
+                           "each chunk's partial state merged into the task's");
   }
   plan.bounds = PlanBounds{problem.batch, problem.kv_len, 1, problem.batch, plan.evidence.workspace_bytes};
   plan.reasons.push_back(bounds_line(plan.bounds));
