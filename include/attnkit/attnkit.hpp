@@ -3,8 +3,10 @@
 #pragma once
 #include "attnkit/cpu.hpp"
 #include "attnkit/cuda.hpp"
+#include "attnkit/cuda_paged.hpp"
 #include "attnkit/dtype.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
 #include "attnkit/problem.hpp"
 #include "attnkit/reference.hpp"
