@@ -5,14 +5,18 @@
 //   head_dim] (f32, f16 or bf16, 16-byte aligned rows), lengths i32 [batch] on the device (or, fused,
 //   positions i32 [batch] and the new k/v rows).
 // Parallelism: one block per (sequence, KV head, head pass, key split). The block's warps form
-//   head_chunks x key_warps (decode_geometry.hpp): every warp of a head chunk holds heads_per_warp
-//   query heads of the GQA group in registers, so one shared-memory K/V tile serves the whole group
-//   and each K/V element leaves device memory once. Tiles stream through a cp.async ring of
-//   `stages` slots with 16-byte copies; out-of-window tiles are never loaded (the key range starts
-//   at the window). Softmax is online in f32 (log2 domain); splits write normalised partial
-//   (output, LSE) states to the caller's workspace and merge_states.cu combines them.
-// Bound: device-memory reads of K and V (2 * keys * head_dim * sizeof(kv) per KV head). The
-//   arithmetic (2 * group FMAs per K/V element pair) stays under the issue rate for groups <= 8.
+//   head_chunks x key_warps (decode_geometry.hpp): every warp of a head chunk serves heads_per_warp
+//   query heads of the GQA group, so one shared-memory K/V tile serves the whole group and each
+//   K/V element leaves device memory once. The per-warp math is an engine: tensor cores for f16 and
+//   bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32 (engine_simt.cuh). Tiles stream
+//   through a cp.async ring of `stages` slots with 16-byte copies, the first ones requested before
+//   the q load; out-of-window tiles are never loaded (the key range starts at the window). Softmax
+//   is online in f32 (log2 domain); splits write normalised partial (output, LSE) states to the
+//   caller's workspace and merge_states.cu combines them.
+// Lengths: read on the device and clamped to [0, plan kv_len] (sequence_range.cuh); a sequence of
+//   length 0 writes zeros and LSE -inf.
+// Bound: device-memory reads of K and V (2 * keys * head_dim * sizeof(kv) per KV head); measured
+//   within 0.4% of that by ncu. Time is lost to latency (docs/perf-notes.md), not to extra bytes.
 #pragma once
 #include <cuda_runtime.h>
 
