@@ -60,9 +60,10 @@ inline std::int64_t size_value(FuzzedDataProvider& in, std::int64_t small_max = 
     case 1: v = in.ConsumeIntegral<std::int64_t>(); break;
     default: return in.ConsumeIntegralInRange<std::int64_t>(0, small_max);
   }
-  // Positive sizes of 2^32 and more reach a known planner finding (docs/errors.md, Fuzzing):
-  // strict mode only, until it is fixed. Their products still overflow 2^62 in default mode.
-  constexpr std::int64_t kDefaultMax = (std::int64_t{1} << 32) - 1;
+  // Positive sizes of 2^31 and more reach a known planner finding (key counts near 2^32 truncate
+  // in the partition's 32-bit fields; docs/errors.md, Fuzzing): strict mode only, until it is
+  // fixed. Products of int32-sized values still overflow 2^62 in default mode.
+  constexpr std::int64_t kDefaultMax = (std::int64_t{1} << 31) - 1;
   return !strict_mode() && v > kDefaultMax ? kDefaultMax : v;
 }
 

@@ -8,6 +8,8 @@
 // span; others get a non-null pointer to nothing and only the validator sees them.
 // ATTNKIT_FUZZ_STRICT=1 also generates sub-element misaligned pointers and dtype values outside
 // the enum; see docs/errors.md ("Fuzzing") for why they are off by default.
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -120,7 +122,8 @@ TensorView make_view(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng, co
     if (want.index) {
       const std::int32_t v = in.ConsumeProbability<float>() < 0.1f
                                  ? in.ConsumeIntegral<std::int32_t>()
-                                 : in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(want.index_max));
+                                 : in.ConsumeIntegralInRange<std::int32_t>(
+                                       0, static_cast<std::int32_t>(std::clamp<std::int64_t>(want.index_max, 0, INT32_MAX)));
       std::memcpy(t.as<std::uint8_t>() + i * esize, &v, std::min<std::size_t>(esize, 4));
     } else if (is_storage_dtype(t.dtype) && static_cast<int>(t.dtype) < 4) {
       // Byte copies: the pointer may be misaligned for the element type (strict mode).

@@ -16,6 +16,15 @@ targets=("$@")
 ((${#targets[@]})) || targets=(planner validate differential)
 build=${ATTNKIT_FUZZ_BUILD:-build/fuzz}
 
+# clang and libFuzzer's runtime (only "recommended" by clang's packages, so install it by name).
+missing=()
+for p in clang libclang-rt-14-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DATTNKIT_CUDA=OFF -DATTNKIT_FUZZ=ON -DATTNKIT_TESTS=OFF >/dev/null
 cmake --build "$build" -j2 --target "${targets[@]/#/fuzz_}"

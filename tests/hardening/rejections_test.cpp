@@ -81,16 +81,19 @@ TEST(Rejections, DISABLED_CpuEntryPointsRejectPointersNotAlignedToTheirElement) 
   EXPECT_EQ(shifted, before) << "a rejected call wrote to out";
 }
 
-// Found by fuzz_planner: a decode plan for the CUDA backend with kv_len = 2^32 leaves the planner
-// with keys_per_split = 0 (WorkPartition's 32-bit fields truncate the key count), a plan no kernel
-// can run. The planner must reject key counts its partition cannot hold, or hold them.
+// Found by fuzz_planner: a decode plan for the CUDA backend with kv_len = 2^32 - 1 or 2^32 leaves
+// the planner with keys_per_split = 0 (the key count rounded up to whole tiles no longer fits
+// WorkPartition's 32-bit fields), a plan no kernel can run. The planner must reject key counts
+// its partition cannot hold, or hold them.
 // DISABLED until src/plan/cuda_decode_rules.cpp (and the common planner) fix it.
 TEST(Rejections, DISABLED_PlannerNeverTruncatesKeyCountsBeyond32Bits) {
-  DecodeProblem p = decode_problem(257, 7, 7, 8, std::int64_t{1} << 32);
+  for (std::int64_t kv_len : {(std::int64_t{1} << 32) - 1, std::int64_t{1} << 32})
   for (const Target& target : {known_target("h200"), cpu_target(2)}) {
+    const DecodeProblem p = decode_problem(257, 7, 7, 8, kv_len);
     try {
       const DecodePlan plan = plan_decode(p, target);
-      EXPECT_GE(std::uint64_t{plan.partition.sequence_splits} * plan.partition.keys_per_split, std::uint64_t{1} << 32)
+      EXPECT_GE(std::uint64_t{plan.partition.sequence_splits} * plan.partition.keys_per_split,
+                static_cast<std::uint64_t>(kv_len))
           << to_string(target.backend) << ": the splits do not cover kv_len: " << to_json(plan);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(". Fix: "), std::string::npos) << e.what();
