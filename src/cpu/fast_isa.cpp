@@ -10,6 +10,7 @@ namespace attnkit::cpu::simd {
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Bf16: return "avx512bf16";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx2: return "avx2";
     case Isa::kScalar: break;
@@ -24,6 +25,8 @@ bool isa_supported(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("fma");
+    case Isa::kAvx512Bf16:
+      return isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::kScalar:
@@ -36,6 +39,7 @@ bool isa_supported(Isa isa) {
 }
 
 Isa best_isa() {
+  if (isa_supported(Isa::kAvx512Bf16)) return Isa::kAvx512Bf16;
   if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
   if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
   return Isa::kScalar;
@@ -46,7 +50,9 @@ Isa selected_isa() {
   if (env == nullptr || *env == '\0') return best_isa();
   const std::string name(env);
   Isa isa;
-  if (name == "avx512") {
+  if (name == "avx512bf16") {
+    isa = Isa::kAvx512Bf16;
+  } else if (name == "avx512") {
     isa = Isa::kAvx512;
   } else if (name == "avx2") {
     isa = Isa::kAvx2;
@@ -54,7 +60,7 @@ Isa selected_isa() {
     isa = Isa::kScalar;
   } else {
     fail("cpu kernels", "ATTNKIT_CPU_ISA=" + name + " is not an instruction set attnkit knows",
-         "set ATTNKIT_CPU_ISA to scalar, avx2 or avx512, or unset it to use the best this CPU has");
+         "set ATTNKIT_CPU_ISA to scalar, avx2, avx512 or avx512bf16, or unset it to use the best this CPU has");
   }
   require(isa_supported(isa), "cpu kernels", "ATTNKIT_CPU_ISA=" + name + " but this CPU does not support it",
           "unset ATTNKIT_CPU_ISA or pick one of the supported sets (best here: " + std::string(isa_name(best_isa())) +

@@ -62,5 +62,6 @@ struct FastBodies {
 const FastBodies& fast_bodies_scalar();
 const FastBodies& fast_bodies_avx2();
 const FastBodies& fast_bodies_avx512();
+const FastBodies& fast_bodies_avx512bf16();
 
 }  // namespace attnkit::cpu::detail

@@ -19,7 +19,7 @@ using cpu::simd::Isa;
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> r;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (cpu::simd::isa_supported(isa)) r.push_back(isa);
   }
   return r;

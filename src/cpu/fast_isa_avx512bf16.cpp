@@ -1,0 +1,44 @@
+// The fast CPU kernel bodies compiled for AVX-512 (F, BW, VL, DQ) + AVX512_BF16: the f32 bodies
+// of fast_body.hpp (f32 and f16 K/V) and the vdpbf16ps bodies of fast_body_bf16.hpp (bf16 K/V).
+// Only this translation unit is compiled for that target, and only fast_isa.cpp's runtime
+// check decides whether it runs, so the library still starts on CPUs without it.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "attnkit/dtype.hpp"
+#include "attnkit/problem.hpp"
+#include "cpu/fast_tasks.hpp"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi2"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi2")
+// GCC 12 warns about the deliberately undefined pass-through operand inside its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "cpu/simd/vec_avx512bf16.hpp"
+
+#define ATTNKIT_ISA_NS isa_avx512bf16
+#define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx512
+#include "cpu/fast_body.hpp"
+#include "cpu/fast_body_bf16.hpp"
+
+namespace attnkit::cpu::detail {
+
+const FastBodies& fast_bodies_avx512bf16() {
+  static const FastBodies bodies{"avx512bf16", isa_avx512bf16::W, isa_avx512bf16::decode_scratch_floats_any,
+                                 isa_avx512bf16::decode_bf16, isa_avx512bf16::prefill_scratch_floats_any,
+                                 isa_avx512bf16::prefill_bf16};
+  return bodies;
+}
+
+}  // namespace attnkit::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
