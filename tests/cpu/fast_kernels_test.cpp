@@ -4,6 +4,7 @@
 // that force key splits and their merge.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -244,6 +245,85 @@ TEST(FastPrefill, StridedBshdViews) {
             logical.set(i++, out.get(static_cast<std::size_t>(b * t.out.strides[0] + h * t.out.strides[1] +
                                                               s * t.out.strides[2] + d)));
     expect_matches_golden(logical, golden.out, DType::kBF16, "bshd" + isa_note(isa) + seed_note(seed));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 K/V on the vdpbf16ps path (avx512bf16): key pairs, 32-column blocks and q splits at sizes
+// that leave every tail partial, and the real error margins against the f32 path.
+
+TEST(FastBf16, DecodePairTailsAndSplitQ) {
+  // head_dim not a multiple of 32 (partial 32-blocks), odd lengths (a lone last key pair), groups
+  // that take every row chunk, and an f32/f16 q on a bf16 cache (the hi + lo split of q).
+  for (std::int64_t d : {8, 24, 40, 136, 200}) run_decode(decode_problem(2, 6, 2, d, 259, DType::kBF16), {259, 2});
+  run_decode(decode_problem(1, 5, 1, 72, 1, DType::kBF16), {1});
+  run_decode(decode_problem(1, 20, 1, 64, 97, DType::kBF16), {97});  // group 20: chunks 16 + 4
+  for (DType q : {DType::kF32, DType::kF16}) {
+    DecodeProblem p = decode_problem(2, 8, 2, 136, 131, DType::kBF16);
+    p.q_dtype = q;
+    p.out_dtype = DType::kF32;
+    run_decode(p, {131, 64});
+  }
+}
+
+TEST(FastBf16, PrefillPairTails) {
+  for (std::int64_t d : {8, 24, 40, 80, 136}) {
+    for (bool causal : {true, false}) {
+      PrefillCase c(shape("bf16 d" + std::to_string(d), 1, 6, 2, d, 37, 53, causal, DType::kBF16));
+      check_prefill(c, 2, "bf16 pairs head_dim " + std::to_string(d));
+    }
+  }
+  PrefillCase odd(shape("bf16 odd tile", 2, 4, 4, 128, 131, 131, true, DType::kBF16));  // 131 = 128 + 3
+  check_prefill(odd, 3, "bf16 pairs odd tile");
+}
+
+// rel-L2 of one output against the golden, on one ISA.
+double rel_l2_on(Isa isa, const DecodeProblem& p, DecodeCase& c, const reference::Result& golden) {
+  ScopedIsa scoped(isa);
+  const DecodePlan plan = plan_decode(p, cpu_target(2));
+  std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
+  poison(c.out);
+  cpu::decode(plan, c.tensors(), Workspace{workspace.data(), workspace.size()});
+  expect_lse_matches(c.lse, golden.lse, "margin decode" + isa_note(isa) + seed_note(c.seed));
+  return compare(c.out, golden.out).rel_l2;
+}
+
+double rel_l2_on(Isa isa, PrefillCase& c, const reference::Result& golden) {
+  ScopedIsa scoped(isa);
+  poison(c.out);
+  cpu::prefill(plan_prefill(c.problem, cpu_target(2)), c.tensors());
+  EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << "margin prefill" << isa_note(isa) << " " << c.note();
+  return compare(c.out, golden.out).rel_l2;
+}
+
+// f32 outputs, so the only bf16 rounding left is the kernel's own (P before P V). The margin
+// bound (3e-3, a third of DESIGN's bf16 tolerance) catches a lost q split or a bf16 accumulator;
+// the numbers are printed for docs/perf-notes.md.
+TEST(FastBf16, ErrorMarginsAgainstTheF32Path) {
+  if (!cpu::simd::isa_supported(Isa::kAvx512Bf16)) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  for (float stddev : {1.0f, 4.0f}) {  // spread and peaked softmax
+    for (DType q : {DType::kBF16, DType::kF32}) {
+      DecodeProblem p = decode_problem(1, 32, 8, 128, 3000, DType::kBF16);
+      p.q_dtype = q;
+      p.out_dtype = DType::kF32;
+      DecodeCase c(p, {3000}, stddev);
+      const reference::Result golden = reference::decode(p, c.tensors());
+      const double f32 = rel_l2_on(Isa::kAvx512, p, c, golden), bf = rel_l2_on(Isa::kAvx512Bf16, p, c, golden);
+      std::printf("margin decode h32/8 d128 kv3000 q=%s stddev=%.0f: rel_l2 avx512 %.2e avx512bf16 %.2e\n",
+                  std::string(dtype_name(q)).c_str(), stddev, f32, bf);
+      EXPECT_LE(bf, 3e-3) << "decode q=" << dtype_name(q) << seed_note(c.seed);
+    }
+    for (bool causal : {true, false}) {
+      PrefillShape s = shape("margin", 1, 8, 2, 128, 700, 700, causal, DType::kBF16);
+      s.out_dtype = DType::kF32;
+      s.stddev = stddev;
+      PrefillCase c(s);
+      const reference::Result golden = reference::prefill(c.problem, c.tensors());
+      const double f32 = rel_l2_on(Isa::kAvx512, c, golden), bf = rel_l2_on(Isa::kAvx512Bf16, c, golden);
+      std::printf("margin prefill h8/2 d128 s700 causal=%d stddev=%.0f: rel_l2 avx512 %.2e avx512bf16 %.2e\n",
+                  causal ? 1 : 0, stddev, f32, bf);
+      EXPECT_LE(bf, 3e-3) << c.note();
+    }
   }
 }
 
