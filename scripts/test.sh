@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the release build (CUDA compiled when nvcc is present; GPU tests
-# SKIPPED without a device), the CPU tests again under AddressSanitizer + UBSan, and the Python
-# package's CPU tests.
+# SKIPPED without a device), the CPU tests again under AddressSanitizer + UBSan, the concurrency
+# tests under ThreadSanitizer, the fuzzers for a bounded time, and the Python package's CPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake --workflow --preset release-test
 cmake --workflow --preset asan-test
+# Many threads planning and running at once, under ThreadSanitizer; then each libFuzzer target
+# for 45 s (clang, ASan + UBSan), failing on any finding.
+cmake --workflow --preset tsan-test
+scripts/fuzz.sh 45
 # The Python package, CPU-only here (the CUDA kernels were compiled above already).
 python3 -m pip install -q --disable-pip-version-check . --no-build-isolation -Ccmake.define.ATTNKIT_CUDA=OFF
 python3 -m pytest -q python/tests -m "not gpu"

@@ -13,7 +13,7 @@ enum class DType : std::uint8_t { kF32, kF16, kBF16, kI32 };
 constexpr std::size_t dtype_size(DType t) {
   return t == DType::kF16 || t == DType::kBF16 ? 2 : 4;
 }
-constexpr bool is_storage_dtype(DType t) { return t != DType::kI32; }
+constexpr bool is_storage_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 std::string_view dtype_name(DType t);            // "f32", "f16", "bf16", "i32"
 DType parse_dtype(std::string_view name);         // throws Error naming the accepted spellings

@@ -11,6 +11,14 @@ namespace {
 constexpr std::int64_t kMaxHeadDim = 256;
 // Any element count of a call must stay below 2^62 so byte counts and offsets fit in int64.
 constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+// Key and query counts index 32-bit partition fields and kernel loops.
+constexpr std::int64_t kMaxSequence = (std::int64_t{1} << 31) - 1;
+
+void require_sequence_fits(const char* context, const char* name, std::int64_t value) {
+  require(value <= kMaxSequence, context,
+          std::string(name) + "=" + std::to_string(value) + " is above the 2^31-1 tokens one sequence may hold",
+          "shard longer contexts across calls (split the keys and merge the partial states with their LSE)");
+}
 
 void require_positive(const char* context, const char* name, std::int64_t value) {
   require(value > 0, context, std::string(name) + "=" + std::to_string(value) + " is not positive",
@@ -69,6 +77,7 @@ void DecodeProblem::validate() const {
   validate_common(ctx, num_heads, kv_heads, head_dim, options);
   require_positive(ctx, "max_seq", max_seq);
   require_positive(ctx, "kv_len", kv_len);
+  require_sequence_fits(ctx, "max_seq", max_seq);
   require(kv_len <= max_seq, ctx,
           "kv_len=" + std::to_string(kv_len) + " is above max_seq=" + std::to_string(max_seq),
           "plan for kv_len <= max_seq (the cache holds max_seq keys per sequence)");
@@ -85,6 +94,8 @@ void PrefillProblem::validate() const {
   validate_common(ctx, num_heads, kv_heads, head_dim, options);
   require_positive(ctx, "q_len", q_len);
   require_positive(ctx, "kv_len", kv_len);
+  require_sequence_fits(ctx, "q_len", q_len);
+  require_sequence_fits(ctx, "kv_len", kv_len);
   require(!causal || q_len <= kv_len, ctx,
           "causal with q_len=" + std::to_string(q_len) + " > kv_len=" + std::to_string(kv_len),
           "causal attention is bottom-right aligned and needs q_len <= kv_len; pass causal=false or more keys");

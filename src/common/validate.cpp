@@ -66,6 +66,9 @@ void check_tensor(const char* context, const TensorView& t, const Expect& e, DTy
             "pass " + name + " with shape " + shape_string(e.shape) + " (the problem's sizes)");
     ++d;
   }
+  require(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0, context,
+          name + " points to an address not aligned to its " + std::to_string(dtype_size(t.dtype)) + "-byte elements",
+          "pass " + name + " from an allocation aligned to its element size (any allocator's memory is)");
   require(dtype_ok(t.dtype), context,
           name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " + dtype_text,
           "convert " + name + " to " + dtype_text + " or change the problem's dtype to match");

@@ -44,6 +44,8 @@ float online_row(std::int64_t head_dim, std::int64_t begin, std::int64_t end, fl
     for (std::int64_t d = 0; d < head_dim; ++d) dot += s.q[d] * s.k[d];
     float score = dot * scale;
     if (softcap > 0.0f) score = softcap * std::tanh(score / softcap);
+    // A key scored -inf has weight 0: skip it (exp(-inf - -inf) would be NaN on the first keys).
+    if (score == -std::numeric_limits<float>::infinity()) continue;
     if (score > running_max) {
       // Rescale what was accumulated under the old maximum (exp(-inf) = 0 on the first key).
       const float correction = std::exp(running_max - score);

@@ -40,8 +40,23 @@ void check_partition(const Target& target, Job job, const KernelFamily* requeste
           "set each to at least 1 in the rules");
 }
 
+// A hand-built target must describe a machine the rules' arithmetic can hold.
+void validate_target(const char* ctx, const Target& target) {
+  constexpr int kMaxUnits = 1 << 20;
+  require(target.threads >= 0 && target.threads <= kMaxUnits, ctx,
+          "target threads=" + std::to_string(target.threads) + " is outside 0..2^20",
+          "pass a thread count the machine has (0 = all)");
+  require(target.sm_count >= 0 && target.sm_count <= kMaxUnits, ctx,
+          "target sm_count=" + std::to_string(target.sm_count) + " is outside 0..2^20",
+          "use cuda::target() or known_target() rather than a hand-built target");
+  require(target.cache_bytes >= 0 && target.shared_bytes_per_block >= 0 && target.shared_bytes_per_sm >= 0 &&
+              target.max_threads_per_sm >= 0,
+          ctx, "the target has a negative size", "use cuda::target(), cpu_target() or known_target()");
+}
+
 DecodePlan plan_decode_impl(const DecodeProblem& problem, const Target& target, const KernelFamily* requested) {
   problem.validate();
+  validate_target("plan_decode", target);
   require_family_available(target, Job::kDecode, requested);
   DecodePlan plan;
   plan.problem = problem;
@@ -67,6 +82,7 @@ DecodePlan plan_decode_impl(const DecodeProblem& problem, const Target& target, 
 
 PrefillPlan plan_prefill_impl(const PrefillProblem& problem, const Target& target, const KernelFamily* requested) {
   problem.validate();
+  validate_target("plan_prefill", target);
   require_family_available(target, Job::kPrefill, requested);
   PrefillPlan plan;
   plan.problem = problem;

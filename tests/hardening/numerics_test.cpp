@@ -316,7 +316,7 @@ TEST(Numerics, DISABLED_DecodeRowsThatSeeNonFiniteInputsMatchTheGoldenNanForNan)
 }
 
 // The scalar-online half of the test above, isolated: -inf scores on the first keys.
-TEST(Numerics, DISABLED_MinusInfinityScoresOnTheFirstKeysAreDropped) {
+TEST(Numerics, MinusInfinityScoresOnTheFirstKeysAreDropped) {
   for (const KernelPath& path : cpu_kernel_paths()) {
     IsaScope isa(path);
     DecodeProblem p = decode_problem(1, 2, 1, 16, 10);

@@ -48,7 +48,8 @@ TEST(Rejections, PlannerRejectsBadProblemsWithAFix) {
     prefill([](PrefillProblem& p) { p.q_len = 0; }, "q_len=0 is not positive");
     prefill([](PrefillProblem& p) { p.out_dtype = DType::kI32; }, "out_dtype is i32");
     prefill([](PrefillProblem& p) { p.kv_heads = 3; }, "not divisible by kv_heads=3");
-    prefill([](PrefillProblem& p) { p.q_len = p.kv_len = std::int64_t{1} << 40; }, "overflow");
+    prefill([](PrefillProblem& p) { p.q_len = p.kv_len = std::int64_t{1} << 40; }, "2^31-1 tokens");
+    prefill([](PrefillProblem& p) { p.batch = std::int64_t{1} << 40; p.q_len = p.kv_len = std::int64_t{1} << 30; }, "overflow");
   }
 }
 
@@ -69,7 +70,7 @@ TEST(Rejections, TheGoldenReadsOnlyHostTensors) {
 // its element size is accepted on the CPU, and the validator and kernels then load and store
 // through it (undefined behaviour; UBSan reports it in validate.cpp's read_i32 and the LSE store).
 // DISABLED until src/common/validate.cpp rejects it (owner: validation).
-TEST(Rejections, DISABLED_CpuEntryPointsRejectPointersNotAlignedToTheirElement) {
+TEST(Rejections, CpuEntryPointsRejectPointersNotAlignedToTheirElement) {
   const DecodeProblem p = decode_problem(1, 2, 1, 16, 8);
   DecodeCase c(p, {8});
   const DecodePlan plan = plan_decode(p, cpu_target(1), KernelFamily::kScalarOnline);
@@ -86,7 +87,7 @@ TEST(Rejections, DISABLED_CpuEntryPointsRejectPointersNotAlignedToTheirElement) 
 // WorkPartition's 32-bit fields), a plan no kernel can run. The planner must reject key counts
 // its partition cannot hold, or hold them.
 // DISABLED until src/plan/cuda_decode_rules.cpp (and the common planner) fix it.
-TEST(Rejections, DISABLED_PlannerNeverTruncatesKeyCountsBeyond32Bits) {
+TEST(Rejections, PlannerNeverTruncatesKeyCountsBeyond32Bits) {
   for (std::int64_t kv_len : {(std::int64_t{1} << 32) - 1, std::int64_t{1} << 32})
   for (const Target& target : {known_target("h200"), cpu_target(2)}) {
     const DecodeProblem p = decode_problem(257, 7, 7, 8, kv_len);
