@@ -20,62 +20,27 @@
 #include "attnkit/attnkit.hpp"
 #include "bench.hpp"
 #include "cuda/prefill_bench.hpp"
+#include "cuda/device_support.cuh"
 
 namespace attnkit::bench {
 namespace {
 
 constexpr const char* kContext = "bench (cuda decode)";
-constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
 constexpr std::size_t kCeilingBytes = std::size_t{4} << 30;
 constexpr double kMaxCaseBytes = 40e9;
+using device::kFlushBytes;
+using device::time_events;
+using device::Timing;
+using DeviceBuffer = device::Buffer;
 
-void check(cudaError_t err, const char* what) {
-  require(err == cudaSuccess, kContext, std::string(what) + ": " + cudaGetErrorString(err),
-          "check that a CUDA device is present and has enough free memory");
-}
-
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) { check(cudaMalloc(&data, std::max<std::size_t>(bytes, 256)), "cudaMalloc"); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(data); }
-};
-
-// Hash-based values in [-2, 2): random-looking data without a host round trip (never zeros).
-template <class T>
-__global__ void fill_random(T* x, std::int64_t n, std::uint32_t seed) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ (seed * 0x9e3779b9u) ^ static_cast<std::uint32_t>(i >> 32);
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = static_cast<float>(h & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
-    if constexpr (std::is_same_v<T, float>) {
-      x[i] = u;
-    } else if constexpr (std::is_same_v<T, __half>) {
-      x[i] = __float2half_rn(u);
-    } else {
-      x[i] = __float2bfloat16_rn(u);
-    }
-  }
-}
+void check(cudaError_t err, const char* what) { device::check(err, kContext, what); }
+void fill(void* data, DType t, std::int64_t n, std::uint32_t seed) { device::fill_random(data, t, n, seed); }
 
 __global__ void fill_i32(std::int32_t* x, std::int64_t n, std::int32_t value) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     x[i] = value;
   }
-}
-
-void fill(void* data, DType t, std::int64_t n, std::uint32_t seed) {
-  switch (t) {
-    case DType::kF32: fill_random<<<2048, 256>>>(static_cast<float*>(data), n, seed); break;
-    case DType::kF16: fill_random<<<2048, 256>>>(static_cast<__half*>(data), n, seed); break;
-    default: fill_random<<<2048, 256>>>(static_cast<__nv_bfloat16*>(data), n, seed); break;
-  }
-  check(cudaGetLastError(), "fill");
 }
 
 // Streams the buffer with 16-byte loads, four in flight per thread; the sum is written only if it
@@ -93,37 +58,6 @@ __global__ void read_ceiling_kernel(const uint4* data, std::int64_t n, unsigned*
     acc ^= a.x ^ a.y ^ a.z ^ a.w;
   }
   if (acc == 0x9e3779b9u) *sink = acc;
-}
-
-struct Timing {
-  double median_s = 0, min_s = 0, max_s = 0;
-  int repetitions = 0;
-};
-
-// Times `run` on `stream` under the protocol (L2 flushed before every repetition).
-template <class Run>
-Timing time_events(const Options& options, cudaStream_t stream, void* flush, Run&& run) {
-  for (int i = 0; i < std::max(1, options.warmup); ++i) run();
-  check(cudaStreamSynchronize(stream), "warm-up");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> times;
-  const int reps = std::max(1, options.repetitions);
-  for (int i = 0; i < reps; ++i) {
-    check(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), "L2 flush");
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    run();
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms * 1e-3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return Timing{times[times.size() / 2], times.front(), times.back(), reps};
 }
 
 DecodeProblem problem_of(const Case& c) {

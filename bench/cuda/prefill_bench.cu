@@ -17,95 +17,26 @@
 
 #include "attnkit/attnkit.hpp"
 #include "cuda/prefill_bench.hpp"
+#include "cuda/device_support.cuh"
 
 namespace attnkit::bench {
 namespace {
 
 constexpr const char* kContext = "bench (cuda prefill)";
-constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
+using device::kFlushBytes;
+using device::Timing;
+using Buffer = device::Buffer;
 
-void check(cudaError_t err, const char* what) {
-  require(err == cudaSuccess, kContext, std::string(what) + ": " + cudaGetErrorString(err),
-          "check that a CUDA device is present and has enough free memory");
-}
+void fill(void* data, DType t, std::int64_t n, std::uint32_t seed) { device::fill_random(data, t, n, seed); }
 void check(cublasStatus_t st, const char* what) {
   require(st == CUBLAS_STATUS_SUCCESS, kContext, std::string(what) + " failed (cuBLAS status " + std::to_string(st) + ")",
           "check the cuBLAS installation and the device");
 }
 
-// Device buffer freed on scope exit.
-struct Buffer {
-  void* data = nullptr;
-  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&data, std::max<std::size_t>(bytes, 16)), "cudaMalloc"); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { cudaFree(data); }
-};
-
-// Deterministic values in [-2, 2) from a hash of the index (no host round trip).
-template <class T>
-__global__ void fill_kernel(T* x, std::int64_t n, std::uint32_t seed) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = static_cast<float>(h & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
-    if constexpr (std::is_same_v<T, float>) {
-      x[i] = u;
-    } else if constexpr (std::is_same_v<T, __half>) {
-      x[i] = __float2half_rn(u);
-    } else {
-      x[i] = __float2bfloat16_rn(u);
-    }
-  }
-}
-
-void fill(void* data, DType t, std::int64_t n, std::uint32_t seed) {
-  const int blocks = 1024, threads = 256;
-  switch (t) {
-    case DType::kF32: fill_kernel<<<blocks, threads>>>(static_cast<float*>(data), n, seed); break;
-    case DType::kF16: fill_kernel<<<blocks, threads>>>(static_cast<__half*>(data), n, seed); break;
-    default: fill_kernel<<<blocks, threads>>>(static_cast<__nv_bfloat16*>(data), n, seed); break;
-  }
-  check(cudaGetLastError(), "fill");
-}
-
-struct Timing {
-  double median_s = 0, min_s = 0, max_s = 0;
-  int repetitions = 0;
-};
-
 // Times `run` (which enqueues work on the default stream) under the protocol.
 template <class Run>
 Timing time_events(const Options& options, Buffer& flush, Run&& run) {
-  for (int i = 0; i < std::max(1, options.warmup); ++i) run();
-  check(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> times;
-  const int reps = std::max(1, options.repetitions);
-  for (int i = 0; i < reps; ++i) {
-    check(cudaMemsetAsync(flush.data, i & 0xff, kFlushBytes), "L2 flush");
-    check(cudaEventRecord(start), "cudaEventRecord");
-    run();
-    check(cudaEventRecord(stop), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms * 1e-3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  Timing t;
-  t.median_s = times[times.size() / 2];
-  t.min_s = times.front();
-  t.max_s = times.back();
-  t.repetitions = reps;
-  return t;
+  return device::time_events(options, nullptr, flush.data, run);
 }
 
 PrefillProblem problem_of(const Case& c) {
