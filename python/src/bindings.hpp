@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <optional>
 
+#include <string>
+
+#include "attnkit/paged.hpp"
 #include "attnkit/tensors.hpp"
 
 namespace attnkit::python {
@@ -27,9 +30,17 @@ TensorView view_of(const std::optional<OutArray>& array, const char* name);  // 
 // A byte buffer of any dtype as the kernels' scratch.
 Workspace workspace_of(const std::optional<OutArray>& array);
 
+// The page pool's description from its Python spelling ("HND" / "NHD", any case).
+PageLayout parse_layout(const std::string& name, const char* context);
+PagedCacheSpec cache_spec_of(const std::string& layout, std::int64_t num_pages, std::int64_t page_size,
+                             std::int64_t max_pages_per_seq, const char* context);
+
 void bind_errors(nb::module_& m);
 void bind_plans(nb::module_& m);
 void bind_runs(nb::module_& m);
 void bind_reference(nb::module_& m);
+void bind_paged_plans(nb::module_& m);
+void bind_paged_runs(nb::module_& m);
+void bind_paged_reference(nb::module_& m);
 
 }  // namespace attnkit::python

@@ -8,4 +8,7 @@ NB_MODULE(_attnkit, m) {
   attnkit::python::bind_plans(m);
   attnkit::python::bind_runs(m);
   attnkit::python::bind_reference(m);
+  attnkit::python::bind_paged_plans(m);
+  attnkit::python::bind_paged_runs(m);
+  attnkit::python::bind_paged_reference(m);
 }

@@ -1,5 +1,6 @@
 // DLPack arrays as attnkit tensor views. The view points at the array's memory: nothing is
 // copied, so an output array the caller passes is the one the kernel writes.
+#include <cstdint>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -65,6 +66,10 @@ TensorView view_of_array(const Array& array, const char* name) {
     fail(name, "DLPack device type " + std::to_string(device) + " is not supported",
          "pass a CPU or CUDA tensor (numpy, torch or cupy)");
   }
+  // The kernels load whole elements; numpy can export a view at any byte offset (np.frombuffer).
+  require(reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) == 0, name,
+          "the data pointer is not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements",
+          "pass an array from an aligned allocation (a copy is one: numpy x.copy(), torch x.clone())");
   // A zero-element array may carry a null pointer; the views use null for "not given".
   if (v.data == nullptr && v.numel() == 0) {
     static char empty_marker;

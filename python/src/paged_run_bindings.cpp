@@ -1,0 +1,108 @@
+// The run entry points of the serving layouts (paged.hpp): paged decode, extend and the paged
+// append. As for the contiguous calls, the backend follows the tensors (CPU arrays run cpu::*,
+// CUDA arrays cuda::* on the caller's stream) and validation is the C++ library's: a rejected call
+// raises attnkit.Error with its Fix before anything is written. The GIL is released while kernels run.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attnkit/cpu.hpp"
+#include "attnkit/cuda_paged.hpp"
+#include "attnkit/error.hpp"
+#include "bindings.hpp"
+
+namespace attnkit::python {
+namespace {
+
+using namespace nb::literals;
+using OptIn = std::optional<InArray>;
+using OptOut = std::optional<OutArray>;
+
+cuda::Stream stream_of(std::uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
+
+PagedKvCache cache_of(const InArray& k_pages, const InArray& v_pages, const InArray& page_table,
+                      const InArray& lengths) {
+  PagedKvCache c;
+  c.k_pages = view_of(k_pages, "k_pages");
+  c.v_pages = view_of(v_pages, "v_pages");
+  c.page_table = view_of(page_table, "page_table");
+  c.lengths = view_of(lengths, "lengths");
+  return c;
+}
+
+}  // namespace
+
+void bind_paged_runs(nb::module_& m) {
+  m.def(
+      "paged_decode",
+      [](const PagedDecodePlan& plan, const InArray& q, const InArray& k_pages, const InArray& v_pages,
+         const InArray& page_table, const InArray& lengths, const OutArray& out, const OptOut& lse,
+         const OptOut& workspace, std::uintptr_t stream) {
+        PagedDecodeTensors t;
+        t.q = view_of(q, "q");
+        t.cache = cache_of(k_pages, v_pages, page_table, lengths);
+        t.out = view_of(out, "out");
+        t.lse = view_of(lse, "lse");
+        const Workspace ws = workspace_of(workspace);
+        nb::gil_scoped_release release;
+        if (t.q.device == DeviceKind::kCuda) {
+          cuda::paged_decode(plan, t, ws, stream_of(stream));
+        } else {
+          cpu::paged_decode(plan, t, ws);
+        }
+      },
+      "plan"_a, "q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a, "out"_a, "lse"_a.none(),
+      "workspace"_a.none(), "stream"_a = 0);
+
+  m.def(
+      "extend",
+      [](const ExtendPlan& plan, const InArray& q, const InArray& cu_seqlens_q, const InArray& k_pages,
+         const InArray& v_pages, const InArray& page_table, const InArray& lengths, const OutArray& out,
+         const OptOut& lse, const OptOut& workspace, std::uintptr_t stream) {
+        ExtendTensors t;
+        t.q = view_of(q, "q");
+        t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
+        t.cache = cache_of(k_pages, v_pages, page_table, lengths);
+        t.out = view_of(out, "out");
+        t.lse = view_of(lse, "lse");
+        const Workspace ws = workspace_of(workspace);
+        nb::gil_scoped_release release;
+        if (t.q.device == DeviceKind::kCuda) {
+          cuda::extend(plan, t, ws, stream_of(stream));
+        } else {
+          cpu::extend(plan, t, ws);
+        }
+      },
+      "plan"_a, "q"_a, "cu_seqlens_q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a, "out"_a,
+      "lse"_a.none(), "workspace"_a.none(), "stream"_a = 0);
+
+  m.def(
+      "paged_append_kv",
+      [](const std::string& layout, std::int64_t num_pages, std::int64_t page_size, std::int64_t max_pages_per_seq,
+         const OptIn& k_new, const OptIn& v_new, const InArray& cu_seqlens_new, const InArray& start_positions,
+         const OptOut& k_pages, const OptOut& v_pages, const InArray& page_table, std::uintptr_t stream) {
+        const PagedCacheSpec spec = cache_spec_of(layout, num_pages, page_size, max_pages_per_seq, "paged_append_kv");
+        PagedAppendTensors t;
+        t.k_new = view_of(k_new, "k_new");
+        t.v_new = view_of(v_new, "v_new");
+        t.cu_seqlens_new = view_of(cu_seqlens_new, "cu_seqlens_new");
+        t.start_positions = view_of(start_positions, "start_positions");
+        t.k_pages = view_of(k_pages, "k_pages");
+        t.v_pages = view_of(v_pages, "v_pages");
+        t.page_table = view_of(page_table, "page_table");
+        const TensorView& rows = t.k_new.empty() ? t.v_new : t.k_new;
+        nb::gil_scoped_release release;
+        if (rows.device == DeviceKind::kCuda) {
+          cuda::paged_append_kv(spec, t, stream_of(stream));
+        } else {
+          cpu::paged_append_kv(spec, t);
+        }
+      },
+      "layout"_a, "num_pages"_a, "page_size"_a, "max_pages_per_seq"_a, "k_new"_a.none(), "v_new"_a.none(),
+      "cu_seqlens_new"_a, "start_positions"_a, "k_pages"_a.none(), "v_pages"_a.none(), "page_table"_a,
+      "stream"_a = 0);
+}
+
+}  // namespace attnkit::python
