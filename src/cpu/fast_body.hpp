@@ -47,6 +47,20 @@ inline V load_chunk(const void* base, std::int64_t offset, int n) {
   }
 }
 
+inline std::int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// Decode streams K and V from DRAM between FMAs; one core keeps too few misses in flight on its
+// own, so rows this far ahead are prefetched (clamped to the task's last key).
+constexpr std::int64_t kDecodePrefetchRows = 32;
+
+// Bytes [from, from + bytes) of row `row` (clamped to `last`) of `s`, into L1.
+inline void prefetch_bytes(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t from,
+                           std::int64_t bytes) {
+  const std::int64_t eb = elem_bytes(s.dtype);
+  const char* p = static_cast<const char*>(s.data) + (s.offset + (row < last ? row : last) * s.row_stride) * eb + from;
+  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
 inline float load_scalar(const RowSource& s, std::int64_t offset) {
   switch (s.dtype) {
     case DType::kF32: return static_cast<const float*>(s.data)[offset];
@@ -118,6 +132,10 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
       // A short last pass repeats its last key; those lanes are discarded.
       key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
     }
+    if (g0 == 0) {
+      const std::int64_t row_bytes = d * elem_bytes(t.k.dtype);
+      for (int kk = 0; kk < kKeys; ++kk) prefetch_bytes(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, 0, row_bytes);
+    }
     for (std::int64_t c = 0; c < d; c += W) {
       const int m = static_cast<int>(imin(W, d - c));
       V qv[GC];
@@ -147,7 +165,10 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + (c0 + v) * W);
   std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  const std::int64_t eb = elem_bytes(t.v.dtype);
+  const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+    if (g0 == 0) prefetch_bytes(t.v, j0 + j + kDecodePrefetchRows, t.key_end - 1, pf_from, pf_bytes);
     V vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
     for (int g = 0; g < GR; ++g) {

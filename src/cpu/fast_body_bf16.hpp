@@ -24,6 +24,16 @@ using B16 = ::attnkit::cpu::simd::Bf16Avx512;
 using ::attnkit::cpu::simd::pair_column;
 using P16 = B16::P;
 constexpr int kPairChunk = B16::kChunk;  // 32 bf16 values per vector
+// Decode streams K and V from DRAM between dot products; one core keeps too few misses in flight
+// on its own, so rows this far ahead are prefetched (clamped to the task's last key).
+constexpr std::int64_t kPrefetchRows = 32;
+
+// Every cache line of row `row` (clamped to `last`) of a bf16 row source, into L1.
+inline void prefetch_row(const std::uint16_t* base, std::int64_t offset, std::int64_t stride, std::int64_t row,
+                         std::int64_t last, std::int64_t d) {
+  const char* p = reinterpret_cast<const char*>(base + offset + imin(row, last) * stride);
+  for (std::int64_t b = 0; b < d * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
 
 inline std::uint16_t q_bits(const RowSource& s, std::int64_t offset) {
   return static_cast<const std::uint16_t*>(s.data)[offset];
@@ -80,11 +90,20 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
   constexpr int kKeys = W / GC > 0 ? W / GC : 1;
   const std::int64_t d = t.head_dim;
   const auto* k = static_cast<const std::uint16_t*>(t.k.data);
+  alignas(64) int order[W];
+  for (int g = 0; g < GC; ++g)
+    for (int kk = 0; kk < kKeys; ++kk) order[g * kKeys + kk] = kk * GC + g;
+  const __m512i by_row = _mm512_load_si512(order);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     std::int64_t key_offset[kKeys];
     for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
+    if (g0 == 0) {
+      for (int kk = 0; kk < kKeys; ++kk) {
+        prefetch_row(k, t.k.offset, t.k.row_stride, j0 + j + kk + kPrefetchRows, t.key_end - 1, d);
+      }
+    }
     for (std::int64_t c = 0; c < d; c += kPairChunk) {
       const int m = static_cast<int>(imin(kPairChunk, d - c));
       for (int kk = 0; kk < kKeys; ++kk) {
@@ -97,10 +116,13 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
         }
       }
     }
-    Vec::store(L.lanes, Vec::transpose_sum(acc));
+    // Lane kk * GC + g holds (key kk, row g): regroup to g * kKeys + kk, then one masked store per
+    // row (a scalar scatter through memory would stall on store forwarding).
+    const V w = _mm512_permutexvar_ps(by_row, Vec::transpose_sum(acc));
     const std::int64_t valid = imin(kKeys, n - j);
-    for (std::int64_t kk = 0; kk < valid; ++kk) {
-      for (int g = 0; g < GC; ++g) L.scores[(g0 + g) * L.tp + j + kk] = L.lanes[kk * GC + g];
+    const unsigned keys_mask = (1u << valid) - 1u;
+    for (int g = 0; g < GC; ++g) {
+      _mm512_mask_storeu_ps(L.scores + (g0 + g) * L.tp + j - g * kKeys, static_cast<__mmask16>(keys_mask << (g * kKeys)), w);
     }
   }
 }
@@ -110,30 +132,44 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
 template <int GR, int CB>
 void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::int64_t g0, std::int64_t b0,
                           std::int64_t j0, std::int64_t n) {
-  const std::int64_t d = t.head_dim;
-  const auto* vbase = static_cast<const std::uint16_t*>(t.v.data);
+  const std::int64_t d = t.head_dim, stride = t.v.row_stride;
   V acc[GR][2 * CB];
-  int width[CB];
-  for (int b = 0; b < CB; ++b) width[b] = static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk));
+  __mmask32 mask[CB];
+  for (int b = 0; b < CB; ++b) mask[b] = B16::tail32(static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk)));
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + b0 * kPairChunk + v * W);
-  for (std::int64_t j = 0; j < n; j += 2) {
-    const std::uint16_t* ra = vbase + t.v.offset + (j0 + j) * t.v.row_stride + b0 * kPairChunk;
-    const bool has_b = j + 1 < n;
+  const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
+  const std::uint16_t* pp = L.p + g0 * L.tp;
+  // One key pair: rows a and b (b all zero for a lone last key, whose p is 0 too).
+  auto pair = [&](const std::uint16_t* rb, std::int64_t j) {
     P16 lo[CB], hi[CB];
     for (int b = 0; b < CB; ++b) {
-      const P16 a = B16::load(ra + b * kPairChunk, width[b]);
-      const P16 bb = has_b ? B16::load(ra + t.v.row_stride + b * kPairChunk, width[b]) : _mm512_setzero_si512();
-      B16::interleave(a, bb, lo[b], hi[b]);
+      const P16 va = _mm512_maskz_loadu_epi16(mask[b], ra + b * kPairChunk);
+      const P16 vb = _mm512_maskz_loadu_epi16(rb == nullptr ? 0 : mask[b], rb == nullptr ? ra : rb + b * kPairChunk);
+      B16::interleave(va, vb, lo[b], hi[b]);
     }
     for (int g = 0; g < GR; ++g) {
-      const P16 pp = B16::broadcast_pair(L.p + (g0 + g) * L.tp + j);
+      const P16 pb = B16::broadcast_pair(pp + g * L.tp + j);
       for (int b = 0; b < CB; ++b) {
-        acc[g][2 * b] = B16::dot(acc[g][2 * b], pp, lo[b]);
-        acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pp, hi[b]);
+        acc[g][2 * b] = B16::dot(acc[g][2 * b], pb, lo[b]);
+        acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pb, hi[b]);
       }
     }
+  };
+  const char* pf = reinterpret_cast<const char*>(ra + kPrefetchRows * stride);
+  const char* pf_end = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(t.v.data) + t.v.offset +
+                                                     (t.key_end - 1) * stride + b0 * kPairChunk);
+  std::int64_t j = 0;
+  for (; j + 1 < n; j += 2, ra += 2 * stride, pf += 4 * stride) {
+    if (g0 == 0 && pf <= pf_end) {
+      for (int b = 0; b < CB; ++b) {
+        _mm_prefetch(pf + b * 64, _MM_HINT_T0);
+        _mm_prefetch(pf + 2 * stride + b * 64, _MM_HINT_T0);
+      }
+    }
+    pair(ra + stride, j);
   }
+  if (j < n) pair(nullptr, j);
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < 2 * CB; ++v) Vec::store(L.acc + (g0 + g) * L.dp + b0 * kPairChunk + v * W, acc[g][v]);
 }
