@@ -6,6 +6,9 @@ against the float64 golden.
     print(plan)                       # the planner's table: family, splits, bytes, FLOPs, reasons
     out = attnkit.decode(plan, q, k_cache, v_cache, lengths)
 
+Paged caches (serving layouts, docs/paged.md): plan_paged_decode / plan_extend, then
+paged_append_kv, paged_decode and extend over page pools read through an int32 page table.
+
 Tensors are numpy, torch or cupy arrays, passed through DLPack without copies. CPU arrays run
 on the CPU backend; CUDA arrays on the CUDA backend, on torch's (or cupy's) current stream.
 Rejected calls raise attnkit.Error (a ValueError) whose message ends with "Fix: ...".
@@ -14,17 +17,19 @@ from __future__ import annotations
 
 from . import _attnkit
 from ._attnkit import Error, Target, cpu_target, cuda_built, cuda_device_count, cuda_target, known_target
-from ._ops import (append_kv, apply_rope, decode, fused_rope_append_decode, merge_states, prefill,
-                   reference_decode, reference_prefill)
-from ._plan import Plan, plan_decode, plan_prefill
+from ._ops import (append_kv, apply_rope, decode, extend, fused_rope_append_decode, merge_states, paged_append_kv,
+                   paged_decode, prefill, reference_decode, reference_extend, reference_paged_decode,
+                   reference_prefill)
+from ._plan import Plan, plan_decode, plan_extend, plan_paged_decode, plan_prefill
 from ._sdpa import clear_plan_cache, sdpa
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Error", "Plan", "Target",
-    "plan_decode", "plan_prefill", "cpu_target", "cuda_target", "known_target", "cuda_built", "cuda_device_count",
+    "plan_decode", "plan_prefill", "plan_paged_decode", "plan_extend", "cpu_target", "cuda_target", "known_target", "cuda_built", "cuda_device_count",
     "decode", "prefill", "append_kv", "apply_rope", "fused_rope_append_decode", "merge_states",
-    "reference_decode", "reference_prefill",
+    "paged_decode", "extend", "paged_append_kv",
+    "reference_decode", "reference_prefill", "reference_paged_decode", "reference_extend",
     "sdpa", "clear_plan_cache",
 ]

@@ -1,6 +1,10 @@
 """The runs. Tensors go to the native module through DLPack without copies; an output left as
 None is allocated with the input's library on its device. CPU arrays run on the CPU backend,
-CUDA arrays on the CUDA backend on the caller's current stream (torch's or cupy's)."""
+CUDA arrays on the CUDA backend on the caller's current stream (torch's or cupy's).
+
+Checked here, before the native call: the plan's kind and backend, that required tensors are
+arrays (not None), and that every tensor of a call lives on one device. Everything else (shapes,
+dtypes, strides, index contents) is the C++ library's validation."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -25,6 +29,40 @@ def _require_backend(plan: Plan, x: Any, context: str) -> None:
                             f"backend. Fix: plan with backend={kind!r} (or move the tensors to {plan.backend})")
 
 
+def _is_array(x: Any) -> bool:
+    if x is None:
+        return False
+    try:
+        _arrays.library(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _require_arrays(context: str, **tensors: Any) -> None:
+    """Each named tensor is a numpy, torch, cupy or DLPack array."""
+    for name, x in tensors.items():
+        if not _is_array(x):
+            raise _native.Error(f"{context}: {name} is {'None' if x is None else type(x).__name__}, not an array. "
+                                f"Fix: pass {name} as a numpy, torch or cupy array")
+
+
+def _require_one_device(context: str, **tensors: Any) -> None:
+    """Every tensor given (None skipped) is on the device of the first one."""
+    first_name, first = None, None
+    for name, x in tensors.items():
+        if not _is_array(x):  # None, or an index given as a list (made on the right device later)
+            continue
+        where = _arrays.device_of(x)
+        if first is None:
+            first_name, first = name, where
+        elif where != first:
+            def text(d):
+                return d[0] if d[0] == "cpu" else f"{d[0]}:{d[1]}"
+            raise _native.Error(f"{context}: {name} is on {text(where)} but {first_name} is on {text(first)}. "
+                                "Fix: put every tensor of one call on the same device")
+
+
 def _x(a: Any) -> Any:
     return _arrays.exported(a)
 
@@ -36,6 +74,8 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given)."""
     _require_plan(plan, "decode", "decode")
+    _require_arrays("decode", q=q, k_cache=k_cache, v_cache=v_cache)
+    _require_one_device("decode", q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=out, lse=lse)
     _require_backend(plan, q, "decode")
     if out is None:
         out = _arrays.empty(q, q.shape, plan.out_dtype)
@@ -55,6 +95,9 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     cu_seqlens_q / cu_seqlens_k (int32 [batch + 1]) with q [1, heads, total_q, head_dim].
     Returns out shaped like q (and lse f32 [batch, num_heads, q_len])."""
     _require_plan(plan, "prefill", "prefill")
+    _require_arrays("prefill", q=q, k=k, v=v)
+    _require_one_device("prefill", q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
+                        cu_seqlens_k=cu_seqlens_k)
     _require_backend(plan, q, "prefill")
     if out is None:
         out = _arrays.empty(q, q.shape, plan.out_dtype)
@@ -76,6 +119,7 @@ def append_kv(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, positions: Any
     like = k_new if k_new is not None else v_new
     if like is None:
         raise _native.Error("append_kv: neither k_new nor v_new was given. Fix: pass at least one of them")
+    _require_one_device("append_kv", k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, positions=positions)
     positions = _arrays.index_array(positions, like)
     _native.append_kv(_x(k_new), _x(v_new), _x(k_cache), _x(v_cache), _x(positions), _arrays.current_stream(like))
 
@@ -85,6 +129,7 @@ def apply_rope(x: Any, positions: Any, *, style: str = "half", theta: float = 10
     """Rotary embedding in place on x [batch, heads, head_dim] at positions[b] (CPU arrays).
     style 'half' (Llama/NeoX: pairs d, d + head_dim/2) or 'interleaved' (GPT-J). Optional f32
     tables [positions, head_dim/2] replace theta. Returns x."""
+    _require_arrays("apply_rope", x=x)
     positions = _arrays.index_array(positions, x)
     _native.apply_rope(_x(x), _x(positions), style, float(theta), _x(cos_table), _x(sin_table))
     return x
@@ -97,6 +142,9 @@ def fused_rope_append_decode(plan: Plan, q: Any, k_new: Any, v_new: Any, k_cache
     """Seed 000's fused step: RoPE on q and k_new (both un-rotated on input), append the rotated
     k_new and v_new at positions[b], attend over positions[b] + 1 keys. Returns out (and lse)."""
     _require_plan(plan, "decode", "fused_rope_append_decode")
+    _require_arrays("fused_rope_append_decode", q=q, k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache)
+    _require_one_device("fused_rope_append_decode", q=q, k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache,
+                        positions=positions, out=out, lse=lse)
     _require_backend(plan, q, "fused_rope_append_decode")
     if out is None:
         out = _arrays.empty(q, q.shape, plan.out_dtype)
@@ -114,6 +162,7 @@ def merge_states(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any =
     """Merge the partial states of key splits (CPU arrays): out_partial f32
     [splits, rows, head_dim] (each normalised over its split) and lse_partial f32 [splits, rows]
     into out [rows, head_dim] (f32 unless given) and lse [rows]."""
+    _require_arrays("merge_states", out_partial=out_partial, lse_partial=lse_partial)
     if out is None:
         out = _arrays.empty(out_partial, tuple(out_partial.shape[1:]), "f32")
     if lse is None and return_lse:
@@ -137,3 +186,118 @@ def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any =
     if cu_seqlens_k is not None:
         cu_seqlens_k = _arrays.index_array(cu_seqlens_k, q)
     return _native.reference_prefill(plan._native, _x(q), _x(k), _x(v), _x(cu_seqlens_q), _x(cu_seqlens_k))
+
+
+# ---------------------------------------------------------------- paged cache (docs/paged.md)
+
+def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any, out: Any = None,
+                 lse: Any = None, *, return_lse: bool = False) -> Any:
+    """Decode against a paged cache. q [batch, num_heads, head_dim]; k_pages, v_pages the page
+    pools in the plan's layout (HND [num_pages, kv_heads, page_size, head_dim] or NHD
+    [num_pages, page_size, kv_heads, head_dim]); page_table int32 [batch, max_pages_per_seq]
+    (key j of sequence b is in page page_table[b, j // page_size]); lengths int32 [batch] (or a
+    list), each sequence's keys. Returns out [batch, num_heads, head_dim] (and lse f32
+    [batch, num_heads] with return_lse=True or lse given)."""
+    context = "paged_decode"
+    _require_plan(plan, "paged_decode", context)
+    _require_arrays(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table)
+    _require_one_device(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table, lengths=lengths,
+                        out=out, lse=lse)
+    _require_backend(plan, q, context)
+    if out is None:
+        out = _arrays.empty(q, q.shape, plan.out_dtype)
+    if lse is None and return_lse:
+        lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
+    lengths = _arrays.index_array(lengths, q)
+    _native.paged_decode(plan._native, _x(q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths), _x(out),
+                         _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q))
+    return (out, lse) if lse is not None else out
+
+
+def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any,
+           out: Any = None, lse: Any = None, *, return_lse: bool = False) -> Any:
+    """Multi-token queries against a paged cache (chunked prefill, speculative verification).
+    q [rows, num_heads, head_dim] packs q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b] new rows per
+    sequence (cu_seqlens_q int32 [batch + 1], starting at 0); they are the last q_len_b of the
+    sequence's lengths[b] keys, so append them first (paged_append_kv). Causal, bottom-right
+    aligned. Returns out shaped like q (and lse f32 [rows, num_heads]); rows past
+    cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there)."""
+    context = "extend"
+    _require_plan(plan, "extend", context)
+    _require_arrays(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table)
+    _require_one_device(context, q=q, cu_seqlens_q=cu_seqlens_q, k_pages=k_pages, v_pages=v_pages,
+                        page_table=page_table, lengths=lengths, out=out, lse=lse)
+    _require_backend(plan, q, context)
+    if out is None:
+        out = _arrays.empty(q, q.shape, plan.out_dtype)
+    if lse is None and return_lse:
+        lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
+    cu_seqlens_q = _arrays.index_array(cu_seqlens_q, q)
+    lengths = _arrays.index_array(lengths, q)
+    _native.extend(plan._native, _x(q), _x(cu_seqlens_q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths),
+                   _x(out), _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q))
+    return (out, lse) if lse is not None else out
+
+
+def paged_append_kv(k_pages: Any, v_pages: Any, k_new: Any, v_new: Any, page_table: Any, start_positions: Any,
+                    cu_seqlens_new: Any = None, *, layout: Any = "HND") -> None:
+    """Write new K and/or V rows into the page pools in place. k_new, v_new [rows, kv_heads, head_dim]
+    token-major (either may be None, with its pool); sequence b's rows
+    cu_seqlens_new[b] .. cu_seqlens_new[b+1] - 1 go to positions start_positions[b], +1, ...,
+    crossing pages through page_table [batch, max_pages_per_seq]. cu_seqlens_new None means one new
+    token per sequence (rows == batch). layout is 'HND' or 'NHD', or a paged plan whose cache
+    (layout, pages, page size, table width) the pools and table must match. Nothing is written when
+    any token would land outside its table row, the pool, or on another new token's slot."""
+    context = "paged_append_kv"
+    rows = k_new if k_new is not None else v_new
+    if rows is None:
+        raise _native.Error(f"{context}: neither k_new nor v_new was given. Fix: pass at least one of them")
+    pool = k_pages if k_new is not None else v_pages
+    _require_arrays(context, **({"k_new": k_new, "k_pages": k_pages} if k_new is not None else {}),
+                    **({"v_new": v_new, "v_pages": v_pages} if v_new is not None else {}), page_table=page_table)
+    _require_one_device(context, k_new=k_new, v_new=v_new, k_pages=k_pages, v_pages=v_pages, page_table=page_table,
+                        start_positions=start_positions, cu_seqlens_new=cu_seqlens_new)
+    if isinstance(layout, Plan):
+        if not layout.paged:
+            raise _native.Error(f"{context}: layout is a {layout.kind} plan, which has no page pool. Fix: pass "
+                                "layout='HND' / 'NHD' or a plan made with plan_paged_decode / plan_extend")
+        cache = layout.cache
+        spec = (cache["layout"], cache["num_pages"], cache["page_size"], cache["max_pages_per_seq"])
+    else:
+        if len(pool.shape) != 4 or len(page_table.shape) != 2:
+            raise _native.Error(f"{context}: the pool has shape {tuple(pool.shape)} and page_table "
+                                f"{tuple(page_table.shape)}. Fix: pass rank-4 pools (HND [num_pages, kv_heads, "
+                                "page_size, head_dim] or NHD [num_pages, page_size, kv_heads, head_dim]) and an int32 "
+                                "[batch, max_pages_per_seq] page_table")
+        name = str(layout).upper()
+        page_size = int(pool.shape[2] if name == "HND" else pool.shape[1])
+        spec = (str(layout), int(pool.shape[0]), page_size, int(page_table.shape[1]))
+    if cu_seqlens_new is None:
+        batch, count = int(page_table.shape[0]), int(rows.shape[0]) if len(rows.shape) else -1
+        if count != batch:
+            raise _native.Error(f"{context}: {count} new rows for {batch} sequences and no cu_seqlens_new. Fix: pass "
+                                "cu_seqlens_new (int32 [batch + 1]) for several tokens per sequence, or one row per "
+                                "sequence")
+        cu_seqlens_new = list(range(batch + 1))
+    cu_seqlens_new = _arrays.index_array(cu_seqlens_new, rows)
+    start_positions = _arrays.index_array(start_positions, rows)
+    _native.paged_append_kv(*spec, _x(k_new), _x(v_new), _x(cu_seqlens_new), _x(start_positions), _x(k_pages),
+                            _x(v_pages), _x(page_table), _arrays.current_stream(rows))
+
+
+def reference_paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any):
+    """The float64 golden of paged decode on host arrays: (out, lse) as float64 numpy arrays."""
+    _require_plan(plan, "paged_decode", "reference_paged_decode")
+    lengths = _arrays.index_array(lengths, q)
+    return _native.reference_paged_decode(plan._native, _x(q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths))
+
+
+def reference_extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, page_table: Any,
+                     lengths: Any):
+    """The float64 golden of extend on host arrays: (out [cu_seqlens_q[batch], num_heads, head_dim],
+    lse [cu_seqlens_q[batch], num_heads]) as float64 numpy arrays."""
+    _require_plan(plan, "extend", "reference_extend")
+    cu_seqlens_q = _arrays.index_array(cu_seqlens_q, q)
+    lengths = _arrays.index_array(lengths, q)
+    return _native.reference_extend(plan._native, _x(q), _x(cu_seqlens_q), _x(k_pages), _x(v_pages), _x(page_table),
+                                    _x(lengths))

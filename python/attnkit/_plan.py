@@ -1,5 +1,6 @@
-"""Planning from Python: attnkit.plan_decode / plan_prefill return a Plan, which prints as the
-planner's table, converts to a dict or JSON, and owns the workspace its runs need."""
+"""Planning from Python: attnkit.plan_decode / plan_prefill (contiguous caches) and
+plan_paged_decode / plan_extend (paged caches) return a Plan, which prints as the planner's
+table, converts to a dict or JSON, and owns the workspace its runs need."""
 from __future__ import annotations
 
 import json
@@ -11,9 +12,12 @@ from . import _attnkit as _native
 
 TargetLike = Union[None, str, "_native.Target"]
 
+_KINDS = {_native.DecodePlan: "decode", _native.PrefillPlan: "prefill", _native.PagedDecodePlan: "paged_decode",
+          _native.ExtendPlan: "extend"}
+
 
 class Plan:
-    """A decode or prefill plan: the kernel family, the work partition, the workspace and the
+    """A decode, prefill, paged decode or extend plan: the kernel family, the work partition, the workspace and the
     evidence (bytes, FLOPs, occupancy, tolerance). Runs read it; nothing re-decides.
 
     The workspace (split states) is allocated on first use per device, with the library of the
@@ -29,8 +33,25 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        """'decode' or 'prefill'."""
-        return "decode" if isinstance(self._native, _native.DecodePlan) else "prefill"
+        """'decode', 'prefill', 'paged_decode' or 'extend'."""
+        return _KINDS[type(self._native)]
+
+    @property
+    def paged(self) -> bool:
+        """Whether the plan reads a paged cache (paged_decode, extend)."""
+        return self.kind in ("paged_decode", "extend")
+
+    @property
+    def cache(self) -> Optional[dict]:
+        """The page pool a paged plan was made for (layout, num_pages, page_size,
+        max_pages_per_seq, capacity); None for a contiguous plan."""
+        return self.problem["cache"] if self.paged else None
+
+    @property
+    def bounds(self) -> Optional[dict]:
+        """What a paged plan covers (batch, max_kv_len, max_q_len, max_total_q, workspace_bytes):
+        runs within these bounds reuse it. None for a contiguous plan."""
+        return self.to_dict()["bounds"] if self.paged else None
 
     @property
     def backend(self) -> str:
@@ -132,3 +153,59 @@ def plan_prefill(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, q_
     return Plan(_native.plan_prefill(batch, num_heads, kv_heads, head_dim, q_len,
                                      q_len if kv_len is None else kv_len, causal, dt, out, window, scale, softcap,
                                      tgt, family))
+
+
+def _paged_problem_args(plan_name: str, layout: str, num_pages: int, page_size: int,
+                        max_pages_per_seq: Optional[int], kv_len: Optional[int]) -> tuple:
+    """(layout, num_pages, page_size, max_pages_per_seq, kv_len) with the defaults filled in."""
+    if not isinstance(layout, str):
+        raise _native.Error(f"{plan_name}: layout {layout!r} is not a string. Fix: use layout='HND' or layout='NHD'")
+    if max_pages_per_seq is None:
+        if kv_len is None:
+            raise _native.Error(f"{plan_name}: neither max_pages_per_seq nor kv_len is given. Fix: pass "
+                                "max_pages_per_seq (the page table's width) or kv_len (the longest sequence)")
+        max_pages_per_seq = -(-int(kv_len) // int(page_size)) if page_size > 0 else 0
+    if kv_len is None:
+        kv_len = int(max_pages_per_seq) * int(page_size)
+    return layout, int(num_pages), int(page_size), int(max_pages_per_seq), int(kv_len)
+
+
+def plan_paged_decode(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, num_pages: int,
+                      page_size: int = 16, max_pages_per_seq: Optional[int] = None, kv_len: Optional[int] = None,
+                      layout: str = "HND", kv_dtype: Any = "bf16", q_dtype: Any = None, out_dtype: Any = None,
+                      window: int = 0, scale: float = 0.0, softcap: float = 0.0, backend: str = "cpu",
+                      threads: int = 0, target: TargetLike = None, device: Optional[int] = None) -> Plan:
+    """Plan paged decode: one query token per sequence against a page pool of `num_pages` pages of
+    `page_size` keys, layout 'HND' ([num_pages, kv_heads, page_size, head_dim]) or 'NHD'
+    ([num_pages, page_size, kv_heads, head_dim]), read through an int32 page table
+    [batch, max_pages_per_seq]. kv_len (default max_pages_per_seq * page_size) is the longest
+    sequence the plan covers; max_pages_per_seq defaults to the pages kv_len needs. Dtypes,
+    backend/threads/target/device as for plan_decode. The plan's `bounds` say which runs reuse it."""
+    kv = _arrays.dtype_name(kv_dtype)
+    q = kv if q_dtype is None else _arrays.dtype_name(q_dtype)
+    out = q if out_dtype is None else _arrays.dtype_name(out_dtype)
+    layout, num_pages, page_size, width, kv_len = _paged_problem_args(
+        "plan_paged_decode", layout, num_pages, page_size, max_pages_per_seq, kv_len)
+    tgt = _resolve_target(backend, target, threads, device)
+    return Plan(_native.plan_paged_decode(batch, num_heads, kv_heads, head_dim, layout, num_pages, page_size, width,
+                                          kv_len, kv, q, out, window, scale, softcap, tgt))
+
+
+def plan_extend(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, num_pages: int, max_q_len: int,
+                page_size: int = 16, max_pages_per_seq: Optional[int] = None, kv_len: Optional[int] = None,
+                max_total_q: int = 0, layout: str = "HND", kv_dtype: Any = "bf16", q_dtype: Any = None,
+                out_dtype: Any = None, window: int = 0, scale: float = 0.0, softcap: float = 0.0,
+                backend: str = "cpu", threads: int = 0, target: TargetLike = None,
+                device: Optional[int] = None) -> Plan:
+    """Plan extend: q_len_b in 0..max_q_len new query rows per sequence (packed token-major, ragged
+    through cu_seqlens_q), the last q_len_b keys of their sequence in the paged cache (causal,
+    bottom-right aligned). max_total_q bounds the packed rows (0: batch * max_q_len). Cache,
+    kv_len, dtypes and target as for plan_paged_decode."""
+    kv = _arrays.dtype_name(kv_dtype)
+    q = kv if q_dtype is None else _arrays.dtype_name(q_dtype)
+    out = q if out_dtype is None else _arrays.dtype_name(out_dtype)
+    layout, num_pages, page_size, width, kv_len = _paged_problem_args(
+        "plan_extend", layout, num_pages, page_size, max_pages_per_seq, kv_len)
+    tgt = _resolve_target(backend, target, threads, device)
+    return Plan(_native.plan_extend(batch, num_heads, kv_heads, head_dim, layout, num_pages, page_size, width,
+                                    max_q_len, max_total_q, kv_len, kv, q, out, window, scale, softcap, tgt))
