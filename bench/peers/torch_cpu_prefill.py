@@ -2,9 +2,9 @@
 """PyTorch's CPU scaled_dot_product_attention as the peer of attnkit's CPU prefill.
 
   torch_cpu_prefill.py measure --threads T --seq 1024,2048,4096 [--reps N]   > torch.jsonl
-  torch_cpu_prefill.py render --prefill P.json --decode D1.json [D2.json ...] --torch T.jsonl --out bench/results/cpu-...
-      merges attnkit's `attnkit bench --json` documents with the peer's rows into <out>.json and
-      <out>.md, and prints the table.
+  torch_cpu_prefill.py render --rounds DIR [DIR ...] --out bench/results/cpu-... [--isa NAME]
+      merges the rounds bench/cpu_sweep.sh wrote (attnkit's `attnkit bench --json` documents, the
+      peer's rows, the load averages) into <out>.json and <out>.md, and prints the table.
 
 Same protocol as attnkit's CPU driver: same shapes (llama3-8b: 32 query heads, 8 KV heads, head_dim
 128, batch 1), same dtype, same thread count (torch.set_num_threads), wall-clock, warm-up first,
@@ -58,51 +58,92 @@ def measure(args):
                                   gflops=flops / med / 1e9)), flush=True)
 
 
+def load_round(d):
+    """One round's documents: attnkit decode (two runs) and prefill (two runs), the peer, loads."""
+    decodes = [json.load(open(f"{d}/decode-{n}.json")) for n in ("gqa", "mha")]
+    prefills = [json.load(open(f"{d}/prefill-{n}.json")) for n in ("causal", "full")]
+    peers = [json.loads(line) for line in open(f"{d}/torch.jsonl") if line.strip()]
+    loads = dict((ln.split()[0], ln.split()[1:]) for ln in open(f"{d}/load.txt") if ln.strip())
+    decode_rows = []
+    for doc in decodes:
+        # Each decode row is held against the read ceiling measured in its own run.
+        ceiling = max(r["ceiling_value"] for r in doc["rows"] if r["impl"] == "read-bandwidth")
+        for r in doc["rows"]:
+            if r["impl"] == "attnkit":
+                decode_rows.append(dict(r, read_ceiling=ceiling))
+    prefill_rows = [dict(r, fma_ceilings={x["impl"]: x["ceiling_value"] for x in doc["rows"] if x["impl"] != "attnkit"})
+                    for doc in prefills for r in doc["rows"] if r["impl"] == "attnkit"]
+    ceilings = {}
+    for doc in decodes + prefills:
+        for r in doc["rows"]:
+            if r["impl"] != "attnkit":
+                ceilings.setdefault(r["impl"], []).append(r["ceiling_value"])
+    return dict(decode=decode_rows, prefill=prefill_rows, torch=peers, loads=loads, ceilings=ceilings,
+                docs=dict(decode=decodes, prefill=prefills))
+
+
+def spread(values, fmt):
+    return fmt.format(values[0]) if len(values) == 1 else "{} ({}-{})".format(
+        fmt.format(statistics.median(values)), fmt.format(min(values)), fmt.format(max(values)))
+
+
 def render(args):
-    prefill = json.load(open(args.prefill))
-    decodes = [json.load(open(f)) for f in args.decode]
-    decode = dict(decodes[0], rows=[r for d in decodes for r in d["rows"]])
-    peers = [json.loads(line) for line in open(args.torch) if line.strip()]
-    lines = []
-    ceil = {r["impl"]: r["ceiling_value"] for r in decode["rows"] + prefill["rows"] if r["impl"] != "attnkit"}
-    # The read ceiling of each decode run (measured in that run) is what its rows are held against.
-    read_ceiling = min(r["ceiling_value"] for r in decode["rows"] if r["impl"] == "read-bandwidth")
-    lines.append(f"# attnkit CPU benchmark ({prefill['device']}, commit {prefill['commit']})")
+    rounds = [load_round(d) for d in args.rounds]
+    meta = rounds[0]["docs"]["prefill"][0]
+    lines = [f"# attnkit CPU benchmark ({meta['device']}, commit {meta['commit']})", "",
+             f"Command: `{args.command}` (fast-kernel ISA: {args.isa}; {len(rounds)} rounds; each cell: median over "
+             "rounds (min-max); each round's value is the median of its repetitions)", ""]
+    lines.append("Load average (1/5/15 min) before each step, per round:")
     lines.append("")
-    lines.append(f"Command: `{args.command}`")
+    for i, r in enumerate(rounds):
+        lines.append(f"- round {i + 1}: " + "; ".join(f"{k} {' '.join(v)}" for k, v in r["loads"].items()))
     lines.append("")
-    lines.append("Ceilings measured in the same run: " +
-                 ", ".join(f"{k} {v / 1e9:.1f} {'GB/s' if 'read' in k else 'GFLOP/s'}" for k, v in ceil.items()))
+    lines.append("Ceilings measured in the same runs (best pass of each probe; all probes of all rounds, min-max): " +
+                 ", ".join(f"{k} {min(v) / 1e9:.1f}-{max(v) / 1e9:.1f} {'GB/s' if 'read' in k else 'GFLOP/s'}"
+                           for k, v in {k: [x for r in rounds for x in r['ceilings'].get(k, [])]
+                                        for k in rounds[0]["ceilings"]}.items()))
     lines.append("")
-    lines.append("## Decode (KV read rate against the read ceiling)")
+    lines.append("## Decode (KV read rate against the read ceiling measured in the same run)")
     lines.append("")
-    lines.append("| batch | heads/kv | head_dim | kv_len | dtype | KV MiB | median ms | GB/s | % of read ceiling | GFLOP/s |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in decode["rows"]:
-        if r["impl"] != "attnkit":
-            continue
-        mib = r["bytes"] / 2**20
-        lines.append(f"| {r['batch']} | {r['num_heads']}/{r['kv_heads']} | {r['head_dim']} | {r['kv_len']} | {r['dtype']} | "
-                     f"{mib:.0f} | {r['median_s'] * 1e3:.2f} | {r['achieved_bytes_per_s'] / 1e9:.1f} | "
-                     f"{100 * r['achieved_bytes_per_s'] / read_ceiling:.0f}% | {r['achieved_flops_per_s'] / 1e9:.1f} |")
+    lines.append("| batch | heads/kv | head_dim | kv_len | dtype | KV MiB | median ms | min ms | GB/s | read ceiling GB/s | % of read ceiling | GFLOP/s |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    key = lambda r: (r["num_heads"], r["kv_heads"], r["batch"], r["dtype"])
+    for r0 in rounds[0]["decode"]:
+        same = [r for rd in rounds for r in rd["decode"] if key(r) == key(r0)]
+        lines.append(f"| {r0['batch']} | {r0['num_heads']}/{r0['kv_heads']} | {r0['head_dim']} | {r0['kv_len']} | {r0['dtype']} | "
+                     f"{r0['bytes'] / 2**20:.0f} | {spread([r['median_s'] * 1e3 for r in same], '{:.2f}')} | "
+                     f"{spread([r['min_s'] * 1e3 for r in same], '{:.2f}')} | "
+                     f"{spread([r['achieved_bytes_per_s'] / 1e9 for r in same], '{:.1f}')} | "
+                     f"{spread([r['read_ceiling'] / 1e9 for r in same], '{:.1f}')} | "
+                     f"{spread([100 * r['achieved_bytes_per_s'] / r['read_ceiling'] for r in same], '{:.0f}%')} | "
+                     f"{spread([r['achieved_flops_per_s'] / 1e9 for r in same], '{:.1f}')} |")
     lines.append("")
-    lines.append("## Prefill (GFLOP/s against PyTorch CPU SDPA, same threads, same run)")
+    lines.append("## Prefill (GFLOP/s against PyTorch CPU SDPA, same threads, same round)")
     lines.append("")
-    lines.append("| seq_len | causal | dtype | attnkit ms | attnkit GFLOP/s | % of FMA ceiling | torch ms | torch GFLOP/s | speed-up |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in prefill["rows"]:
-        if r["impl"] != "attnkit":
-            continue
-        peer = [p for p in peers if p["seq_len"] == r["kv_len"] and p["causal"] == r["causal"] and p["dtype"] == r["dtype"]]
-        t = peer[0] if peer else None
-        lines.append(f"| {r['kv_len']} | {'yes' if r['causal'] else 'no'} | {r['dtype']} | {r['median_s'] * 1e3:.1f} | "
-                     f"{r['achieved_flops_per_s'] / 1e9:.1f} | {r['pct_of_ceiling']:.0f}% | "
-                     + (f"{t['median_s'] * 1e3:.1f} | {t['gflops']:.1f} | {t['median_s'] / r['median_s']:.2f}x |" if t else "- | - | - |"))
+    lines.append("| seq_len | causal | dtype | attnkit ms | attnkit GFLOP/s | torch ms | torch GFLOP/s | speed-up |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    pkey = lambda r: (r["kv_len"], r["causal"], r["dtype"])
+    for r0 in rounds[0]["prefill"]:
+        ours, theirs, ratio = [], [], []
+        for rd in rounds:
+            r = [x for x in rd["prefill"] if pkey(x) == pkey(r0)][0]
+            ours.append(r)
+            t = [p for p in rd["torch"] if (p["seq_len"], p["causal"], p["dtype"]) == pkey(r0)]
+            if t:
+                theirs.append(t[0])
+                ratio.append(t[0]["median_s"] / r["median_s"])
+        cells = [spread([r["median_s"] * 1e3 for r in ours], "{:.1f}"),
+                 spread([r["achieved_flops_per_s"] / 1e9 for r in ours], "{:.1f}")]
+        cells += ([spread([t["median_s"] * 1e3 for t in theirs], "{:.1f}"), spread([t["gflops"] for t in theirs], "{:.1f}"),
+                   spread(ratio, "{:.2f}x")] if theirs else ["-", "-", "-"])
+        lines.append(f"| {r0['kv_len']} | {'yes' if r0['causal'] else 'no'} | {r0['dtype']} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     with open(args.out + ".md", "w") as f:
         f.write(text)
     with open(args.out + ".json", "w") as f:
-        json.dump(dict(command=args.command, decode=decode, prefill=prefill, torch=peers), f, indent=1)
+        json.dump(dict(command=args.command, isa=args.isa, rounds=[dict(loads=r["loads"], decode=r["docs"]["decode"],
+                                                                         prefill=r["docs"]["prefill"], torch=r["torch"])
+                                                                    for r in rounds]), f, indent=1)
     print(text)
 
 
@@ -119,10 +160,9 @@ def main():
     m.add_argument("--reps", type=int, default=3)
     m.add_argument("--warmup", type=int, default=1)
     r = sub.add_parser("render")
-    r.add_argument("--prefill", required=True)
-    r.add_argument("--decode", nargs="+", required=True)
-    r.add_argument("--torch", required=True)
+    r.add_argument("--rounds", nargs="+", required=True, help="round folders written by bench/cpu_sweep.sh")
     r.add_argument("--out", required=True)
+    r.add_argument("--isa", default="default")
     r.add_argument("--command", default="bench/cpu_sweep.sh")
     args = ap.parse_args()
     measure(args) if args.cmd == "measure" else render(args)
