@@ -16,7 +16,8 @@ from ._plan import Plan
 
 def _require_plan(plan: Any, kind: str, context: str) -> Plan:
     if not isinstance(plan, Plan) or plan.kind != kind:
-        raise _native.Error(f"{context}: expected a {kind} plan, got {type(plan).__name__}"
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise _native.Error(f"{context}: expected {article} {kind} plan, got {type(plan).__name__}"
                             f"{' (' + plan.kind + ')' if isinstance(plan, Plan) else ''}. "
                             f"Fix: make it with attnkit.plan_{kind}(...)")
     return plan

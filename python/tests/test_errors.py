@@ -269,7 +269,7 @@ CASES = [
     Case("paged_decode", "lengths_f32", "expected i32", lambda w: paged_decode(w, lengths=w.plens.astype(np.float32))),
 
     # ---- extend
-    Case("extend", "wrong_plan_kind", "expected a extend plan", lambda w: extend(w, plan=w.pdplan)),
+    Case("extend", "wrong_plan_kind", "expected an extend plan", lambda w: extend(w, plan=w.pdplan)),
     Case("extend", "dtype_not_the_plans", "expected f32", lambda w: extend(w, out=np.zeros((5, 4, D), np.float16))),
     Case("extend", "device_mix", "on cuda:0 but q is on cpu", lambda w: extend(w, cu_seqlens_q=FakeCudaArray((3,), np.int32))),
     Case("extend", "cuda_plan_host_arrays", "plan was made for the cuda backend", lambda w: extend(w, plan=w.cuda_eplan)),
