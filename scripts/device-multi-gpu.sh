@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The device run of context-parallel decode (docs/context-parallel.md) on nvidia-h200-x2/x4/x8, in
+# one command: configure + build the CUDA tests and attnkit_sharded_bench, the sharded gpu tests
+# (simulated shards, one-rank NCCL, append routing, and the multi-GPU parity on every GPU of the
+# machine), compute-sanitizer memcheck on the one-GPU cases, then the 1M-token decode benchmark on
+# 1, 2, 4 and 8 GPUs (as many as the machine has) in both modes (one thread driving every GPU, one
+# thread per rank). NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0).
+# Results and logs go to $OUT; a short table is printed last.
+#   scripts/device-multi-gpu.sh [--build] [--tests] [--sanitize] [--bench] [--quick]   (none = all)
+# Build dependencies the device image lacks (GTest, CLI11, nlohmann-json) come from the carried
+# .deps/devprefix (CMAKE_PREFIX_PATH), as for scripts/device-check.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+export ATTNKIT_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+OUT=${OUT:-/tmp/attnkit-out}
+LOG=$OUT/logs
+mkdir -p "$LOG"
+BUILD=build/device-multi
+parts=()
+quick=0
+for a in "$@"; do
+  case $a in
+    --quick) quick=1 ;;
+    --*) parts+=("${a#--}") ;;
+  esac
+done
+((${#parts[@]})) || parts=(build tests sanitize bench)
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+status=0
+step() { echo "== $* ($(date +%T))"; }
+
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpus.txt"
+nvidia-smi topo -m > "$LOG/topo.txt" 2>&1
+GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+echo "GPUs: $GPUS, NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+
+if want build; then
+  step build
+  t0=$(date +%s)
+  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_CUDA=ON \
+    -DCMAKE_PREFIX_PATH="$PWD/.deps/devprefix" > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
+  grep "attnkit:" "$LOG/configure.log"
+  cmake --build $BUILD -j16 --target attnkit_cuda_tests attnkit_sharded_bench > "$LOG/build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$LOG/build.log" | head -40; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
+TESTS=$BUILD/tests/attnkit_cuda_tests
+BENCH=$BUILD/attnkit_sharded_bench
+
+if want tests; then
+  step "sharded gpu tests"
+  timeout 400 $TESTS --gtest_filter='ShardedDecodeCuda.*' > "$LOG/sharded_tests.log" 2>&1
+  rc=$?; echo "sharded tests rc=$rc"; ((rc)) && status=1
+  grep -E "^\[  (FAILED|PASSED|SKIPPED|     OK) |tests ran" "$LOG/sharded_tests.log" | head -20
+  grep -E "Failure|Expected|rel_l2|which is" "$LOG/sharded_tests.log" | head -30
+fi
+
+if want sanitize; then
+  step "compute-sanitizer memcheck (one-GPU sharded cases)"
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $TESTS \
+    --gtest_filter='ShardedDecodeCuda.SimulatedShards*:ShardedDecodeCuda.AppendGoes*' > "$LOG/memcheck.log" 2>&1
+  rc=$?; echo "memcheck rc=$rc"; ((rc)) && status=1; grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/memcheck.log" | tail -4
+fi
+
+if want bench; then
+  counts=""
+  for g in 1 2 4 8; do ((g <= GPUS)) && counts+="${counts:+,}$g"; done
+  reps=50; ((quick)) && reps=20
+  step "1M-token decode on $counts GPU(s)"
+  CMD="$BENCH --gpus $counts --kv-len 1048576 --batch 1 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --mode process,threads --reps $reps --json $OUT/sharded_decode_${GPUS}gpu.json"
+  echo "$CMD" > "$LOG/bench_command.txt"
+  timeout 420 $CMD 2> "$LOG/bench.err"
+  rc=$?; echo "bench rc=$rc"; ((rc)) && status=1
+  cat "$LOG/bench.err" | tail -20
+fi
+
+tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+exit $status
