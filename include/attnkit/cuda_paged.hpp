@@ -6,8 +6,8 @@
 // on the host without a synchronisation; callers with host mirrors call validate_paged_indices_host
 // (paged.hpp) on them, and the kernels never read or write outside the pool (see docs/paged.md).
 //
-// Status: declared for the CUDA backend; the kernels are not built yet (docs/paged.md lists what
-// they must do). A build without CUDA throws an Error naming the fix.
+// Status: declared for the CUDA backend; the kernels are not written yet (docs/paged.md lists what
+// they must do). Until they are, every call throws an Error whose Fix names the CPU backend.
 #pragma once
 #include "attnkit/cuda.hpp"
 #include "attnkit/paged.hpp"

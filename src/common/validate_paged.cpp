@@ -6,6 +6,7 @@
 // past the sequence's last page are never read (so -1 padding is fine), but two appended tokens
 // must not land in the same (page, slot): that write would race on a GPU and lose a token anyway.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ void check(const char* ctx, const std::string& name, const TensorView& t, const 
   if (optional && t.empty()) return;
   const std::string want = std::string(dtype_name(dtype)) + shape_string(shape);
   require(t.data != nullptr, ctx, name + " has a null data pointer", "pass a " + want + " tensor with allocated memory");
+  require(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0, ctx,
+          name + " points to an address not aligned to its " + std::to_string(dtype_size(t.dtype)) + "-byte elements",
+          "pass " + name + " from an allocation aligned to its element size (any allocator's memory is)");
   require(t.rank == static_cast<int>(shape.size()), ctx,
           name + " is " + t.describe() + ", expected rank " + std::to_string(shape.size()) + " " + shape_string(shape),
           "pass " + name + " as " + want);
