@@ -3,7 +3,7 @@
 # rounds: the read and FMA ceilings, attnkit's decode (KV caches larger than the last-level cache)
 # and prefill (seq_len 1k-4k, head_dim 128, causal and not), and PyTorch's CPU SDPA on the same
 # prefill shapes with the same thread count, recording the load average before each step (the
-# host is shared). Writes bench/results/cpu-<date>[-<tag>].json and .md and prints the table.
+# host is shared). Writes bench/results/cpu-<date>-<time>[-<tag>].json and .md and prints the table.
 #   bench/cpu_sweep.sh [threads (default: all cores)] [--quick]
 # Environment: ATTNKIT_CPU_ISA (scalar|avx2|avx512|avx512bf16; default the best this CPU has),
 #   ATTNKIT_SWEEP_ROUNDS (default 2), ATTNKIT_SWEEP_TAG (suffix of the result files),
@@ -23,7 +23,7 @@ peer=${ATTNKIT_SWEEP_PEER:-1}
 
 seqs=1024,2048,4096; reps=3; dreps=10; kv=65536
 if [[ $quick == --quick ]]; then seqs=1024; reps=2; dreps=3; kv=16384; fi
-out=bench/results/cpu-$(date +%Y%m%d)${ATTNKIT_SWEEP_TAG:+-$ATTNKIT_SWEEP_TAG}
+out=bench/results/cpu-$(date +%Y%m%d-%H%M)${ATTNKIT_SWEEP_TAG:+-$ATTNKIT_SWEEP_TAG}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ak() { $build/attnkit bench --backend cpu --threads "$threads" --json "$@"; }

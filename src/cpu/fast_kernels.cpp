@@ -52,6 +52,8 @@ int thread_count(const Target& target) { return std::max(1, target.threads); }
 
 }  // namespace
 
+const FastBodies& selected_fast_bodies() { return bodies_for(simd::selected_isa()); }
+
 void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace) {
   const DecodeProblem& p = plan.problem;
   const WorkPartition& part = plan.partition;
@@ -59,7 +61,7 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
   require(part.rows_per_block == G && part.sequence_splits >= 1 && part.keys_per_split >= 1 && part.tile_size >= 1,
           "cpu::decode", "the plan's split_kv_decode partition does not pack the GQA group of " + std::to_string(G),
           "plan with plan_decode(problem, cpu_target())");
-  const FastBodies& bodies = bodies_for(simd::selected_isa());
+  const FastBodies& bodies = selected_fast_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split, tile = part.tile_size;
   const std::int64_t rows = p.batch * H;
   const std::int64_t tasks = p.batch * KH * splits;
@@ -157,7 +159,7 @@ void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
   require(part.sequence_splits == 1 && part.rows_per_block >= 1 && part.tile_size >= 1, "cpu::prefill",
           "the plan's cooperative_tiled partition splits keys, which the CPU prefill kernel does not do",
           "plan with plan_prefill(problem, cpu_target())");
-  const FastBodies& bodies = bodies_for(simd::selected_isa());
+  const FastBodies& bodies = selected_fast_bodies();
   const std::int64_t block_rows = part.rows_per_block, tile = part.tile_size;
   const bool ragged = !t.cu_seqlens_q.empty();
 

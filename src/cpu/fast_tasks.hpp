@@ -63,5 +63,8 @@ const FastBodies& fast_bodies_scalar();
 const FastBodies& fast_bodies_avx2();
 const FastBodies& fast_bodies_avx512();
 const FastBodies& fast_bodies_avx512bf16();
+// The bodies of the instruction set simd::selected_isa() picks now (ATTNKIT_CPU_ISA or the best);
+// every caller of the bodies should go through this, so a new ISA level reaches all of them.
+const FastBodies& selected_fast_bodies();
 
 }  // namespace attnkit::cpu::detail
