@@ -84,7 +84,7 @@ struct DeviceShard {
   std::unique_ptr<DeviceTensor> q, k, v, out, lse;
   std::unique_ptr<DeviceWorkspace> ws;
   HostTensor out_host, lse_host;
-  cuda::ShardTensors tensors(Stream stream = nullptr) const {
+  cuda::ShardTensors tensors(cuda::Stream stream = nullptr) const {
     cuda::ShardTensors t;
     t.q = q->view, t.k_cache = k->view, t.v_cache = v->view, t.out = out->view, t.lse = lse->view;
     t.q.device_index = t.k_cache.device_index = t.v_cache.device_index = t.out.device_index = t.lse.device_index = device;
@@ -217,7 +217,7 @@ TEST(ShardedDecodeCuda, OneRankNcclRuns) {
   {  // one process driving "several" devices: ShardComms of one
     auto shards = upload(plan, c, {0});
     cuda::ShardComms comms({0});
-    cuda::sharded_decode(plan, {shards[0]->tensors()}, c.lengths, &comms);
+    cuda::sharded_decode(plan, std::vector<cuda::ShardTensors>{shards[0]->tensors()}, c.lengths, &comms);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     expect_all_shards_match(c, shards, "ShardComms, one rank");
   }
