@@ -189,7 +189,6 @@ json bench_sharded(const Settings& s, int gpus, const std::string& mode) {
     std::vector<std::vector<double>> per_rank(static_cast<std::size_t>(gpus));
     std::barrier sync(gpus);
     std::vector<std::thread> threads;
-    std::vector<std::string> errors(static_cast<std::size_t>(gpus));
     for (int r = 0; r < gpus; ++r) {
       threads.emplace_back([&, r] {
         ShardBuffers& b = *shards[static_cast<std::size_t>(r)];
@@ -204,7 +203,7 @@ json bench_sharded(const Settings& s, int gpus, const std::string& mode) {
             if (rep >= 0) per_rank[static_cast<std::size_t>(r)].push_back(sec);
           }
         } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = e.what();
+          std::fprintf(stderr, "rank %d: %s\n", r, e.what());
           std::abort();  // the other ranks would wait in the collective forever
         }
       });
