@@ -7,7 +7,7 @@
 # table is printed last. Parts can be chosen so each call stays well inside 10 minutes:
 #   scripts/device-check.sh [--build] [--tests] [--sanitize] [--bench] [--ncu] [--quick]
 # (no part named = all). Build dependencies the device image lacks (GTest, CLI11, nlohmann-json)
-# come from the carried .deps/devprefix (CMAKE_PREFIX_PATH).
+# come from the carried .deps/devprefix (made here by scripts/device-deps.sh; CMAKE_PREFIX_PATH).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/attnkit-out}
