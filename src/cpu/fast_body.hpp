@@ -8,6 +8,7 @@
 //   dotted with all `group` query rows: `W / rows` keys x `rows` query heads fill the W
 //   accumulators, one transpose-and-add tree turns them into W scores. Then the tile's online
 //   softmax, then P V with each V row loaded once per vector of head_dim for the whole group.
+//   K/V rows 32 ahead are prefetched (software: one core alone keeps too few misses in flight).
 //   Bound: memory (K/V read once) for small groups; FMA for large groups (group FLOPs per byte).
 // Prefill (tiled). Inputs: a block of query rows for each head of the group, K/V tiles converted
 //   to f32 once per block. S^T = K Q^T with query rows in the vector lanes (Q transposed once per

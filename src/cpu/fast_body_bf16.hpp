@@ -2,7 +2,7 @@
 // fast_isa_avx512bf16.cpp after fast_body.hpp, in the same namespace, so the f32 helpers
 // (exp, softcap, row chunking, layouts' rounding) are shared; f32 and f16 K/V take the f32 bodies.
 //
-// Numerics (docs/numerics.md, docs/perf-notes.md "CPU"):
+// Numerics (docs/architecture.md, CPU section; measured error in docs/perf-notes.md, CPU round 2):
 //   Q K^T: exact products. bf16 q goes in as is; an f32/f16 q is split once per task into
 //     hi + lo bf16 parts (hi = bf16(q), lo = bf16(q - hi)) and both are dotted, so the products
 //     carry 16 of q's mantissa bits (f16 q: all of them); sums in f32. The scale multiplies the
@@ -13,10 +13,13 @@
 //   query row, and P V taking keys in pairs: two V rows interleaved (vpunpck*wd, no permute) times
 //   the broadcast (p_j, p_j+1) pair. Accumulator columns are in interleave order inside each
 //   32-column block; the final write puts them back (pair_column).
-//   Bound: memory for group <= 4 on two Zen 4 cores (about 2 FLOP per byte at twice the f32 rate).
+//   K and V rows 32 ahead are prefetched. Bound: vdpbf16ps issue for group >= 4 (32 per key at
+//   group 4, measured 23 ns per key per core against a 17.7 ns floor), memory for group 1-2; on
+//   the development VM the two barely overlap (docs/perf-notes.md, CPU round 2).
 // Prefill: as fast_body.hpp with Q^T stored as pairs of head_dim (rows in the lanes), K read as
 //   a broadcast pair, V tiles interleaved into key pairs once per tile, P written as key pairs by
-//   the softmax. Bound: vdpbf16ps rate (two products per lane per instruction).
+//   the softmax. Bound: vdpbf16ps rate (two products per lane per instruction; one core measured
+//   at 82% of it).
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
@@ -59,7 +62,7 @@ inline std::int64_t pair_col_index(std::int64_t c) { return c / kPairChunk * kPa
 struct DecodeLayoutBf16 {
   std::int64_t dp, tp;  // head_dim padded to 32, tile padded to 32
   std::uint16_t *qh, *ql, *p;
-  float *acc, *scores, *m, *l, *lanes;
+  float *acc, *scores, *m, *l;
 };
 
 inline DecodeLayoutBf16 decode_layout_bf16(std::int64_t head_dim, std::int64_t group, std::int64_t tile, float* base) {
@@ -73,15 +76,14 @@ inline DecodeLayoutBf16 decode_layout_bf16(std::int64_t head_dim, std::int64_t g
   L.acc = f; f += floats_for(group * L.dp);
   L.scores = f; f += floats_for(group * L.tp);
   L.m = f; f += floats_for(group);
-  L.l = f; f += floats_for(group);
-  L.lanes = f;
+  L.l = f;
   return L;
 }
 
 inline std::size_t decode_scratch_floats_bf16(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, kPairChunk), tp = round_up(tile, kPairChunk);
   return 2 * floats_for(group * dp / 2) + floats_for(group * tp / 2) + floats_for(group * dp) +
-         floats_for(group * tp) + 2 * floats_for(group) + floats_for(W) + 16;
+         floats_for(group * tp) + 2 * floats_for(group) + 16;
 }
 
 template <int GC, bool kSplit>
