@@ -8,7 +8,8 @@
 //   dotted with all `group` query rows: `W / rows` keys x `rows` query heads fill the W
 //   accumulators, one transpose-and-add tree turns them into W scores. Then the tile's online
 //   softmax, then P V with each V row loaded once per vector of head_dim for the whole group.
-//   K/V rows 32 ahead are prefetched (software: one core alone keeps too few misses in flight).
+//   K/V rows 32 ahead are prefetched into L1, and the other stream (V during Q K^T, the next
+//   tile's K during P V) into L2, so both streams stay in flight across the phases.
 //   Bound: memory (K/V read once) for small groups; FMA for large groups (group FLOPs per byte).
 // Prefill (tiled). Inputs: a block of query rows for each head of the group, K/V tiles converted
 //   to f32 once per block. S^T = K Q^T with query rows in the vector lanes (Q transposed once per
@@ -55,11 +56,14 @@ inline std::int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 constexpr std::int64_t kDecodePrefetchRows = 32;
 
 // Bytes [from, from + bytes) of row `row` (clamped to `last`) of `s`, into L1.
+// locality 3: into L1 (rows about to be used); 2: into L2 (the other stream's rows for the next
+// phase: V during Q K^T, the next tile's K during P V, so both streams stay in flight).
+template <int kLocality = 3>
 inline void prefetch_bytes(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t from,
                            std::int64_t bytes) {
   const std::int64_t eb = elem_bytes(s.dtype);
   const char* p = static_cast<const char*>(s.data) + (s.offset + (row < last ? row : last) * s.row_stride) * eb + from;
-  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
 }
 
 inline float load_scalar(const RowSource& s, std::int64_t offset) {
@@ -135,7 +139,10 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
     }
     if (g0 == 0) {
       const std::int64_t row_bytes = d * elem_bytes(t.k.dtype);
-      for (int kk = 0; kk < kKeys; ++kk) prefetch_bytes(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, 0, row_bytes);
+      for (int kk = 0; kk < kKeys; ++kk) {
+        prefetch_bytes(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, 0, row_bytes);
+        prefetch_bytes<2>(t.v, j0 + j + kk, t.key_end - 1, 0, d * elem_bytes(t.v.dtype));
+      }
     }
     for (std::int64_t c = 0; c < d; c += W) {
       const int m = static_cast<int>(imin(W, d - c));
@@ -169,7 +176,10 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   const std::int64_t eb = elem_bytes(t.v.dtype);
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
-    if (g0 == 0) prefetch_bytes(t.v, j0 + j + kDecodePrefetchRows, t.key_end - 1, pf_from, pf_bytes);
+    if (g0 == 0) {
+      prefetch_bytes(t.v, j0 + j + kDecodePrefetchRows, t.key_end - 1, pf_from, pf_bytes);
+      if (c0 == 0) prefetch_bytes<2>(t.k, j0 + n + j, t.key_end - 1, 0, d * elem_bytes(t.k.dtype));
+    }
     V vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
     for (int g = 0; g < GR; ++g) {

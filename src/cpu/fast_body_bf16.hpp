@@ -13,7 +13,7 @@
 //   query row, and P V taking keys in pairs: two V rows interleaved (vpunpck*wd, no permute) times
 //   the broadcast (p_j, p_j+1) pair. Accumulator columns are in interleave order inside each
 //   32-column block; the final write puts them back (pair_column).
-//   K and V rows 32 ahead are prefetched. Bound: vdpbf16ps issue for group >= 4 (32 per key at
+//   K and V prefetched as in fast_body.hpp (L1 32 rows ahead, the other stream into L2). Bound: vdpbf16ps issue for group >= 4 (32 per key at
 //   group 4, measured 23 ns per key per core against a 17.7 ns floor), memory for group 1-2; on
 //   the development VM the two barely overlap (docs/perf-notes.md, CPU round 2).
 // Prefill: as fast_body.hpp with Q^T stored as pairs of head_dim (rows in the lanes), K read as
@@ -36,6 +36,13 @@ inline void prefetch_row(const std::uint16_t* base, std::int64_t offset, std::in
                          std::int64_t last, std::int64_t d) {
   const char* p = reinterpret_cast<const char*>(base + offset + imin(row, last) * stride);
   for (std::int64_t b = 0; b < d * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+// The same into L2: the other stream's rows for the next phase (V during Q K^T, the next tile's K
+// during P V), so both streams are in flight all the time instead of restarting at every phase.
+inline void prefetch_row_l2(const std::uint16_t* base, std::int64_t offset, std::int64_t stride, std::int64_t row,
+                            std::int64_t last, std::int64_t d) {
+  const char* p = reinterpret_cast<const char*>(base + offset + imin(row, last) * stride);
+  for (std::int64_t b = 0; b < d * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
 }
 
 inline std::uint16_t q_bits(const RowSource& s, std::int64_t offset) {
@@ -104,6 +111,8 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
         prefetch_row(k, t.k.offset, t.k.row_stride, j0 + j + kk + kPrefetchRows, t.key_end - 1, d);
+        prefetch_row_l2(static_cast<const std::uint16_t*>(t.v.data), t.v.offset, t.v.row_stride, j0 + j + kk,
+                        t.key_end - 1, d);
       }
     }
     for (std::int64_t c = 0; c < d; c += kPairChunk) {
@@ -168,6 +177,11 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
         _mm_prefetch(pf + b * 64, _MM_HINT_T0);
         _mm_prefetch(pf + 2 * stride + b * 64, _MM_HINT_T0);
       }
+    }
+    if (g0 == 0 && b0 == 0) {
+      const auto* kb = static_cast<const std::uint16_t*>(t.k.data);
+      prefetch_row_l2(kb, t.k.offset, t.k.row_stride, j0 + n + j, t.key_end - 1, d);
+      prefetch_row_l2(kb, t.k.offset, t.k.row_stride, j0 + n + j + 1, t.key_end - 1, d);
     }
     pair(ra + stride, j);
   }
