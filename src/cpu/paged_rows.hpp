@@ -17,14 +17,8 @@
 
 namespace attnkit::cpu::detail {
 
-inline const FastBodies& paged_bodies() {
-  switch (simd::selected_isa()) {
-    case simd::Isa::kAvx512: return fast_bodies_avx512();
-    case simd::Isa::kAvx2: return fast_bodies_avx2();
-    case simd::Isa::kScalar: break;
-  }
-  return fast_bodies_scalar();
-}
+// The same bodies, at the same instruction-set level, as the contiguous fast kernels.
+inline const FastBodies& paged_bodies() { return selected_fast_bodies(); }
 
 // The rows (keys) of one sequence and one KV head in a page pool. Element offsets throughout.
 struct PagedRows {
