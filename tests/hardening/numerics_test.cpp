@@ -299,12 +299,9 @@ TEST(Numerics, DecodeNonFiniteInputsNeverReachRowsThatCannotSeeThem) {
 // The rows that do see a bad value give what the golden gives, NaN for NaN: a NaN score makes
 // the row NaN (never a silent finite answer), a -inf score drops its key, a +inf score gives NaN,
 // inf in a value gives inf (or NaN) in that column only.
-// DISABLED: fails today, for the kernel owners (docs/numerics.md, "Known deviations"):
-//  - fast kernels (all ISAs): a NaN score gets weight 0 (Vec::exp clamps with max/min, which
-//    return the clamp bound for NaN; the running max drops NaN), so the row is finite and wrong;
-//  - scalar online: a -inf score on the first visible key gives exp(-inf - -inf) = NaN for the
-//    whole row, where the golden drops that key.
-TEST(Numerics, DISABLED_DecodeRowsThatSeeNonFiniteInputsMatchTheGoldenNanForNan) {
+// (Once failing: the fast kernels' exp clamp turned NaN into weight 0, and the scalar kernel
+// turned a leading -inf score into a NaN row; docs/numerics.md, "Fixed deviations".)
+TEST(Numerics, DecodeRowsThatSeeNonFiniteInputsMatchTheGoldenNanForNan) {
   for (const KernelPath& path : cpu_kernel_paths()) {
     IsaScope isa(path);
     for_each_poked_decode(path, [](const DecodeProblem&, const Poke&, const DecodeCase& c,
@@ -363,9 +360,8 @@ TEST(Numerics, PrefillNanKeyNeverReachesRowsBeforeIt) {
   }
 }
 
-// DISABLED: fails on the fast prefill (all ISAs), which gives the rows that see the NaN key a
-// finite answer; see DISABLED_DecodeRowsThatSeeNonFiniteInputsMatchTheGoldenNanForNan.
-TEST(Numerics, DISABLED_PrefillNanKeyMakesEveryRowAfterItNan) {
+// (Once failing on the fast prefill, which gave the rows that see the NaN key a finite answer.)
+TEST(Numerics, PrefillNanKeyMakesEveryRowAfterItNan) {
   for (const KernelPath& path : cpu_kernel_paths()) {
     IsaScope isa(path);
     prefill_with_nan_key(path, [](bool sees, bool, auto element, std::int64_t D, const std::string& what) {
@@ -424,10 +420,9 @@ void check_softcaps(std::initializer_list<float> softcaps) {
 
 TEST(Numerics, SoftCapsFarBelowAndNearTheScoresMatchTheGolden) { check_softcaps({1e-30f, 1e-3f, 1.0f, 50.0f}); }
 
-// DISABLED: fails on the fast kernels (all ISAs): tanh_v computes 1 - 2 / (e^{2x} + 1), which
-// cancels to 0 for |x| below ~1e-8, so with a cap of 1e30 every score becomes 0 (a uniform mix).
-// The score error is about softcap * 6e-8, harmless for caps up to ~1e3, wrong beyond.
-TEST(Numerics, DISABLED_SoftCapsFarAboveTheScoresActAsNoCap) { check_softcaps({1e8f, 1e30f, FLT_MAX}); }
+// (Once failing on the fast kernels: tanh_v's 1 - 2 / (e^{2x} + 1) cancelled to 0 for tiny
+// arguments, so a cap of 1e30 flattened every score; small arguments now take the series.)
+TEST(Numerics, SoftCapsFarAboveTheScoresActAsNoCap) { check_softcaps({1e8f, 1e30f, FLT_MAX}); }
 
 // ---------------------------------------------------------------------------------------------
 // Length 1 and length == max_seq.

@@ -1,6 +1,6 @@
 // Rejections the validation suite (tests/cpu/validation_test.cpp) does not cover: the planner's
 // problem checks, names (targets, dtypes), the golden's host-only inputs, and reproducers of the
-// fuzzers' findings (DISABLED until their owners fix them; docs/errors.md lists them).
+// fuzzers' findings (each was failing until its fix landed; docs/errors.md lists them).
 #include <functional>
 
 #include "hardening_support.hpp"
@@ -69,7 +69,7 @@ TEST(Rejections, TheGoldenReadsOnlyHostTensors) {
 // Found by fuzz_validate in strict mode (ATTNKIT_FUZZ_STRICT=1): a pointer that is not aligned to
 // its element size is accepted on the CPU, and the validator and kernels then load and store
 // through it (undefined behaviour; UBSan reports it in validate.cpp's read_i32 and the LSE store).
-// DISABLED until src/common/validate.cpp rejects it (owner: validation).
+// Fixed: check_tensor in src/common/validate.cpp rejects it.
 TEST(Rejections, CpuEntryPointsRejectPointersNotAlignedToTheirElement) {
   const DecodeProblem p = decode_problem(1, 2, 1, 16, 8);
   DecodeCase c(p, {8});
@@ -86,7 +86,7 @@ TEST(Rejections, CpuEntryPointsRejectPointersNotAlignedToTheirElement) {
 // the planner with keys_per_split = 0 (the key count rounded up to whole tiles no longer fits
 // WorkPartition's 32-bit fields), a plan no kernel can run. The planner must reject key counts
 // its partition cannot hold, or hold them.
-// DISABLED until src/plan/cuda_decode_rules.cpp (and the common planner) fix it.
+// Fixed: DecodeProblem::validate caps a sequence at 2^31-1 tokens.
 TEST(Rejections, PlannerNeverTruncatesKeyCountsBeyond32Bits) {
   for (std::int64_t kv_len : {(std::int64_t{1} << 32) - 1, std::int64_t{1} << 32})
   for (const Target& target : {known_target("h200"), cpu_target(2)}) {

@@ -56,7 +56,8 @@ struct VecAvx2 {
     return _mm_cvtss_f32(s);
   }
   static V exp(V x) {
-    const V xc = _mm256_min_ps(_mm256_max_ps(x, set1(-87.5f)), set1(88.0f));
+    // Clamp with the bound first: max/min return their second operand for NaN, so NaN stays NaN.
+    const V xc = _mm256_min_ps(set1(88.0f), _mm256_max_ps(set1(-87.5f), x));
     const V n = _mm256_round_ps(_mm256_mul_ps(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     V r = _mm256_fnmadd_ps(n, set1(0.693145751953125f), xc);
     r = _mm256_fnmadd_ps(n, set1(1.428606765330187e-06f), r);

@@ -44,7 +44,8 @@ struct VecAvx512 {
   static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
   // e^x with exactly 0 below -87 (masked scores are -inf): 2^n * p(r), r = x - n ln2, |r| <= ln2/2.
   static V exp(V x) {
-    const V xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.5f)), set1(88.0f));
+    // Clamp with the bound first: max/min return their second operand for NaN, so NaN stays NaN.
+    const V xc = _mm512_min_ps(set1(88.0f), _mm512_max_ps(set1(-87.5f), x));
     const V n = _mm512_roundscale_ps(_mm512_mul_ps(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
     V r = _mm512_fnmadd_ps(n, set1(0.693145751953125f), xc);
     r = _mm512_fnmadd_ps(n, set1(1.428606765330187e-06f), r);
