@@ -86,16 +86,21 @@ TEST(PlanPrefill, EvidenceMatchesThePartitionChosen) {
   EXPECT_EQ(plan_prefill(p, cpu(4), KernelFamily::kScalarOnline).partition.family, KernelFamily::kScalarOnline);
 }
 
-TEST(PlanGpu, PlansOrSaysWhyNot) {
-  // The CUDA rules are another engineer's; until they land, planning for the GPU must fail loudly.
+TEST(PlanGpu, PlansDecodeForAKnownTargetWithoutTheDevice) {
+  // Planning is host code: a GPU plan needs only the target's description, never the device.
   const Target h200 = known_target("h200");
-  try {
-    const DecodePlan plan = plan_decode(DecodeProblem{}, h200);
-    EXPECT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
-    EXPECT_GT(plan.evidence.predicted_seconds, 0.0);
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Fix:"), std::string::npos) << e.what();
-  }
+  DecodeProblem problem;  // llama3-8b-like: 32 / 8 heads, head_dim 128, bf16, 4096 keys
+  const DecodePlan plan = plan_decode(problem, h200);
+  EXPECT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
+  EXPECT_EQ(plan.partition.rows_per_block, 4u);  // the GQA group shares each K/V read
+  EXPECT_GT(plan.partition.sequence_splits, 1u);  // one sequence must be split to fill 132 SMs
+  EXPECT_GE(std::uint64_t{plan.partition.sequence_splits} * plan.partition.keys_per_split, 4096u);
+  EXPECT_GT(plan.evidence.workspace_bytes, 0u);
+  EXPECT_GT(plan.evidence.predicted_seconds, 0.0);
+  PrefillProblem prefill;
+  const PrefillPlan prefill_plan = plan_prefill(prefill, h200);
+  EXPECT_EQ(prefill_plan.partition.family, KernelFamily::kCooperativeTiled);
+  EXPECT_GT(prefill_plan.evidence.matmul_flops, 0u);
 }
 
 TEST(Targets, KnownTargets) {
