@@ -87,7 +87,7 @@ def main():
             f"| {dt} | {b} | {L} | {r['bytes'] / 1e6:.1f} | {fmt_ms(r['predicted_s'])} | {fmt_ms(t)} | "
             f"{fmt_ms(g['median_s']) if g else '-'} | {r['achieved_bytes_per_s'] / 1e12:.3f} | "
             f"{r['pct_of_ceiling']:.1f} | {fmt_ms(p.get('torch-flash'))} | {fmt_ms(cud)} | {fmt_ms(p.get('torch-math'))} | "
-            f"{(cud / t) if cud else float('nan'):.2f} | {(best_peer / t) if best_peer else float('nan'):.2f} | {ncu_ratio} |")
+            f"{f'{cud / t:.2f}' if cud else '-'} | {f'{best_peer / t:.2f}' if best_peer else '-'} | {ncu_ratio} |")
         merged.append({
             "dtype": dt, "batch": b, "kv_len": L, "plan_bytes": r["bytes"], "predicted_s": r["predicted_s"],
             "attnkit_s": t, "attnkit_graph_s": g["median_s"] if g else None,
