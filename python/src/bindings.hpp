@@ -19,6 +19,11 @@ namespace nb = nanobind;
 // Inputs may be read-only (a numpy array with writeable=False); outputs must be writable.
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
+using OptIn = std::optional<InArray>;    // None allowed
+using OptOut = std::optional<OutArray>;
+
+// The caller's CUDA stream, passed from Python as an integer handle (0 = the default stream).
+inline void* stream_of(std::uintptr_t handle) { return reinterpret_cast<void*>(handle); }
 
 // A view of the array's own memory (no copy): data pointer, dtype, shape, strides in elements
 // and device. `name` is the argument's name, for the error message when the array cannot be viewed.

@@ -17,10 +17,6 @@ namespace attnkit::python {
 namespace {
 
 using namespace nb::literals;
-using OptIn = std::optional<InArray>;
-using OptOut = std::optional<OutArray>;
-
-cuda::Stream stream_of(std::uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
 
 PagedKvCache cache_of(const InArray& k_pages, const InArray& v_pages, const InArray& page_table,
                       const InArray& lengths) {

@@ -18,7 +18,6 @@ namespace {
 
 using namespace nb::literals;
 using F64Array = nb::ndarray<nb::numpy, double>;
-using OptIn = std::optional<InArray>;
 
 F64Array numpy_f64(std::vector<double>&& values, const TensorView& like, int rank) {
   auto* owned = new std::vector<double>(std::move(values));

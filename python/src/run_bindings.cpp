@@ -17,10 +17,6 @@ namespace attnkit::python {
 namespace {
 
 using namespace nb::literals;
-using OptIn = std::optional<InArray>;
-using OptOut = std::optional<OutArray>;
-
-cuda::Stream stream_of(std::uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
 
 RopeStyle parse_rope_style(const std::string& style) {
   if (style == "half" || style == "neox" || style == "llama") return RopeStyle::kHalf;

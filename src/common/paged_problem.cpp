@@ -4,30 +4,20 @@
 #include <string>
 
 #include "attnkit/error.hpp"
+#include "common/size_checks.hpp"
 #include "attnkit/paged.hpp"
 
 namespace attnkit {
 namespace {
 
-constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+using detail::require_positive;
+
+void checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
+  detail::checked_product(context, "tensor sizes overflow (more than 2^62 elements)",
+                          "use fewer pages, a smaller page table or a smaller batch", factors);
+}
+
 constexpr std::int64_t kMaxI32 = std::numeric_limits<std::int32_t>::max();
-
-void require_positive(const char* context, const char* name, std::int64_t value) {
-  require(value > 0, context, std::string(name) + "=" + std::to_string(value) + " is not positive",
-          std::string("pass ") + name + " >= 1");
-}
-
-std::int64_t checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
-  std::int64_t product = 1;
-  for (std::int64_t f : factors) {
-    if (f != 0 && product > kMaxElements / f) {
-      fail(context, "tensor sizes overflow (more than 2^62 elements)",
-           "use fewer pages, a smaller page table or a smaller batch");
-    }
-    product *= f;
-  }
-  return product;
-}
 
 void validate_spec(const char* ctx, const PagedCacheSpec& c, std::int64_t kv_heads, std::int64_t head_dim) {
   require_positive(ctx, "num_pages", c.num_pages);

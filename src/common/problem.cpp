@@ -4,13 +4,19 @@
 #include <limits>
 
 #include "attnkit/error.hpp"
+#include "common/size_checks.hpp"
 
 namespace attnkit {
 namespace {
 
+using detail::require_positive;
+
+void checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
+  detail::checked_product(context, "tensor sizes overflow (more than 2^62 elements)",
+                          "split the call into smaller batches or shorter sequences", factors);
+}
+
 constexpr std::int64_t kMaxHeadDim = 256;
-// Any element count of a call must stay below 2^62 so byte counts and offsets fit in int64.
-constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
 // Key and query counts index 32-bit partition fields and kernel loops.
 constexpr std::int64_t kMaxSequence = (std::int64_t{1} << 31) - 1;
 
@@ -18,23 +24,6 @@ void require_sequence_fits(const char* context, const char* name, std::int64_t v
   require(value <= kMaxSequence, context,
           std::string(name) + "=" + std::to_string(value) + " is above the 2^31-1 tokens one sequence may hold",
           "shard longer contexts across calls (split the keys and merge the partial states with their LSE)");
-}
-
-void require_positive(const char* context, const char* name, std::int64_t value) {
-  require(value > 0, context, std::string(name) + "=" + std::to_string(value) + " is not positive",
-          std::string("pass ") + name + " >= 1");
-}
-
-std::int64_t checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
-  std::int64_t product = 1;
-  for (std::int64_t f : factors) {
-    if (f != 0 && product > kMaxElements / f) {
-      fail(context, "tensor sizes overflow (more than 2^62 elements)",
-           "split the call into smaller batches or shorter sequences");
-    }
-    product *= f;
-  }
-  return product;
 }
 
 void validate_common(const char* context, std::int64_t num_heads, std::int64_t kv_heads,

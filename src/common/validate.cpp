@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "common/size_checks.hpp"
 
 namespace attnkit {
 namespace {
 
 // Offsets and byte counts must fit in int64 with room to spare (as in problem.cpp).
-constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+using detail::kMaxElements;
 
 std::string device_name(DeviceKind d) { return d == DeviceKind::kCpu ? "cpu" : "cuda"; }
 
@@ -26,18 +27,10 @@ std::string shape_string(std::initializer_list<std::int64_t> shape) {
   return s + "]";
 }
 
-// Multiplies non-negative factors; fails with a Fix when the product leaves the safe range.
 std::int64_t checked_product(const char* context, const std::string& what,
                              std::initializer_list<std::int64_t> factors) {
-  std::int64_t product = 1;
-  for (std::int64_t f : factors) {
-    if (f != 0 && product > kMaxElements / f) {
-      fail(context, what + " overflows (more than 2^62 elements)",
-           "split the call into smaller batches or shorter sequences");
-    }
-    product *= f;
-  }
-  return product;
+  return detail::checked_product(context, what + " overflows (more than 2^62 elements)",
+                                 "split the call into smaller batches or shorter sequences", factors);
 }
 
 struct Expect {

@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "common/size_checks.hpp"
 #include "attnkit/paged.hpp"
 
 namespace attnkit {
 namespace {
 
-constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+using detail::kMaxElements;
 
 std::string device_name(DeviceKind d) { return d == DeviceKind::kCpu ? "cpu" : "cuda"; }
 
