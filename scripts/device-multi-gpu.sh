@@ -73,6 +73,10 @@ if want bench; then
   timeout 420 $CMD 2> "$LOG/bench.err"
   rc=$?; echo "bench rc=$rc"; ((rc)) && status=1
   cat "$LOG/bench.err" | tail -20
+  # The same with the host's launch work inside the timed window (no hold kernel): for the record.
+  step "the same, --hold-us 0"
+  timeout 300 $CMD --hold-us 0 --json $OUT/sharded_decode_${GPUS}gpu_hold0.json 2> "$LOG/bench_hold0.err"
+  tail -8 "$LOG/bench_hold0.err"
 fi
 
 tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"

@@ -9,6 +9,10 @@
 // cuda::sharded_decode and ShardComms) and "threads" (one thread per rank, sharded_decode_rank, as
 // one process per rank would). The 1-GPU baseline is the plain cuda::decode over the whole cache
 // (plan_decode, no NCCL), timed the same way. NCCL_NVLS_ENABLE=0 is set before any communicator.
+// Host work: before each start event every GPU runs a hold kernel (--hold-us of device time), so the
+// host's validation and launches for the step happen while the GPU is busy, as in an engine whose CPU
+// runs ahead of the GPU (or replays a graph); the window then holds device time only. --hold-us 0
+// times the host work too (the GPU idles from the start event until the first kernel arrives).
 // Output: one JSON object (stdout or --json FILE) with the plan's prediction beside each median.
 #include <cuda_runtime.h>
 
@@ -44,6 +48,7 @@ struct Settings {
   std::string dtype = "bf16";
   std::vector<std::string> modes{"process", "threads"};
   int reps = 50, warmup = 10;
+  int hold_us = 500;  // device time queued before each start event (0 = none)
   std::string json_path;
 };
 
@@ -105,6 +110,23 @@ std::unique_ptr<ShardBuffers> make_shard(const DecodeProblem& g, int device, std
   return b;
 }
 
+// Keeps the stream busy for `ns` of device time (the %globaltimer clock): the host queues the timed
+// step's work behind it.
+__global__ void hold_kernel(unsigned long long ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(500);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+void hold(const Settings& s, cudaStream_t stream) {
+  if (s.hold_us <= 0) return;
+  hold_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(s.hold_us) * 1000ULL);
+  check(cudaGetLastError(), "hold_kernel");
+}
+
 float elapsed(const ShardBuffers& b) {
   float ms = 0;
   check(cudaEventSynchronize(b.stop), "cudaEventSynchronize");
@@ -133,6 +155,7 @@ json bench_single(const Settings& s) {
   std::vector<double> times;
   for (int rep = -s.warmup; rep < s.reps; ++rep) {
     flush_and_sync(*b, rep);
+    hold(s, b->stream);
     check(cudaEventRecord(b->start, b->stream), "record");
     cuda::decode(plan, t, ws, b->stream);
     check(cudaEventRecord(b->stop, b->stream), "record");
@@ -174,6 +197,7 @@ json bench_sharded(const Settings& s, int gpus, const std::string& mode) {
       for (auto& b : shards) flush_and_sync(*b, rep);
       for (auto& b : shards) {
         check(cudaSetDevice(b->device), "cudaSetDevice");
+        hold(s, b->stream);
         check(cudaEventRecord(b->start, b->stream), "record");
       }
       cuda::sharded_decode(plan, tensors, lengths, &comms);
@@ -196,6 +220,7 @@ json bench_sharded(const Settings& s, int gpus, const std::string& mode) {
           for (int rep = -s.warmup; rep < s.reps; ++rep) {
             flush_and_sync(b, rep);
             sync.arrive_and_wait();
+            hold(s, b.stream);
             check(cudaEventRecord(b.start, b.stream), "record");
             cuda::sharded_decode_rank(plan, r, b.tensors, lengths, comms.comm(r));
             check(cudaEventRecord(b.stop, b.stream), "record");
@@ -254,6 +279,8 @@ int main(int argc, char** argv) {
   app.add_option("--mode", s.modes, "process, threads")->delimiter(',')->capture_default_str();
   app.add_option("--reps", s.reps)->capture_default_str();
   app.add_option("--warmup", s.warmup)->capture_default_str();
+  app.add_option("--hold-us", s.hold_us, "device time queued before each start event, hiding host launch work (0 = none)")
+      ->capture_default_str();
   app.add_option("--json", s.json_path, "write the JSON here (default stdout)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -291,6 +318,7 @@ int main(int argc, char** argv) {
                       {"problem", {{"kv_len", s.kv_len}, {"batch", s.batch}, {"heads", s.heads}, {"kv_heads", s.kv_heads},
                                    {"head_dim", s.head_dim}, {"dtype", s.dtype}}},
                       {"repetitions", s.reps},
+                      {"hold_us", s.hold_us},
                       {"rows", rows}};
     if (s.json_path.empty()) {
       std::printf("%s\n", doc.dump(2).c_str());

@@ -124,10 +124,14 @@ std::vector<std::unique_ptr<DeviceShard>> upload(const ShardedDecodePlan& plan, 
   return shards;
 }
 
-// The single-GPU answer: cuda::decode over the whole global cache on device 0.
+// The single-GPU answer: cuda::decode over the whole global cache on device 0. Its plan covers the
+// longest sequence: a sequence that grew past the sharded plan's kv_len (into the last shard) is
+// still attended in full there, while a single-GPU plan clamps lengths to its kv_len.
 HostTensor single_gpu(const GlobalCase& c) {
   EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
-  const DecodePlan plan = plan_decode(c.problem, cuda::target(0));
+  DecodeProblem whole = c.problem;
+  for (std::int32_t len : c.lengths) whole.kv_len = std::max<std::int64_t>(whole.kv_len, len);
+  const DecodePlan plan = plan_decode(whole, cuda::target(0));
   HostTensor out(c.problem.out_dtype, {c.problem.batch, c.problem.num_heads, c.problem.head_dim});
   HostTensor lse(DType::kF32, {c.problem.batch, c.problem.num_heads});
   poison(out);

@@ -21,12 +21,12 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <mutex>
 #include <type_traits>
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/shared_memory_limit.hpp"
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/engine_mma.cuh"
@@ -224,22 +224,13 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   }
 }
 
-// Host: launches one instantiation. The opt-in shared-memory limit is raised once per kernel.
+// Host: launches one instantiation (its shared-memory limit raised once per device).
 template <class T, int kCap, int kHpw>
 void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
   using Engine = std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, SimtEngine<T, kCap, kHpw>>;
   auto kernel = split_kv_decode_kernel<T, kCap, Engine>;
-  static std::once_flag raised;
-  static cudaError_t raise_status = cudaSuccess;
-  std::call_once(raised, [&] {
-    int device = 0, optin = 0;
-    raise_status = cudaGetDevice(&device);
-    if (raise_status == cudaSuccess) raise_status = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (raise_status == cudaSuccess) {
-      raise_status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    }
-  });
-  cuda_common::check(raise_status, "cuda::decode", "raising the kernel's shared-memory limit");
+  cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
+                     "raising the kernel's shared-memory limit");
   const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits;
   const int threads = 32 * p.head_chunks * p.key_warps;
   kernel<<<static_cast<unsigned>(blocks), threads, p.shared_bytes, stream>>>(p);
