@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
-export ATTNKIT_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export ATTNKIT_COMMIT=${ATTNKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 OUT=${OUT:-/tmp/attnkit-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"

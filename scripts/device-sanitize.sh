@@ -34,7 +34,7 @@ if ((build)); then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 compute-sanitizer --version | tail -1
-echo "suite: $($TESTS --gtest_list_tests | grep -c '^  ') tests; $shards shards per tool; tools $tools; commit $(git rev-parse --short HEAD 2>/dev/null)"
+echo "suite: $($TESTS --gtest_list_tests | grep -c '^  ') tests; $shards shards per tool; tools $tools; commit ${ATTNKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
 
 IFS=, read -r -a tool_list <<< "$tools"
 start=$(date +%s)
