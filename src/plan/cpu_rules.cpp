@@ -12,7 +12,6 @@
 // at least these), stated in the reasons.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -72,6 +71,57 @@ void scalar_partition(std::uint64_t rows, std::uint64_t keys, std::int64_t head_
                     "(seed 004's baseline; scratch counted as its 128 lanes x head_dim)");
 }
 
+// Decode key splits. With dynamic scheduling the busiest thread ends at most one work item after
+// the mean, so an item no larger than 1/kBalanceItemsPerThread of a thread's share bounds the
+// imbalance to that fraction for any thread count, and also absorbs a thread that loses time to
+// another process. Each split keeps >= kTargetTilesPerSplit tiles (seed 004's target), so it stays
+// a long bandwidth-bound stream and the merge stays cheap; where the keys are too few for that
+// bound (first == 0 below), the split count that gives the busiest thread the fewest keys wins.
+constexpr std::uint64_t kBalanceItemsPerThread = 8;
+
+using Wide = unsigned __int128;  // products of 64-bit counts
+
+struct KeySplits {
+  std::uint64_t splits = 1, keys_per_split = 0;
+  bool balanced = true;  // the 1/kBalanceItemsPerThread bound holds
+};
+
+KeySplits balanced_key_splits(std::uint64_t units, std::uint64_t keys, std::uint64_t tile, std::uint64_t threads) {
+  auto cut = [&](std::uint64_t wanted) {
+    KeySplits k;
+    k.keys_per_split = div_up(div_up(keys, wanted), tile) * tile;
+    k.splits = div_up(keys, k.keys_per_split);
+    if (k.splits == 1) k.keys_per_split = keys;
+    // item <= mean / 8, mean = units * keys / threads (128-bit: hand-built targets may be huge)
+    k.balanced = Wide{k.keys_per_split} * kBalanceItemsPerThread * threads <= Wide{units} * keys;
+    return k;
+  };
+  if (threads <= 1 || keys == 0) return cut(1);
+  const std::uint64_t max_splits = std::max<std::uint64_t>(1, keys / (tile * kTargetTilesPerSplit));
+  // The busiest thread's keys if every task were a full split: ceil(tasks / threads) of them.
+  auto busiest = [&](const KeySplits& k) { return (Wide{units} * k.splits + threads - 1) / threads * k.keys_per_split; };
+  // Of the counts from the first that meets the bound up to twice it, the one whose tasks divide
+  // best over the threads (whole tiles leave the last split short; ties: fewer splits).
+  std::uint64_t first = 0;
+  for (std::uint64_t s = 1; s <= max_splits && first == 0; ++s) {
+    if (cut(s).balanced) first = s;
+  }
+  if (first == 1) return cut(1);  // whole (sequence, KV head) tasks already meet it: no merge
+  const std::uint64_t last = first == 0 ? max_splits : std::min(max_splits, 2 * first);
+  KeySplits best = cut(first == 0 ? 1 : first);
+  Wide best_load = busiest(best);
+  for (std::uint64_t s = first == 0 ? 2 : first + 1; s <= last; ++s) {
+    const KeySplits k = cut(s);
+    if (first != 0 && !k.balanced) continue;
+    const Wide load = busiest(k);
+    if (load < best_load) {
+      best = k;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
@@ -104,30 +154,21 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
                     std::to_string((fixed + group * tile * kF32Bytes) >> 10) +
                     " KiB) stay in half of an assumed 32 KiB L1d");
 
-  // Splits: only when (sequence, KV head) units alone leave threads idle or unevenly loaded.
+  // Splits: see balanced_key_splits.
   const std::uint64_t units = u(pr.batch) * u(pr.kv_heads);
-  std::uint64_t splits = 1;
-  if (units < 4 * u(threads)) {
-    splits = u(threads) / std::gcd(units, u(threads));  // units * splits is a multiple of threads
-  }
-  // Seed 004's target: at least kTargetTilesPerSplit tiles per split, so merging stays cheap.
-  const std::uint64_t max_splits = std::max<std::uint64_t>(1, keys / (tile * kTargetTilesPerSplit));
-  const std::uint64_t wanted = splits;
-  splits = std::min(splits, max_splits);
-  std::uint64_t keys_per_split = div_up(div_up(keys, splits), tile) * tile;
-  splits = div_up(keys, keys_per_split);
-  if (splits == 1) keys_per_split = keys;
-  if (wanted == 1) {
-    reasons.push_back("splits: 1: " + std::to_string(units) + " (sequence, KV head) tasks already keep " +
-                      std::to_string(threads) + " threads busy");
-  } else {
-    reasons.push_back("splits: " + std::to_string(splits) + " per row (" + std::to_string(units) +
-                      " (sequence, KV head) units for " + std::to_string(threads) + " threads" +
-                      (splits < wanted ? std::string(", capped to keep >= ") + std::to_string(kTargetTilesPerSplit) +
-                                             " tiles per split"
-                                       : std::string()) +
-                      "), " + std::to_string(keys_per_split) + " keys each");
-  }
+  const KeySplits cut = balanced_key_splits(units, keys, tile, u(threads));
+  const std::uint64_t splits = cut.splits, keys_per_split = cut.keys_per_split;
+  const std::string share = "1/" + std::to_string(kBalanceItemsPerThread);
+  const std::string why =
+      threads == 1 ? "one thread: nothing to balance"
+      : cut.balanced
+          ? "each task at most " + share + " of a thread's share, so the busiest thread ends within " + share +
+                " of the mean"
+          : "too few keys for tasks of " + share + " of a share with >= " + std::to_string(kTargetTilesPerSplit) +
+                " tiles per split; this count leaves the busiest thread the fewest keys";
+  reasons.push_back("splits: " + std::to_string(splits) + (splits > 1 ? " of " + std::to_string(keys_per_split) + " keys" : "") +
+                    " per (sequence, KV head): " + std::to_string(units * splits) + " tasks for " +
+                    std::to_string(threads) + " threads; " + why);
 
   p.tile_size = u32(tile, ctx, "tile");
   p.tile_count = u32(div_up(keys, tile), ctx, "tile count");
@@ -146,7 +187,7 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   p.grid_blocks = units * splits;
   p.pipeline_stages = 1;
   reasons.push_back("threads: " + std::to_string(threads) + " for " + std::to_string(p.grid_blocks) +
-                    " tasks; keys are streamed (hardware prefetch), one stage");
+                    " tasks; keys are streamed (software prefetch ahead of each stream, fast_body.hpp), one stage");
 }
 
 void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const KernelFamily* requested,
