@@ -32,19 +32,68 @@ std::int64_t parse_cache_size(const std::string& text) {
   return value;
 }
 
+std::string read_word(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  in >> text;
+  return text;
+}
+
+// CPUs named by a sysfs list such as "0-3,8,10-11" (0 when unreadable).
+std::int64_t count_cpu_list(const std::string& list) {
+  std::int64_t count = 0;
+  std::size_t at = 0;
+  while (at < list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    const std::string range = list.substr(at, comma - at);
+    const std::size_t dash = range.find('-');
+    try {
+      const std::int64_t first = std::stoll(range.substr(0, dash));
+      const std::int64_t last = dash == std::string::npos ? first : std::stoll(range.substr(dash + 1));
+      if (last < first) return 0;
+      count += last - first + 1;
+    } catch (...) {
+      return 0;
+    }
+    at = comma + 1;
+  }
+  return count;
+}
+
+// The host's last-level cache as lscpu counts it: the size of cpu0's highest-level data/unified
+// cache times its instances (online CPUs / CPUs sharing one instance). sysfs first: glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) comes from cpuid and can confuse one instance with the machine
+// (this 2-vCPU VM: 320 MiB, where sysfs and lscpu say one 32 MiB L3 shared by both CPUs).
 std::int64_t last_level_cache_bytes() {
+  const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index";
+  int best_level = 0;
+  std::int64_t best_size = 0, best_sharing = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string base = dir + std::to_string(index) + "/";
+    const std::string type = read_word(base + "type");
+    if (type.empty() || type == "Instruction") continue;
+    int level = 0;
+    try {
+      level = std::stoi(read_word(base + "level"));
+    } catch (...) {
+      continue;
+    }
+    const std::int64_t size = parse_cache_size(read_word(base + "size"));
+    if (size <= 0 || level < best_level || (level == best_level && size <= best_size)) continue;
+    best_level = level;
+    best_size = size;
+    best_sharing = count_cpu_list(read_word(base + "shared_cpu_list"));
+  }
+  if (best_size > 0) {
+    std::int64_t online = count_cpu_list(read_word("/sys/devices/system/cpu/online"));
+    if (online <= 0) online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    const std::int64_t sharing = std::clamp<std::int64_t>(best_sharing, 1, online);
+    return best_size * ((online + sharing - 1) / sharing);
+  }
 #ifdef _SC_LEVEL3_CACHE_SIZE
   if (const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) return l3;
 #endif
-  // The largest cache of cpu0 (containers and some kernels leave sysconf at 0).
-  std::int64_t best = 0;
-  for (int index = 0; index < 8; ++index) {
-    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
-    std::string text;
-    if (!(in >> text)) continue;
-    best = std::max(best, parse_cache_size(text));
-  }
-  return best > 0 ? best : kFallbackCacheBytes;
+  return kFallbackCacheBytes;
 }
 
 std::string cpu_model_name() {

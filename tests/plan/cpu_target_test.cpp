@@ -1,0 +1,52 @@
+// cpu_target()'s last-level cache against what the kernel tells sysfs. Only plausibility is
+// checked (the exact value is the host's), and only where sysfs lists cpu0's caches, so the test
+// can fail for a real reason (a per-machine figure read as per-instance, or the reverse) and
+// skips, visibly, where it has nothing to compare with.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "attnkit/plan.hpp"
+
+using namespace attnkit;
+
+namespace {
+
+// The largest data/unified cache of cpu0 in bytes (one instance), 0 if sysfs does not list one.
+std::int64_t largest_cpu0_cache() {
+  std::int64_t best = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream type_file(base + "type"), size_file(base + "size");
+    std::string type, size;
+    if (!(type_file >> type) || !(size_file >> size) || type == "Instruction") continue;
+    std::size_t used = 0;
+    std::int64_t bytes = std::stoll(size, &used);
+    if (used < size.size() && (size[used] == 'K' || size[used] == 'k')) bytes <<= 10;
+    if (used < size.size() && size[used] == 'M') bytes <<= 20;
+    best = std::max(best, bytes);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST(CpuTarget, LastLevelCacheIsOneInstanceTimesAtMostEveryCpu) {
+  const std::int64_t instance = largest_cpu0_cache();
+  if (instance <= 0) GTEST_SKIP() << "sysfs lists no cache for cpu0 here: nothing to compare cpu_target() with";
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  ASSERT_GT(online, 0);
+  const Target t = cpu_target();
+  // At least the largest cache one core sees; at most one such instance per online CPU.
+  EXPECT_GE(t.cache_bytes, instance) << "cpu_target() reports less than cpu0's largest cache";
+  EXPECT_LE(t.cache_bytes, instance * online)
+      << "cpu_target() reports more last-level cache than " << online << " CPUs with one " << (instance >> 20)
+      << " MiB instance each could have (a per-machine figure counted again per instance?)";
+  // The thread count does not change the cache.
+  EXPECT_EQ(cpu_target(1).cache_bytes, t.cache_bytes);
+}
