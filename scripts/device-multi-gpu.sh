@@ -75,7 +75,7 @@ if want bench; then
   cat "$LOG/bench.err" | tail -20
   # The same with the host's launch work inside the timed window (no hold kernel): for the record.
   step "the same, --hold-us 0"
-  timeout 300 $CMD --hold-us 0 --json $OUT/sharded_decode_${GPUS}gpu_hold0.json 2> "$LOG/bench_hold0.err"
+  timeout 300 ${CMD/sharded_decode_${GPUS}gpu.json/sharded_decode_${GPUS}gpu_hold0.json} --hold-us 0 2> "$LOG/bench_hold0.err"
   tail -8 "$LOG/bench_hold0.err"
 fi
 

@@ -31,7 +31,12 @@ struct DeviceCopy {
     view.device = DeviceKind::kCuda;
     view.device_index = 0;
   }
-  explicit DeviceCopy(std::size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(n, 1)), cudaSuccess); }
+  // A scratch buffer (workspace): filled with a poison byte, so reading it back (the rejection test
+  // compares every buffer before and after) reads defined memory (compute-sanitizer initcheck).
+  explicit DeviceCopy(std::size_t n) : bytes(n) {
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(n, 1)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr, 0xA5, n), cudaSuccess);
+  }
   ~DeviceCopy() { cudaFree(ptr); }
   DeviceCopy(const DeviceCopy&) = delete;
   DeviceCopy& operator=(const DeviceCopy&) = delete;
