@@ -47,6 +47,7 @@ start=$(date +%s)
 for tool in "${tool_list[@]}"; do
   extra=()
   [[ $tool == racecheck ]] && extra=(--racecheck-report all)
+  [[ $tool == memcheck ]] && extra=(--leak-check full)
   for ((i = 0; i <= shards; ++i)); do
     if ((i < shards)); then
       env=(GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i) filter="-$NCCL_TESTS" api=()
