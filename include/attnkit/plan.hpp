@@ -23,6 +23,7 @@ enum class KernelFamily : std::uint8_t {
   kScalarOnline,      // one query row at a time, keys one by one (seed 004's baseline)
   kCooperativeTiled,  // key tiles shared by a block of rows, FlashAttention-2 style
   kSplitKvDecode,     // GQA-packed flash-decoding: key range split, partial states merged
+  kWarpSpecializedWgmma,  // Hopper (sm_90a) prefill: TMA producer warp + wgmma consumer warpgroups
 };
 
 std::string to_string(Backend b);

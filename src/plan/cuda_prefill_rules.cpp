@@ -1,5 +1,11 @@
 // CUDA prefill partition rules (seed 004's planner, for the GPU).
 //
+// Family kWarpSpecializedWgmma (src/cuda/prefill_hopper/): the planner's first choice on a Hopper
+// target (sm_90) for f16/bf16 inputs at the head dims of cuda_prefill_hopper::kHopperConfigs
+// without a soft-cap, unless the tiled family below would split keys (too few query tiles to fill
+// the GPU: decode-like shapes), which the Hopper kernel does not do. One persistent block per SM
+// walks (query tile of 128 rows, head, sequence) work tiles, longest first.
+//
 // Family kCooperativeTiled (key tiles shared by a block of query rows), two kernels:
 //   tensor cores (src/cuda/prefill/tiled_prefill.cuh) for f16/bf16 inputs at the head dims of
 //     cuda_prefill::kTiledConfigs: a block owns rows_per_block query rows of one (batch, head); K/V
@@ -15,6 +21,7 @@
 
 #include "attnkit/error.hpp"
 #include "cuda/prefill/prefill_config.hpp"
+#include "cuda/prefill_hopper/hopper_config.hpp"
 #include "plan/checked_math.hpp"
 #include "plan/rules.hpp"
 
@@ -70,10 +77,9 @@ void partition_simt(const PrefillProblem& p, WorkPartition& part, std::vector<st
                     " bytes of shared memory); no key split");
 }
 
-}  // namespace
-
-void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
-                            WorkPartition& part, std::vector<std::string>& reasons) {
+// The cooperative-tiled family (tensor-core or SIMT kernel).
+void partition_cooperative(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
+                           WorkPartition& part, std::vector<std::string>& reasons) {
   const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(p.head_dim);
   const bool half_inputs = p.dtype == DType::kF16 || p.dtype == DType::kBF16;
   const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;
@@ -162,6 +168,97 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   }
   if (p.causal || p.options.window > 0) {
     reasons.push_back("masked tiles are skipped, only boundary tiles are masked; causal blocks run longest-first");
+  }
+}
+
+bool is_hopper(const Target& t) { return t.cc_major == 9 && t.cc_minor == 0; }
+
+void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefill_hopper::HopperConfig& c,
+                      WorkPartition& part, std::vector<std::string>& reasons) {
+  namespace hop = cuda_prefill_hopper;
+  const std::uint64_t rows = static_cast<std::uint64_t>(hop::kRowsPerBlock);
+  const std::uint64_t bc = static_cast<std::uint64_t>(c.keys_per_tile);
+  const std::uint64_t q_tiles = div_ceil(static_cast<std::uint64_t>(p.q_len), rows);
+  const std::uint64_t kv_tiles = div_ceil(static_cast<std::uint64_t>(p.kv_len), bc);
+  const std::uint64_t work_tiles = checked_product(
+      {q_tiles, static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads)}, kContext, "work tiles");
+  require(work_tiles <= INT32_MAX, kContext, std::to_string(work_tiles) + " work tiles do not fit 31 bits",
+          "split the call into smaller batches");
+  const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+  part = WorkPartition{};
+  part.family = KernelFamily::kWarpSpecializedWgmma;
+  part.rows_per_block = static_cast<std::uint32_t>(rows);
+  part.tile_size = static_cast<std::uint32_t>(bc);
+  part.tile_count = to_u32(kv_tiles, "tile_count");
+  part.sequence_splits = 1;
+  part.tiles_per_split = part.tile_count;
+  part.keys_per_split = to_u32(kv_tiles * bc, "keys_per_split");
+  part.workgroups_per_row = 1;
+  part.warp_lanes = 32;
+  part.workgroup_lanes = static_cast<std::uint32_t>(hop::kThreadsPerBlock);
+  part.warps_per_block = static_cast<std::uint32_t>(hop::kThreadsPerBlock / 32);
+  part.pipeline_stages = static_cast<std::uint32_t>(c.stages);
+  // Shared memory holds 16-bit tiles; the scratch counts are in 4-byte units (evidence multiplies by 4):
+  // Q [128 x D] and the K/V ring [stages x 2 x Bc x D]. S, P and O live in registers.
+  part.q_scratch_elements = static_cast<std::uint32_t>(rows * p.head_dim / 2);
+  part.score_scratch_elements = static_cast<std::uint32_t>(2 * c.stages * c.keys_per_tile * p.head_dim / 2);
+  part.o_acc_scratch_elements = 0;
+  part.split_reduce_scratch_elements = 0;
+  part.grid_blocks = std::min(work_tiles, sms);
+  reasons.push_back("warp_specialized_wgmma (Hopper sm_90): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
+                    std::to_string(p.head_dim) + " has a Hopper config, no soft-cap");
+  reasons.push_back("block = 1 producer warpgroup (one thread issues TMA loads, setmaxnreg " +
+                    std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(hop::kConsumerWarpgroups) +
+                    " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::kConsumerRegisters) +
+                    "): S = Q K^T by wgmma from shared memory, P V with P in registers");
+  reasons.push_back(std::to_string(c.keys_per_tile) + " keys per tile (registers: S " + std::to_string(c.keys_per_tile / 2) +
+                    " + P " + std::to_string(c.keys_per_tile / 4) + " + O " + std::to_string(p.head_dim / 2) +
+                    " per consumer thread), " + std::to_string(c.stages) + "-slot K/V ring, " +
+                    std::to_string(hop::hopper_shared_bytes(c)) + " bytes of shared memory, 1 block per SM");
+  reasons.push_back(std::to_string(work_tiles) + " work tiles (128 rows x head x sequence) over " +
+                    std::to_string(part.grid_blocks) + " persistent blocks" +
+                    (p.causal ? ", longest (last) query tiles first" : "") + "; no key split");
+  reasons.push_back("GQA heads are not packed into one query tile: each query head's tile reads its KV head (group " +
+                    std::to_string(p.group_size()) + " re-reads come from L2)");
+  if (p.causal || p.options.window > 0) {
+    reasons.push_back("key tiles no row of the block sees are never loaded; only tiles a warpgroup cannot fully see are masked");
+  }
+}
+
+}  // namespace
+
+void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
+                            WorkPartition& part, std::vector<std::string>& reasons) {
+  const cuda_prefill_hopper::HopperConfig* hopper = cuda_prefill_hopper::find_hopper_config(p.head_dim);
+  const bool half_inputs = p.dtype == DType::kF16 || p.dtype == DType::kBF16;
+  const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;
+  if (requested != nullptr && *requested == KernelFamily::kWarpSpecializedWgmma) {
+    require(is_hopper(t), kContext,
+            "warp_specialized_wgmma needs a Hopper GPU (sm_90), the target is " + t.name + " (sm_" +
+                std::to_string(t.cc_major) + std::to_string(t.cc_minor) + ")",
+            "plan with cooperative_tiled (or leave the family unset)");
+    require(half_inputs, kContext, "warp_specialized_wgmma takes f16 or bf16 inputs, got " + std::string(dtype_name(p.dtype)),
+            "plan f32 inputs with cooperative_tiled (or leave the family unset)");
+    require(hopper != nullptr, kContext, "no Hopper config for head_dim=" + std::to_string(p.head_dim) + " (64, 128, 256)",
+            "plan with cooperative_tiled (or leave the family unset)");
+    require(p.options.softcap == 0.0f, kContext, "warp_specialized_wgmma has no soft-cap",
+            "plan with cooperative_tiled (or leave the family unset)");
+    require(out_ok, kContext,
+            "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
+            "use out_dtype equal to the input dtype, or f32");
+    partition_hopper(p, t, *hopper, part, reasons);
+    return;
+  }
+  partition_cooperative(p, t, requested, part, reasons);
+  if (requested != nullptr) return;
+  if (is_hopper(t) && half_inputs && hopper != nullptr && p.options.softcap == 0.0f && out_ok) {
+    if (part.sequence_splits > 1) {
+      reasons.insert(reasons.begin(), "not warp_specialized_wgmma: too few query tiles to fill the GPU, the tiled "
+                                      "family splits keys and the Hopper kernel does not");
+      return;
+    }
+    reasons.clear();
+    partition_hopper(p, t, *hopper, part, reasons);
   }
 }
 

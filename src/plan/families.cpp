@@ -10,7 +10,9 @@ const std::vector<KernelFamily>& backend_families(Backend backend, Job job) {
   static const std::vector<KernelFamily> cpu_decode{KernelFamily::kSplitKvDecode, KernelFamily::kScalarOnline};
   static const std::vector<KernelFamily> cpu_prefill{KernelFamily::kCooperativeTiled, KernelFamily::kScalarOnline};
   static const std::vector<KernelFamily> cuda_decode{KernelFamily::kSplitKvDecode};
-  static const std::vector<KernelFamily> cuda_prefill{KernelFamily::kCooperativeTiled};
+  // Hopper's warp-specialized kernel where the target and the problem allow it, the tiled one elsewhere.
+  static const std::vector<KernelFamily> cuda_prefill{KernelFamily::kWarpSpecializedWgmma,
+                                                      KernelFamily::kCooperativeTiled};
   if (backend == Backend::kCpu) return job == Job::kDecode ? cpu_decode : cpu_prefill;
   return job == Job::kDecode ? cuda_decode : cuda_prefill;
 }

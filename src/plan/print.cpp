@@ -17,6 +17,7 @@ std::string to_string(KernelFamily f) {
     case KernelFamily::kScalarOnline: return "scalar_online";
     case KernelFamily::kCooperativeTiled: return "cooperative_tiled";
     case KernelFamily::kSplitKvDecode: return "split_kv_decode";
+    case KernelFamily::kWarpSpecializedWgmma: return "warp_specialized_wgmma";
   }
   return "unknown";
 }

@@ -1,6 +1,7 @@
 // cuda::prefill: validates the call, resolves the plan's tensors into kernel arguments and
-// launches the kernel the plan names (tensor-core tiled kernel, then the split merge when the plan
-// splits keys; or the SIMT tiled kernel for f32). Decides nothing: every size comes from the plan.
+// launches the kernel the plan names (the Hopper warp-specialized kernel, src/cuda/prefill_hopper/;
+// the tensor-core tiled kernel, then the split merge when the plan splits keys; or the SIMT tiled
+// kernel for f32). Decides nothing: every size comes from the plan.
 //
 // The tiled instantiations are listed once, in kTiledConfigs (prefill_config.hpp) x {f16, bf16}.
 #include <cuda_bf16.h>
@@ -19,6 +20,8 @@
 #include "cuda/prefill/simt_tiled_prefill.cuh"
 #include "cuda/prefill/split_merge.cuh"
 #include "cuda/prefill/tiled_prefill.cuh"
+#include "cuda/prefill_hopper/hopper_config.hpp"
+#include "cuda/prefill_hopper/hopper_launch.hpp"
 
 namespace attnkit::cuda {
 namespace {
@@ -141,9 +144,23 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   p.workspace_rows = pr.batch * pr.q_len;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
 
+  if (part.family == KernelFamily::kWarpSpecializedWgmma) {  // Hopper: src/cuda/prefill_hopper/
+    const cuda_prefill_hopper::HopperConfig* hc = cuda_prefill_hopper::find_hopper_config(pr.head_dim);
+    require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::kRowsPerBlock) &&
+                part.tile_size == static_cast<std::uint32_t>(hc->keys_per_tile) && part.sequence_splits == 1,
+            kContext, "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
+            "plan with plan_prefill from this build of attnkit");
+    const std::int64_t unit = 2;  // paired stores
+    bool ok = reinterpret_cast<std::uintptr_t>(t.out.data) % (unit * dtype_size(pr.out_dtype)) == 0;
+    for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
+    require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
+            "pass out with even strides and an aligned base pointer");
+    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, part.grid_blocks, stream);
+    return;
+  }
   require(part.family == KernelFamily::kCooperativeTiled, kContext,
           "the plan names the " + to_string(part.family) + " family, which CUDA prefill does not run",
-          "plan prefill with plan_prefill (cooperative-tiled)");
+          "plan prefill with plan_prefill (cooperative_tiled or warp_specialized_wgmma)");
   const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(pr.head_dim);
   const bool half_inputs = pr.dtype == DType::kF16 || pr.dtype == DType::kBF16;
   if (!half_inputs || config == nullptr) {  // the SIMT variant (f32 inputs, other head dims)

@@ -1,0 +1,50 @@
+// The tile configurations of the Hopper (sm_90a) warp-specialized prefill kernel, in one place.
+// Pure C++ (no CUDA): the planner (src/plan/cuda_prefill_rules.cpp) picks from this table and
+// the launcher (hopper_prefill.cu) instantiates exactly these, so a plan always names a kernel
+// that exists.
+#pragma once
+#include <cstdint>
+
+namespace attnkit::cuda_prefill_hopper {
+
+// One block: a producer warpgroup (one thread issues TMA loads; the group gives its registers
+// away with setmaxnreg) and kConsumerWarpgroups consumer warpgroups of 64 query rows each
+// (wgmma's M), so rows_per_block = 64 * kConsumerWarpgroups. K and V tiles of keys_per_tile keys
+// stream through a ring of `stages` shared-memory slots guarded by mbarriers.
+struct HopperConfig {
+  int head_dim;
+  int keys_per_tile;  // wgmma N of S = Q K^T (a multiple of 16; 64 .. 192)
+  int stages;         // K/V ring slots
+};
+
+inline constexpr int kConsumerWarpgroups = 2;
+inline constexpr int kRowsPerBlock = 64 * kConsumerWarpgroups;
+inline constexpr int kThreadsPerBlock = 128 * (kConsumerWarpgroups + 1);
+inline constexpr int kProducerRegisters = 24;   // setmaxnreg.dec for the producer warpgroup
+inline constexpr int kConsumerRegisters = 240;  // setmaxnreg.inc: 128 * 24 + 256 * 240 <= 65536
+inline constexpr int kSwizzleElements = 64;     // 128-byte swizzle: 64 16-bit elements per row chunk
+
+// Registers per consumer thread decide the key tile: S (keys_per_tile / 2 f32), P (keys_per_tile / 4)
+// and O (head_dim / 2) must fit 240 with room for addresses and the softmax state.
+inline constexpr HopperConfig kHopperConfigs[] = {
+    {64, 128, 3},   // S 64 + P 32 + O 32 registers; 48 KiB per stage
+    {128, 128, 2},  // S 64 + P 32 + O 64; 64 KiB per stage + 32 KiB Q = 160 KiB
+    {256, 64, 2},   // S 32 + P 16 + O 128; 64 KiB per stage + 64 KiB Q = 192 KiB
+};
+
+inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim) {
+  for (const HopperConfig& c : kHopperConfigs) {
+    if (c.head_dim == head_dim) return &c;
+  }
+  return nullptr;
+}
+
+// Dynamic shared memory of one block: Q tile, `stages` K and V tiles (16-bit elements, no padding:
+// the swizzle avoids bank conflicts), the mbarriers, and 1 KiB of slack to align the tiles to the
+// 1024-byte swizzle atom.
+inline constexpr std::int64_t hopper_barrier_bytes(const HopperConfig& c) { return 8 * (2 + 3 * c.stages); }
+inline constexpr std::int64_t hopper_shared_bytes(const HopperConfig& c) {
+  return 2LL * c.head_dim * (kRowsPerBlock + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
+}
+
+}  // namespace attnkit::cuda_prefill_hopper

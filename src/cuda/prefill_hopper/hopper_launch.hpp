@@ -1,0 +1,15 @@
+// The Hopper prefill launcher's entry point (hopper_prefill.cu), called by cuda::prefill
+// (src/cuda/prefill/prefill.cu) when the plan names KernelFamily::kWarpSpecializedWgmma.
+#pragma once
+#include "attnkit/tensors.hpp"
+#include "cuda/prefill/prefill_params.cuh"
+
+namespace attnkit::cuda_prefill_hopper {
+
+// Builds the TMA descriptors of q, k and v, and launches `grid_blocks` persistent blocks of the
+// kernel instantiated for p.head_dim and `dtype` (f16 or bf16). Throws Error before any launch
+// when a tensor cannot be described to TMA (alignment, strides) or no instance exists.
+void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype,
+                           std::uint64_t grid_blocks, void* stream);
+
+}  // namespace attnkit::cuda_prefill_hopper

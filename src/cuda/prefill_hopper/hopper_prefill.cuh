@@ -1,0 +1,401 @@
+// Warp-specialized prefill attention for Hopper (sm_90a): TMA + mbarrier ring + wgmma.
+//
+// Inputs:  q [batch, heads, q_len, D], k/v [batch, kv_heads, kv_len, D] (f16 or bf16, any strides
+//          with D contiguous, 16-byte aligned rows), or ragged [1, heads, total, D] + cu_seqlens;
+//          the launcher describes each as a 4-D TMA tensor map (D, rows, heads, batch).
+// Output:  out in the input dtype or f32 (written from registers), optional f32 LSE.
+// Layout:  shared tiles are split into 64-column chunks of [rows][64] with the 128-byte swizzle
+//          (what TMA writes and wgmma reads): Q [chunk][128 rows], K and V [chunk][Bc keys] per slot.
+// Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
+//          head, sequence), longest (causal) tiles first, tile = blockIdx.x + i * gridDim.x.
+//          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
+//          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
+//          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
+//          shared memory, online softmax in registers, O += P V with P straight from registers
+//          (wgmma's register-A form). Inside a warpgroup the work is pipelined: S of tile j+1 and
+//          P V of tile j are in flight on the tensor cores while the softmax of tile j+1 runs.
+//          GQA: head h reads KV head h / group_size.
+// Masks:   causal bottom-right aligned, sliding window: tiles no row of the block sees are never
+//          loaded; only tiles some row of the warpgroup cannot fully see pay for the mask.
+//          Masked keys get probability 0; rows with no visible key write 0 and LSE -inf.
+// Bound:   tensor cores (wgmma) on long sequences, with the softmax's FFMA + MUFU.EX2 per score
+//          the next limit; global memory only for very short ones.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/prefill/prefill_params.cuh"
+#include "cuda/prefill_hopper/hopper_config.hpp"
+#include "cuda/prefill_hopper/hopper_primitives.cuh"
+
+namespace attnkit::cuda_prefill_hopper {
+
+using cuda_prefill::OutKind;
+using cuda_prefill::PrefillParams;
+using cuda_prefill::SequenceExtent;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The kernel's arguments: the common prefill arguments plus the TMA descriptors (which must live
+// in kernel parameter space: the struct is passed as __grid_constant__).
+struct HopperParams {
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  PrefillParams p;
+  int m_tiles;      // query tiles of the longest sequence
+  int total_tiles;  // m_tiles * num_heads * batch
+};
+
+// One work tile and the key tiles it needs (identical in the producer and the consumers).
+struct WorkTile {
+  int b, h, m0;
+  SequenceExtent e;
+  int tile_lo, tile_hi;
+  bool active;
+};
+
+template <int Bc>
+__device__ inline WorkTile work_tile(const HopperParams& hp, int t) {
+  const PrefillParams& p = hp.p;
+  const int per_m = p.num_heads * p.batch;
+  const int m_rev = t / per_m, rem = t % per_m;
+  WorkTile w;
+  w.h = rem % p.num_heads;
+  w.b = rem / p.num_heads;
+  w.m0 = (hp.m_tiles - 1 - m_rev) * kRowsPerBlock;  // the last query tiles see the most keys
+  w.e = cuda_prefill::sequence_extent(p, w.b);
+  w.active = w.m0 < w.e.q_len;
+  w.tile_lo = w.tile_hi = 0;
+  if (!w.active) return w;
+  const int rows_here = min(kRowsPerBlock, w.e.q_len - w.m0);
+  const std::int64_t offset = static_cast<std::int64_t>(w.e.kv_len) - w.e.q_len;
+  const std::int64_t first_pos = w.m0 + offset, last_pos = w.m0 + rows_here - 1 + offset;
+  const std::int64_t key_lo = p.window > 0 ? cuda_prefill::max_i64(0, first_pos - p.window + 1) : 0;
+  const std::int64_t key_hi = p.causal ? cuda_prefill::min_i64(w.e.kv_len, last_pos + 1) : w.e.kv_len;
+  if (key_hi > key_lo) {
+    w.tile_lo = static_cast<int>(key_lo / Bc);
+    w.tile_hi = static_cast<int>((key_hi + Bc - 1) / Bc);
+  }
+  return w;
+}
+
+template <bool Bf16>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (Bf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+}
+
+// The consumer's per-row softmax state for its two rows (g and g + 8 of its warp's 16).
+struct RowState {
+  float m[2];  // running max, score units (-inf: nothing seen yet)
+  float l[2];  // running sum of this thread's columns
+};
+
+// Masks S (this thread's entries) to the keys rows `pos0` and `pos0 + 8` may see.
+template <int Bc>
+__device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillParams& p, int kv_len, std::int64_t pos0,
+                                            int key0, int c) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const std::int64_t pos = pos0 + hr * 8;
+    const std::int64_t hi = p.causal ? cuda_prefill::min_i64(kv_len - 1, pos) : kv_len - 1;
+    const std::int64_t lo = p.window > 0 ? cuda_prefill::max_i64(0, pos - p.window + 1) : 0;
+    // Relative to this lane's first column; clamped so the int compare cannot overflow.
+    const int rlo = static_cast<int>(cuda_prefill::max_i64(-1, cuda_prefill::min_i64(lo - key0 - 2 * c, Bc + 1)));
+    const int rhi = static_cast<int>(cuda_prefill::max_i64(-2, cuda_prefill::min_i64(hi - key0 - 2 * c, Bc + 1)));
+#pragma unroll
+    for (int i = 0; i < Bc / 8; ++i) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = i * 8 + j;
+        if (col < rlo || col > rhi) s[4 * i + 2 * hr + j] = -INFINITY;
+      }
+    }
+  }
+}
+
+// Online softmax of one S tile: new running max, P = exp2((s - m) * sl) in place, row sums;
+// returns the factors the previous O must be scaled by.
+template <int Bc>
+__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = st.m[hr];
+#pragma unroll
+    for (int i = 0; i < Bc / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * hr], s[4 * i + 2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_scaled = (mx == -INFINITY ? 0.0f : mx) * sl;  // all masked so far: keep exp2 finite
+    alpha[hr] = exp2_approx(st.m[hr] * sl - m_scaled);          // -inf (first tile) gives 0
+    st.m[hr] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < Bc / 8; ++i) {
+      s[4 * i + 2 * hr] = exp2_approx(fmaf(s[4 * i + 2 * hr], sl, -m_scaled));
+      s[4 * i + 2 * hr + 1] = exp2_approx(fmaf(s[4 * i + 2 * hr + 1], sl, -m_scaled));
+      sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
+    }
+    st.l[hr] = st.l[hr] * alpha[hr] + sum;
+  }
+}
+
+// P (f32 accumulator layout of m64nBc) into the register-A fragments of m64nDk16, key block kk =
+// accumulator n8 blocks 2kk and 2kk + 1.
+template <int Bc, bool Bf16>
+__device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint32_t (&pf)[Bc / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Bc / 16; ++kk) {
+    pf[kk][0] = pack2<Bf16>(s[8 * kk + 0], s[8 * kk + 1]);
+    pf[kk][1] = pack2<Bf16>(s[8 * kk + 2], s[8 * kk + 3]);
+    pf[kk][2] = pack2<Bf16>(s[8 * kk + 4], s[8 * kk + 5]);
+    pf[kk][3] = pack2<Bf16>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <int D, int Bc, int Stages, bool Bf16>
+__global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
+  using T = std::conditional_t<Bf16, __nv_bfloat16, __half>;
+  constexpr int Br = kRowsPerBlock;
+  constexpr int Chunks = D / kSwizzleElements;
+  constexpr std::uint32_t kQBytes = Br * D * 2;
+  constexpr std::uint32_t kTileBytes = Bc * D * 2;  // one K (or V) tile
+  constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
+  static_assert(D % kSwizzleElements == 0 && Bc % 16 == 0, "tile sizes");
+
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t{1023});
+  unsigned char* s_q = base;
+  unsigned char* s_k = s_q + kQBytes;
+  unsigned char* s_v = s_k + Stages * kTileBytes;
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(s_v + Stages * kTileBytes);
+  std::uint64_t* q_full = bars;
+  std::uint64_t* q_empty = bars + 1;
+  std::uint64_t* k_full = bars + 2;
+  std::uint64_t* v_full = k_full + Stages;
+  std::uint64_t* kv_empty = v_full + Stages;
+  constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+
+  const PrefillParams& p = hp.p;
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 1);
+    mbar_init(q_empty, kConsumerWarps);
+#pragma unroll
+    for (int s = 0; s < Stages; ++s) {
+      mbar_init(&k_full[s], 1);
+      mbar_init(&v_full[s], 1);
+      mbar_init(&kv_empty[s], kConsumerWarps);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---- producer: one thread issues every TMA load ----------------------------------------
+    regs_decrease<kProducerRegisters>();
+    if (threadIdx.x != 0) return;
+    tma_prefetch_descriptor(&hp.q_map);
+    tma_prefetch_descriptor(&hp.k_map);
+    tma_prefetch_descriptor(&hp.v_map);
+    std::uint32_t q_iter = 0, kv_iter = 0;
+    for (int t = blockIdx.x; t < hp.total_tiles; t += gridDim.x) {
+      const WorkTile w = work_tile<Bc>(hp, t);
+      if (!w.active || w.tile_lo >= w.tile_hi) continue;
+      const int kvh = w.h / p.group_size;
+      const int q_row = static_cast<int>(w.e.q_start + w.m0);
+      const int batch = static_cast<int>(w.e.q_base_batch);
+      mbar_wait(q_empty, (q_iter & 1) ^ 1);
+      mbar_arrive_expect_tx(q_full, kQBytes);
+#pragma unroll
+      for (int c = 0; c < Chunks; ++c) tma_load_4d(s_q + c * kQChunkBytes, &hp.q_map, q_full, c * 64, q_row, w.h, batch);
+      ++q_iter;
+      for (int j = w.tile_lo; j < w.tile_hi; ++j, ++kv_iter) {
+        const int stage = kv_iter % Stages;
+        const std::uint32_t phase = (kv_iter / Stages) & 1;
+        const int k_row = static_cast<int>(w.e.k_start) + j * Bc;
+        mbar_wait(&kv_empty[stage], phase ^ 1);
+        mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
+#pragma unroll
+        for (int c = 0; c < Chunks; ++c) {
+          tma_load_4d(s_k + stage * kTileBytes + c * kKvChunkBytes, &hp.k_map, &k_full[stage], c * 64, k_row, kvh, batch);
+        }
+        mbar_arrive_expect_tx(&v_full[stage], kTileBytes);
+#pragma unroll
+        for (int c = 0; c < Chunks; ++c) {
+          tma_load_4d(s_v + stage * kTileBytes + c * kKvChunkBytes, &hp.v_map, &v_full[stage], c * 64, k_row, kvh, batch);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: 64 query rows per warpgroup ------------------------------------------------
+  regs_increase<kConsumerRegisters>();
+  const int cw = warpgroup - 1;
+  const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int row0 = cw * 64 + warp * 16 + g;  // this thread's rows in the block tile: row0, row0 + 8
+  const bool lane_leader = lane == 0;
+  const float sl = p.scale * kLog2e;
+  const std::uint32_t q_base = smem_u32(s_q) + cw * 64 * 128;
+  const std::uint32_t k_base = smem_u32(s_k), v_base = smem_u32(s_v);
+  std::uint32_t q_iter = 0, kv_iter = 0;
+
+  for (int t = blockIdx.x; t < hp.total_tiles; t += gridDim.x) {
+    const WorkTile w = work_tile<Bc>(hp, t);
+    if (!w.active) continue;
+    const int rows_here = min(Br, w.e.q_len - w.m0);
+    const std::int64_t offset = static_cast<std::int64_t>(w.e.kv_len) - w.e.q_len;
+    const std::int64_t pos0 = w.m0 + row0 + offset;
+    const std::int64_t wg_first = w.m0 + cw * 64 + offset, wg_last = wg_first + 63;
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    RowState st{{-INFINITY, -INFINITY}, {0.0f, 0.0f}};
+    const int n = w.tile_hi - w.tile_lo;
+
+    if (n > 0) {
+      auto needs_mask = [&](int key0) {
+        return key0 + Bc > w.e.kv_len || (p.causal && key0 + Bc - 1 > wg_first) ||
+               (p.window > 0 && key0 < wg_last - p.window + 1);
+      };
+      auto issue_s = [&](float (&s)[Bc / 2], int stage) {
+        const std::uint32_t kb = k_base + stage * kTileBytes;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const std::uint32_t off_q = (kk / 4) * kQChunkBytes + (kk % 4) * 32;
+          const std::uint32_t off_k = (kk / 4) * kKvChunkBytes + (kk % 4) * 32;
+          wgmma_ss<Bc, Bf16>(s, smem_descriptor(q_base + off_q, 16, 1024), smem_descriptor(kb + off_k, 16, 1024),
+                             kk > 0 ? 1 : 0);
+        }
+      };
+      auto issue_pv = [&](const std::uint32_t (&pf)[Bc / 16][4], int stage) {
+        const std::uint32_t vb = v_base + stage * kTileBytes;
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; ++kk) {
+          wgmma_rs<D, Bf16>(o, pf[kk], smem_descriptor(vb + kk * 16 * 128, kKvChunkBytes, 1024), 1);
+        }
+      };
+
+      mbar_wait(q_full, q_iter & 1);
+      float s[Bc / 2];
+      std::uint32_t pf[Bc / 16][4];
+      float alpha[2];
+      // First key tile: S, mask, softmax (O is still zero, nothing to rescale).
+      {
+        const int stage = kv_iter % Stages;
+        mbar_wait(&k_full[stage], (kv_iter / Stages) & 1);
+        wgmma_fence();
+        issue_s(s, stage);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(s);
+        if (n == 1) {
+          __syncwarp();
+          if (lane_leader) mbar_arrive(q_empty);
+        }
+        const int key0 = w.tile_lo * Bc;
+        if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
+        softmax_tile<Bc>(s, st, sl, alpha);
+        scores_to_a<Bc, Bf16>(s, pf);
+      }
+      for (int it = 1; it < n; ++it) {
+        const std::uint32_t prev = kv_iter + it - 1, cur = kv_iter + it;
+        const int prev_stage = prev % Stages, stage = cur % Stages;
+        mbar_wait(&k_full[stage], (cur / Stages) & 1);
+        wgmma_fence();
+        issue_s(s, stage);  // S of tile it ...
+        wgmma_commit();
+        mbar_wait(&v_full[prev_stage], (prev / Stages) & 1);
+        fence_registers(o);
+        issue_pv(pf, prev_stage);  // ... and P V of tile it - 1 in flight together
+        wgmma_commit();
+        wgmma_wait<1>();  // S done
+        fence_registers(s);
+        if (it == n - 1) {
+          __syncwarp();
+          if (lane_leader) mbar_arrive(q_empty);
+        }
+        const int key0 = (w.tile_lo + it) * Bc;
+        if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
+        softmax_tile<Bc>(s, st, sl, alpha);  // runs while P V is on the tensor cores
+        wgmma_wait<0>();
+        fence_registers(o);
+        fence_registers(pf[0]);
+        __syncwarp();
+        if (lane_leader) mbar_arrive(&kv_empty[prev_stage]);
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[4 * i + 0] *= alpha[0];
+          o[4 * i + 1] *= alpha[0];
+          o[4 * i + 2] *= alpha[1];
+          o[4 * i + 3] *= alpha[1];
+        }
+        scores_to_a<Bc, Bf16>(s, pf);
+      }
+      {
+        const std::uint32_t last = kv_iter + n - 1;
+        const int stage = last % Stages;
+        mbar_wait(&v_full[stage], (last / Stages) & 1);
+        wgmma_fence();
+        issue_pv(pf, stage);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(o);
+        __syncwarp();
+        if (lane_leader) mbar_arrive(&kv_empty[stage]);
+      }
+      kv_iter += n;
+      ++q_iter;
+    }
+
+    // Epilogue: finish the row sums across the quad, normalise, write.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
+      st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = row0 + hr * 8;
+      if (r >= rows_here) continue;
+      const float l = st.l[hr];
+      const bool any = l > 0.0f;
+      const float inv = any ? 1.0f / l : 0.0f;
+      const std::int64_t row = w.e.q_start + w.m0 + r;
+      const std::int64_t out_off = w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride + row * p.o_row_stride;
+      if (p.out_kind == OutKind::kF32) {
+        float* dst = static_cast<float*>(p.out) + out_off;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
+        }
+      } else {
+        T* dst = static_cast<T*>(p.out) + out_off;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * c) =
+              pack2<Bf16>(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
+        }
+      }
+      if (p.lse != nullptr && c == 0) {
+        p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] =
+            any ? (st.m[hr] * sl + log2f(l)) * kLn2 : -INFINITY;
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::cuda_prefill_hopper

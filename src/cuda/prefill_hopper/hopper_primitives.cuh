@@ -1,0 +1,152 @@
+// PTX wrappers of the Hopper (sm_90a) features the warp-specialized prefill kernel uses:
+// mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads into shared memory,
+// wgmma fences/commit/wait, shared-memory matrix descriptors (128-byte swizzle) and setmaxnreg.
+// Each wrapper is one PTX instruction (or a wait loop on one), written from the PTX ISA.
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/prefill_hopper/wgmma_ops.cuh"
+
+namespace attnkit::cuda_prefill_hopper {
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier -----------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(std::uint64_t* bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA) before first use.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+// One arrival that also announces `bytes` of TMA traffic the phase must wait for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(std::uint64_t* bar, std::uint32_t parity) {
+  std::uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits until the phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- TMA ----------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
+}
+// A 4-D box (coordinates innermost first) into shared memory; completion counted on `bar`.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, std::uint64_t* bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// ---- wgmma --------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins accumulator registers across an asynchronous wgmma so the compiler neither reads them
+// early nor moves their uses across the wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1). Start address, leading and
+// stride byte offsets are stored >> 4. K-major operands: 8-row groups 1024 B apart (stride), the
+// leading offset unused (1). MN-major operands: `leading` = bytes between 64-element column
+// chunks, `stride` = 1024 B between 8-row (8-key) groups.
+__device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t addr, std::uint32_t leading_bytes,
+                                                         std::uint32_t stride_bytes) {
+  std::uint64_t d = 0;
+  d |= static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<std::uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
+  d |= static_cast<std::uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32;
+  d |= static_cast<std::uint64_t>(1) << 62;
+  return d;
+}
+
+template <int N, bool Bf16>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, int accumulate) {
+  if constexpr (Bf16) {
+    if constexpr (N == 64) wgmma_ss_bf16_n64(d, da, db, accumulate);
+    else if constexpr (N == 128) wgmma_ss_bf16_n128(d, da, db, accumulate);
+    else if constexpr (N == 176) wgmma_ss_bf16_n176(d, da, db, accumulate);
+    else if constexpr (N == 192) wgmma_ss_bf16_n192(d, da, db, accumulate);
+    else static_assert(N == 64, "no wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
+  } else {
+    if constexpr (N == 64) wgmma_ss_f16_n64(d, da, db, accumulate);
+    else if constexpr (N == 128) wgmma_ss_f16_n128(d, da, db, accumulate);
+    else if constexpr (N == 176) wgmma_ss_f16_n176(d, da, db, accumulate);
+    else if constexpr (N == 192) wgmma_ss_f16_n192(d, da, db, accumulate);
+    else static_assert(N == 64, "no wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
+  }
+}
+
+template <int N, bool Bf16>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db,
+                                         int accumulate) {
+  if constexpr (Bf16) {
+    if constexpr (N == 64) wgmma_rs_bf16_n64(d, a, db, accumulate);
+    else if constexpr (N == 128) wgmma_rs_bf16_n128(d, a, db, accumulate);
+    else if constexpr (N == 256) wgmma_rs_bf16_n256(d, a, db, accumulate);
+    else static_assert(N == 64, "no wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
+  } else {
+    if constexpr (N == 64) wgmma_rs_f16_n64(d, a, db, accumulate);
+    else if constexpr (N == 128) wgmma_rs_f16_n128(d, a, db, accumulate);
+    else if constexpr (N == 256) wgmma_rs_f16_n256(d, a, db, accumulate);
+    else static_assert(N == 64, "no wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
+  }
+}
+
+// ---- registers, barriers, math ------------------------------------------------------------
+template <int Count>
+__device__ __forceinline__ void regs_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Count));
+}
+template <int Count>
+__device__ __forceinline__ void regs_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Count));
+}
+// Named barrier among `threads` threads (id 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace attnkit::cuda_prefill_hopper
