@@ -95,10 +95,16 @@ std::vector<Case> prefill_sweep_cases() {
 }
 
 std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options& options) {
+  return run_cuda_prefill_family(cases, options, nullptr, "attnkit", 0.0);
+}
+
+std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const Options& options,
+                                         const KernelFamily* family, const std::string& impl, double gemm) {
   require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
   std::vector<Row> rows;
-  const double gemm = cuda_bf16_gemm_ceiling(options);
-  {
+  const bool gemm_row = gemm <= 0.0;
+  if (gemm_row) gemm = cuda_bf16_gemm_ceiling(options);
+  if (gemm_row) {
     Row r;
     r.backend = "cuda";
     r.impl = "cublas-bf16-gemm";
@@ -117,7 +123,7 @@ std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options&
     if (c.op != "prefill") continue;
     if (options.progress) options.progress("prefill d" + std::to_string(c.head_dim) + " s" + std::to_string(c.q_len));
     const PrefillProblem p = problem_of(c);
-    const PrefillPlan plan = plan_prefill(p, target);
+    const PrefillPlan plan = family != nullptr ? plan_prefill(p, target, *family) : plan_prefill(p, target);
     const std::int64_t q_elems = p.batch * p.num_heads * p.q_len * p.head_dim;
     const std::int64_t kv_elems = p.batch * p.kv_heads * p.kv_len * p.head_dim;
     const std::size_t es = dtype_size(p.dtype);
@@ -138,7 +144,7 @@ std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options&
     Row r;
     r.c = c;
     r.backend = "cuda";
-    r.impl = "attnkit";
+    r.impl = impl;
     r.timing = "events";
     r.median_s = tm.median_s;
     r.min_s = tm.min_s;
@@ -162,23 +168,44 @@ std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options&
 
 #ifdef ATTNKIT_PREFILL_BENCH_MAIN
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 int main(int argc, char** argv) {
   using namespace attnkit::bench;
   Options options;
   std::vector<Case> cases = prefill_sweep_cases();
+  bool also_tiled = false;
+  long head_dim = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) options.repetitions = 10;
+    if (std::strcmp(argv[i], "--also-tiled") == 0) also_tiled = true;  // the fallback family, same run
+    if (std::strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc) head_dim = std::atol(argv[++i]);
+    if (std::strcmp(argv[i], "--max-seq") == 0 && i + 1 < argc) {
+      const long s = std::atol(argv[++i]);
+      std::erase_if(cases, [&](const Case& c) { return c.q_len > s; });
+    }
+    if (std::strcmp(argv[i], "--min-seq") == 0 && i + 1 < argc) {
+      const long s = std::atol(argv[++i]);
+      std::erase_if(cases, [&](const Case& c) { return c.q_len < s; });
+    }
   }
+  if (head_dim > 0) std::erase_if(cases, [&](const Case& c) { return c.head_dim != head_dim; });
   options.progress = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-  const std::vector<Row> rows = run_cuda_prefill(cases, options);
+  std::vector<Row> rows = run_cuda_prefill(cases, options);
+  if (also_tiled) {
+    const attnkit::KernelFamily tiled = attnkit::KernelFamily::kCooperativeTiled;
+    const std::vector<Row> more = run_cuda_prefill_family(cases, options, &tiled, "attnkit-tiled", rows[0].ceiling_value);
+    rows.insert(rows.end(), more.begin(), more.end());
+  }
   for (const Row& r : rows) {
+    const std::string family = r.plan_json.empty() ? "" : nlohmann::json::parse(r.plan_json)["partition"]["family"].get<std::string>();
     std::printf(
-        "{\"impl\": \"%s\", \"head_dim\": %lld, \"causal\": %s, \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, "
+        "{\"impl\": \"%s\", \"family\": \"%s\", \"head_dim\": %lld, \"causal\": %s, \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, "
         "\"median_s\": %.9g, \"min_s\": %.9g, \"max_s\": %.9g, \"reps\": %d, \"flops\": %.6g, \"tflops\": %.3f, "
         "\"pct_of_gemm\": %.2f, \"gemm_tflops\": %.3f}\n",
-        r.impl.c_str(), static_cast<long long>(r.c.head_dim), r.c.causal ? "true" : "false",
+        r.impl.c_str(), family.c_str(), static_cast<long long>(r.c.head_dim), r.c.causal ? "true" : "false",
         static_cast<long long>(r.c.q_len), static_cast<long long>(r.c.batch), static_cast<long long>(r.c.num_heads),
         r.median_s, r.min_s, r.max_s, r.repetitions, r.flops, r.achieved_flops_per_s / 1e12, r.pct_of_ceiling,
         r.ceiling_value / 1e12);

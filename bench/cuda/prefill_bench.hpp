@@ -3,6 +3,7 @@
 // repetition, median), and measures the tensor-core ceiling in the same run: a cuBLAS bf16 GEMM
 // (8192^3, f32 accumulation). PyTorch's SDPA backends are timed by bench/peers/torch_prefill.py.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "bench.hpp"
@@ -12,6 +13,11 @@ namespace attnkit::bench {
 // Rows: one "cublas-bf16-gemm" ceiling row, then one "attnkit" row per prefill case (others are
 // skipped), each with its FLOP rate as a % of that ceiling.
 std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options& options);
+
+// The same with a forced kernel family (nullptr = the planner's choice), rows named `impl`, and
+// the GEMM ceiling given (> 0: no ceiling row, no new measurement) or measured (0).
+std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const Options& options,
+                                         const KernelFamily* family, const std::string& impl, double gemm);
 
 // The bf16 GEMM ceiling alone (FLOP/s), m = n = k = `size`.
 double cuda_bf16_gemm_ceiling(const Options& options, int size = 8192);

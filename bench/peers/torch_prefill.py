@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch SDPA peers for the CUDA prefill sweep (BASELINES.md), under DESIGN.md's protocol.
 
-  torch_prefill.py measure [--quick] > torch.jsonl      flash and cuDNN backends + torch bf16 GEMM
+  torch_prefill.py measure [--quick] [--head-dim D] [--max-seq S] [--min-seq S] > torch.jsonl
+      flash and cuDNN backends + torch bf16 GEMM (the filters match prefill_bench's)
   torch_prefill.py render attnkit.jsonl torch.jsonl --out bench/results/prefill_h200
       merges attnkit's rows (bench/cuda/prefill_bench.cu's JSON lines) with the peers' into
       <out>.md (table) and <out>.png (chart), and prints the table.
@@ -26,6 +27,10 @@ def flops(p):
     s = p["seq_len"]
     pairs = s * (s + 1) // 2 if p["causal"] else s * s
     return 4.0 * p["batch"] * p["heads"] * pairs * p["head_dim"]
+
+
+def arg(name, default):
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
 
 def measure(quick):
@@ -62,6 +67,8 @@ def measure(quick):
 
     backends = [("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)]
     for p in sweep():
+        if arg("--head-dim", p["head_dim"]) != p["head_dim"] or not arg("--min-seq", 0) <= p["seq_len"] <= arg("--max-seq", 1 << 30):
+            continue
         shape = (p["batch"], p["heads"], p["seq_len"], p["head_dim"])
         q = torch.randn(shape, dtype=torch.bfloat16, device="cuda")
         k = torch.randn(shape, dtype=torch.bfloat16, device="cuda")
@@ -93,24 +100,25 @@ def render(attnkit_path, torch_path, out):
     key = lambda r: (r.get("head_dim"), r.get("causal"), r.get("seq_len"))
     by = {}
     for r in rows:
-        if "seq_len" in r and "tflops" in r and r["impl"] in ("attnkit", "torch-flash", "torch-cudnn"):
+        if "seq_len" in r and "tflops" in r and r["impl"] in ("attnkit", "attnkit-tiled", "torch-flash", "torch-cudnn"):
             by.setdefault(key(r), {})[r["impl"]] = r["tflops"]
     gemm = [r["tflops"] for r in rows if r["impl"] == "cublas-bf16-gemm"]
     tgemm = [r["tflops"] for r in rows if r["impl"] == "torch-bf16-gemm"]
+    families = {key(r): r.get("family", "") for r in rows if r.get("impl") == "attnkit" and "seq_len" in r}
     lines = [
-        "| head_dim | causal | seq_len | batch x heads | attnkit TFLOP/s | % of GEMM | torch flash (FA2) | torch cuDNN "
-        "| attnkit / flash | attnkit / cuDNN |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| head_dim | causal | seq_len | batch x heads | attnkit TFLOP/s | % of GEMM | family | tiled (fallback) "
+        "| torch flash (FA2) | torch cuDNN | attnkit / flash | attnkit / cuDNN |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for k in sorted(by):
         d, causal, s = k
         v = by[k]
-        a, fl, cu = v.get("attnkit"), v.get("torch-flash"), v.get("torch-cudnn")
+        a, fl, cu, ti = v.get("attnkit"), v.get("torch-flash"), v.get("torch-cudnn"), v.get("attnkit-tiled")
         fmt = lambda x: f"{x:.0f}" if x else "-"
         ratio = lambda x, y: f"{x / y:.2f}x" if x and y else "-"
         pct = f"{100 * a / gemm[0]:.0f}%" if a and gemm else "-"
         lines.append(f"| {d} | {'yes' if causal else 'no'} | {s} | {16384 // s} x {2048 // d} | {fmt(a)} | {pct} | "
-                     f"{fmt(fl)} | {fmt(cu)} | {ratio(a, fl)} | {ratio(a, cu)} |")
+                     f"{families.get(k, '')} | {fmt(ti)} | {fmt(fl)} | {fmt(cu)} | {ratio(a, fl)} | {ratio(a, cu)} |")
     head = []
     if gemm:
         head.append(f"bf16 GEMM ceiling (cuBLAS 8192^3, same run): {gemm[0]:.0f} TFLOP/s")
@@ -119,6 +127,8 @@ def render(attnkit_path, torch_path, out):
     table = "\n".join(head + [""] + lines) + "\n"
     with open(out + ".md", "w") as f:
         f.write(table)
+    with open(out + ".json", "w") as f:
+        json.dump(rows, f, indent=1)
     print(table)
     try:
         import matplotlib

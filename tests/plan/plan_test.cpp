@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "attnkit/error.hpp"
 #include "attnkit/plan.hpp"
@@ -99,8 +100,61 @@ TEST(PlanGpu, PlansDecodeForAKnownTargetWithoutTheDevice) {
   EXPECT_GT(plan.evidence.predicted_seconds, 0.0);
   PrefillProblem prefill;
   const PrefillPlan prefill_plan = plan_prefill(prefill, h200);
-  EXPECT_EQ(prefill_plan.partition.family, KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(prefill_plan.partition.family, KernelFamily::kWarpSpecializedWgmma);  // Hopper: wgmma + TMA
   EXPECT_GT(prefill_plan.evidence.matmul_flops, 0u);
+}
+
+// Which prefill family the CUDA rules pick: the Hopper kernel where target, dtype, head_dim and
+// options allow and the tiled family would not split keys; the tiled family everywhere else.
+TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
+  const Target h200 = known_target("h200");
+  PrefillProblem p;  // bf16, d128, 32 heads, 4096 x 4096, causal
+  const PrefillPlan hopper = plan_prefill(p, h200);
+  ASSERT_EQ(hopper.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(hopper);
+  EXPECT_EQ(hopper.partition.rows_per_block, 128u);
+  EXPECT_EQ(hopper.partition.workgroup_lanes, 384u);  // producer + 2 consumer warpgroups
+  EXPECT_EQ(hopper.partition.sequence_splits, 1u);
+  EXPECT_EQ(hopper.partition.grid_blocks, 132u);  // persistent: one block per SM (1024 work tiles)
+  EXPECT_EQ(hopper.evidence.workspace_bytes, 0u);
+  // Same FLOPs and bytes as the tiled family: the evidence counts the problem, not the kernel.
+  const PrefillPlan tiled = plan_prefill(p, h200, KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(tiled.partition.family, KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(hopper.evidence.matmul_flops, tiled.evidence.matmul_flops);
+  EXPECT_EQ(hopper.evidence.traffic.global_read_bytes, tiled.evidence.traffic.global_read_bytes);
+  for (std::int64_t d : {64, 128, 256}) {
+    PrefillProblem q = p;
+    q.head_dim = d;
+    EXPECT_EQ(plan_prefill(q, h200).partition.family, KernelFamily::kWarpSpecializedWgmma) << d;
+  }
+  auto family = [&](PrefillProblem q, const Target& t) { return plan_prefill(q, t).partition.family; };
+  PrefillProblem f32 = p;
+  f32.dtype = f32.out_dtype = DType::kF32;
+  EXPECT_EQ(family(f32, h200), KernelFamily::kCooperativeTiled);
+  PrefillProblem d96 = p;
+  d96.head_dim = 96;
+  EXPECT_EQ(family(d96, h200), KernelFamily::kCooperativeTiled);
+  PrefillProblem capped = p;
+  capped.options.softcap = 30.0f;
+  EXPECT_EQ(family(capped, h200), KernelFamily::kCooperativeTiled);
+  PrefillProblem long_keys = p;  // 16 query rows against 3000 keys: the tiled family splits keys
+  long_keys.num_heads = long_keys.kv_heads = 2;
+  long_keys.q_len = 16;
+  long_keys.kv_len = 3000;
+  const PrefillPlan split = plan_prefill(long_keys, h200);
+  EXPECT_EQ(split.partition.family, KernelFamily::kCooperativeTiled);
+  EXPECT_GT(split.partition.sequence_splits, 1u);
+  Target ampere = h200;
+  ampere.cc_major = 8;
+  EXPECT_EQ(family(p, ampere), KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(family(p, known_target("h100")), KernelFamily::kWarpSpecializedWgmma);
+
+  // Asked for where it cannot run: an Error with a Fix, before any rule's choice leaves the planner.
+  for (const auto& [q, t] : {std::pair{f32, h200}, std::pair{d96, h200}, std::pair{capped, h200}, std::pair{p, ampere}}) {
+    const std::string message = error_of([&] { plan_prefill(q, t, KernelFamily::kWarpSpecializedWgmma); });
+    EXPECT_NE(message.find("Fix:"), std::string::npos) << message;
+  }
+  const std::string cpu_message = error_of([&] { plan_prefill(p, cpu(2), KernelFamily::kWarpSpecializedWgmma); });
+  EXPECT_NE(cpu_message.find("cooperative_tiled"), std::string::npos) << cpu_message;
 }
 
 TEST(Targets, KnownTargets) {

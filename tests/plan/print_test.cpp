@@ -51,6 +51,7 @@ TEST(Print, FamilyAndBackendNames) {
   EXPECT_EQ(to_string(KernelFamily::kScalarOnline), "scalar_online");
   EXPECT_EQ(to_string(KernelFamily::kCooperativeTiled), "cooperative_tiled");
   EXPECT_EQ(to_string(KernelFamily::kSplitKvDecode), "split_kv_decode");
+  EXPECT_EQ(to_string(KernelFamily::kWarpSpecializedWgmma), "warp_specialized_wgmma");
   EXPECT_EQ(to_string(Backend::kCpu), "cpu");
   EXPECT_EQ(to_string(Backend::kCuda), "cuda");
 }

@@ -1,0 +1,182 @@
+// The Hopper warp-specialized prefill kernel (KernelFamily::kWarpSpecializedWgmma, label gpu)
+// against the float64 golden: every shape of prefill_shapes.hpp it can run, forced onto it, plus
+// shapes that reach what the short list does not (many key tiles through the K/V ring, more work
+// tiles than SMs so persistent blocks take several, rows with no visible key, long windows,
+// ragged batches with long, empty and keyless sequences, BSHD strides). Skips, visibly, without a
+// Hopper GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "attnkit/attnkit.hpp"
+#include "cuda/prefill_shapes.hpp"
+
+namespace attnkit::testing {
+namespace {
+
+bool have_hopper() {
+  if (!cuda::built() || cuda::device_count() == 0) return false;
+  const Target t = cuda::target();
+  return t.cc_major == 9 && t.cc_minor == 0;
+}
+
+#define SKIP_WITHOUT_HOPPER()                                                                     \
+  if (!have_hopper()) {                                                                           \
+    GTEST_SKIP() << "no Hopper (sm_90) device: the warp-specialized kernel was compiled, not run"; \
+  }
+
+// A device copy of a host tensor (same shape and strides), freed on destruction.
+struct DeviceTensor {
+  void* data = nullptr;
+  TensorView view;
+  explicit DeviceTensor(const HostTensor& h) : view(h.view) {
+    const std::size_t bytes = h.bytes.empty() ? 16 : h.bytes.size();
+    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
+    if (!h.bytes.empty()) EXPECT_EQ(cudaMemcpy(data, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    view.data = data;
+    view.device = DeviceKind::kCuda;
+  }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  ~DeviceTensor() { cudaFree(data); }
+  void copy_to(HostTensor& h) const {
+    if (!h.bytes.empty()) ASSERT_EQ(cudaMemcpy(h.bytes.data(), data, h.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+};
+
+bool hopper_can_run(const PrefillShape& s) {
+  return (s.dtype == DType::kBF16 || s.dtype == DType::kF16) && s.softcap == 0.0f &&
+         (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256);
+}
+
+std::vector<PrefillShape> hopper_shapes() {
+  using enum DType;
+  std::vector<PrefillShape> shapes;
+  for (const PrefillShape& s : prefill_shapes()) {
+    if (hopper_can_run(s)) shapes.push_back(s);
+  }
+  const std::vector<PrefillShape> more = {
+      {"hop_noncausal_ring_wraps_d128_bf16", 1, 4, 4, 128, 1000, 1000, false, kBF16, kBF16},
+      {"hop_causal_persistent_gqa8_d128_bf16", 2, 16, 2, 128, 700, 900, true, kBF16, kBF16},
+      {"hop_causal_d64_f16_out_f32", 1, 8, 2, 64, 520, 520, true, kF16, kF32},
+      {"hop_noncausal_gqa4_d256_f16", 1, 4, 1, 256, 300, 450, false, kF16, kF16},
+      {"hop_causal_q_gt_kv_keyless_rows_d128_bf16", 1, 4, 4, 128, 400, 130, true, kBF16, kBF16},
+      {"hop_causal_window200_d64_bf16", 1, 4, 4, 64, 900, 900, true, kBF16, kBF16, 200},
+      {"hop_noncausal_window90_d256_bf16_out_f32", 1, 2, 2, 256, 333, 600, false, kBF16, kF32, 90},
+      {"hop_causal_large_scores_d256_bf16", 1, 4, 2, 256, 200, 260, true, kBF16, kBF16, 0, 0.0f, 6.0f},
+      {"hop_ragged_causal_long_empty_keyless_d128_bf16", 5, 8, 2, 128, 300, 500, true, kBF16, kBF16, 0, 0.0f, 1.0f,
+       {{300, 500}, {0, 7}, {1, 1}, {257, 257}, {129, 0}}},
+      {"hop_ragged_noncausal_d64_f16_out_f32", 3, 4, 1, 64, 260, 390, false, kF16, kF32, 0, 0.0f, 1.0f,
+       {{260, 130}, {3, 390}, {128, 128}}},
+  };
+  shapes.insert(shapes.end(), more.begin(), more.end());
+  return shapes;
+}
+
+void run_hopper(PrefillCase& c, const PrefillPlan& plan) {
+  DeviceTensor q(c.q), k(c.k), v(c.v), out(c.out), lse(c.lse);
+  PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
+  std::vector<std::unique_ptr<DeviceTensor>> keep;
+  if (!c.shape.ragged.empty()) {
+    keep.push_back(std::make_unique<DeviceTensor>(c.cu_q));
+    keep.push_back(std::make_unique<DeviceTensor>(c.cu_k));
+    t.cu_seqlens_q = keep[0]->view;
+    t.cu_seqlens_k = keep[1]->view;
+  }
+  ASSERT_EQ(plan.evidence.workspace_bytes, 0u);
+  cuda::prefill(plan, t, Workspace{});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.note();
+  out.copy_to(c.out);
+  lse.copy_to(c.lse);
+}
+
+class PrefillHopper : public ::testing::TestWithParam<PrefillShape> {};
+
+TEST_P(PrefillHopper, MatchesGolden) {
+  SKIP_WITHOUT_HOPPER();
+  PrefillCase c(GetParam());
+  const PrefillPlan plan = plan_prefill(c.problem, cuda::target(), KernelFamily::kWarpSpecializedWgmma);
+  ASSERT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma);
+  const reference::Result golden = reference::prefill(c.problem, c.tensors());
+  run_hopper(c, plan);
+  EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << "\n" << to_table(plan);
+  EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PrefillHopper, ::testing::ValuesIn(hopper_shapes()),
+                         [](const ::testing::TestParamInfo<PrefillShape>& info) { return info.param.name; });
+
+// The planner's own choice on this device: the Hopper family for the common long-prefill shape.
+TEST(PrefillHopperPlan, PlannerPicksItOnHopper) {
+  SKIP_WITHOUT_HOPPER();
+  const PrefillPlan plan = plan_prefill(PrefillProblem{}, cuda::target());
+  EXPECT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(plan);
+}
+
+// BSHD memory ([batch, seq, heads, D]) seen through BHSD strides: the TMA maps take the strides.
+TEST(PrefillHopperPlan, BshdStridedViewsMatchGolden) {
+  SKIP_WITHOUT_HOPPER();
+  const std::int64_t B = 2, H = 8, G = 2, D = 128, S = 301;
+  PrefillProblem p;
+  p.batch = B, p.num_heads = H, p.kv_heads = G, p.head_dim = D, p.q_len = S, p.kv_len = S;
+  p.causal = true, p.dtype = p.out_dtype = DType::kBF16;
+  auto bshd = [](HostTensor& t, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+    t = HostTensor(DType::kBF16, {b, s, h, d});
+    TensorView v = t.view;
+    v.shape = {b, h, s, d, 0};
+    v.strides = {s * h * d, d, h * d, 1, 0};
+    t.view = v;
+  };
+  HostTensor q, k, v, out;
+  bshd(q, B, S, H, D);
+  bshd(k, B, S, G, D);
+  bshd(v, B, S, G, D);
+  bshd(out, B, S, H, D);
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  fill_normal(q, rng);
+  fill_normal(k, rng);
+  fill_normal(v, rng);
+  poison(out);
+  const reference::Result golden = reference::prefill(p, PrefillTensors{q.view, k.view, v.view, out.view, {}, {}, {}});
+  DeviceTensor dq(q), dk(k), dv(v), dout(out);
+  const PrefillPlan plan = plan_prefill(p, cuda::target(), KernelFamily::kWarpSpecializedWgmma);
+  cuda::prefill(plan, PrefillTensors{dq.view, dk.view, dv.view, dout.view, {}, {}, {}}, Workspace{});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dout.copy_to(out);
+  HostTensor flat(DType::kF32, {B * H * S * D});
+  std::size_t i = 0;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t s = 0; s < S; ++s)
+        for (std::int64_t d = 0; d < D; ++d)
+          flat.set(i++, static_cast<float>(load_as_float(
+                            out.bytes.data(), DType::kBF16,
+                            static_cast<std::size_t>(b * out.view.strides[0] + h * out.view.strides[1] +
+                                                     s * out.view.strides[2] + d))));
+  EXPECT_EQ(prefill_parity_failure(flat, golden.out, DType::kBF16), "") << "seed " << seed;
+}
+
+// Rows TMA cannot describe (a q view one element off 16 bytes) are rejected before any launch,
+// and out keeps its poison.
+TEST(PrefillHopperPlan, RejectsMisalignedRowsBeforeWriting) {
+  SKIP_WITHOUT_HOPPER();
+  PrefillShape s{"misaligned", 1, 2, 2, 128, 63, 64, false, DType::kBF16, DType::kBF16};
+  PrefillCase c(s);
+  DeviceTensor q(c.q), k(c.k), v(c.v), out(c.out);
+  PrefillTensors t{q.view, k.view, v.view, out.view, {}, {}, {}};
+  t.q.data = static_cast<char*>(t.q.data) + 2;
+  t.q.shape[2] -= 1;
+  PrefillProblem shorter = c.problem;
+  shorter.q_len -= 1;
+  const PrefillPlan plan = plan_prefill(shorter, cuda::target(), KernelFamily::kWarpSpecializedWgmma);
+  EXPECT_THROW(cuda::prefill(plan, t, Workspace{}), Error);
+  HostTensor after(DType::kBF16, {1, 2, 63, 128});
+  out.copy_to(after);
+  EXPECT_EQ(after.bytes, c.out.bytes);
+}
+
+}  // namespace
+}  // namespace attnkit::testing
