@@ -1,20 +1,14 @@
-// The paged CUDA entry points until their kernels exist (issue 6): each says how to get the work
-// done today. Without nvcc the whole CUDA backend is missing; with it, only the paged kernels are.
-// (This file lives in src/common/, which is always compiled; delete the CUDA branch when
-// src/cuda/paged/ defines these functions.)
+// The paged CUDA entry points in a build without CUDA: each says how to get the work done.
+// (This file lives in src/common/, which is always compiled; in CUDA builds src/cuda/paged/ and
+// src/cuda/kv/ define these functions and this file is empty.)
+#ifndef ATTNKIT_WITH_CUDA
 #include "attnkit/cuda_paged.hpp"
 #include "attnkit/error.hpp"
 
 namespace attnkit::cuda {
 namespace {
 [[noreturn]] void unavailable(const char* what) {
-#ifndef ATTNKIT_WITH_CUDA
   fail(what, "attnkit was built without CUDA", "install the CUDA toolkit (nvcc) and rebuild with -DATTNKIT_CUDA=ON");
-#else
-  fail(what, "the paged and extend CUDA kernels are not implemented yet",
-       "run this step with the CPU backend (cpu::paged_decode, cpu::extend, cpu::paged_append_kv), "
-       "or use the contiguous cache with cuda::decode");
-#endif
 }
 }  // namespace
 
@@ -25,3 +19,4 @@ void extend(const ExtendPlan&, const ExtendTensors&, Workspace, Stream) { unavai
 void paged_append_kv(const PagedCacheSpec&, const PagedAppendTensors&, Stream) { unavailable("cuda::paged_append_kv"); }
 
 }  // namespace attnkit::cuda
+#endif

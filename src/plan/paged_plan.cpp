@@ -7,12 +7,21 @@
 // (sequence, KV head, row block) tasks alone leave the machine idle (short q_len, few sequences).
 // The plan is made from host-side bounds only; it states what it covers (PlanBounds) and the exact
 // workspace, so a run never allocates and a captured CUDA graph stays valid within the bounds.
+//
+// CUDA: both calls run the split-KV decode kernel (src/cuda/decode/) with page-table addressing.
+// Paged decode takes the contiguous decode partition unchanged. Extend packs (query row, head of
+// the group) pairs into the kernel's rows: the CUDA decode rules are applied to the equivalent
+// decode problem whose "group" is max_q_len * group (so rows_per_block, passes, the ring, the
+// residency and the split count follow the same Target-driven rules), with the split range widened
+// by the query rows one block spans when a window bounds it. The workspace is exactly the split
+// states the kernels write: splits x (state rows x num_heads) x (head_dim + 1) f32, 256-byte rounded.
 #include <algorithm>
 #include <numeric>
 #include <string>
 
 #include "attnkit/error.hpp"
 #include "attnkit/paged.hpp"
+#include "cuda/decode/decode_geometry.hpp"
 #include "plan/checked_math.hpp"
 #include "plan/evidence.hpp"
 #include "plan/rules.hpp"
@@ -52,6 +61,34 @@ std::uint32_t gather_keys_for(const Target& target, std::int64_t head_dim, DType
   return static_cast<std::uint32_t>(keys);
 }
 
+// CUDA: the split states the kernels write (splits x rows x (head_dim + 1) f32), or 0 unsplit.
+std::uint64_t cuda_state_bytes(std::uint32_t splits, std::int64_t state_rows, std::int64_t num_heads,
+                               std::int64_t head_dim, const char* ctx) {
+  if (splits <= 1) return 0;
+  return round_workspace(
+      detail::checked_product({splits, u(state_rows), u(num_heads), u(head_dim) + 1, std::uint64_t{4}}, ctx,
+                              "split state bytes"),
+      ctx);
+}
+
+// CUDA: the paged kernels' shared memory (decode's plus the (page, slot) ring and the row ranges)
+// must fit the target's block limit.
+void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DType kv_dtype, const Target& t,
+                               const char* ctx) {
+  namespace geo = cuda_decode;
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
+  const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
+  const std::int64_t bytes =
+      geo::shared_bytes(geo::head_dim_capacity(head_dim), static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages),
+                        kv_bytes, p.rows_per_block, static_cast<int>(p.warps_per_block) / chunks) +
+      geo::paged_extra_bytes(static_cast<int>(p.tile_size), p.rows_per_block);
+  const std::int64_t limit = t.shared_bytes_per_block > 0 ? t.shared_bytes_per_block : std::int64_t{227} << 10;
+  require(bytes <= limit, ctx,
+          "the paged kernel needs " + std::to_string(bytes) + " bytes of shared memory per block, the target allows " +
+              std::to_string(limit),
+          "use a smaller head_dim or fewer query heads per KV head");
+}
+
 std::string cache_line(const PagedCacheSpec& c) {
   return "paged cache: " + to_string(c.layout) + " pages of " + std::to_string(c.page_size) + " keys, " +
          std::to_string(c.num_pages) + " in the pool, page table " + std::to_string(c.max_pages_per_seq) +
@@ -63,6 +100,44 @@ std::string bounds_line(const PlanBounds& b) {
          std::to_string(b.max_kv_len) + ", q_len <= " + std::to_string(b.max_q_len) + ", total query rows <= " +
          std::to_string(b.max_total_q) + "; workspace " + std::to_string(b.workspace_bytes) +
          " bytes; runs within these bounds reuse the plan (and a captured CUDA graph)";
+}
+
+// Extend as a decode problem whose GQA group is max_q_len * group: its packed rows are the
+// (query row, head) pairs the CUDA kernel serves (what the evidence counts: every sequence at
+// max_q_len rows, each reading its keys once per pass).
+DecodeProblem packed_decode(const ExtendProblem& e) {
+  PagedDecodeProblem pd;
+  pd.batch = e.batch;
+  pd.num_heads = e.kv_heads * e.group_size() * e.max_q_len;
+  pd.kv_heads = e.kv_heads;
+  pd.head_dim = e.head_dim;
+  pd.cache = e.cache;
+  pd.kv_len = e.kv_len;
+  pd.kv_dtype = e.kv_dtype;
+  pd.q_dtype = e.q_dtype;
+  pd.out_dtype = e.out_dtype;
+  pd.options = e.options;
+  DecodeProblem d = pd.as_decode();
+  if (e.options.scale <= 0.0f) d.options.scale = e.effective_scale();  // the real head_dim's scale
+  return d;
+}
+
+void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPartition& p,
+                           std::vector<std::string>& reasons) {
+  DecodeProblem d = packed_decode(e);
+  // A block's rows span up to rows / group + 1 query rows, so with a window its keys span that many
+  // more than the window.
+  const std::int64_t packed = e.group_size() * e.max_q_len;
+  const std::int64_t rows = std::min<std::int64_t>(packed, cuda_decode::kMaxRowsPerBlock);
+  if (d.options.window > 0) d.options.window = std::min(e.kv_len, d.options.window + rows / e.group_size() + 1);
+  detail::partition_cuda_decode(d, target, nullptr, p, reasons);
+  reasons.push_back("cuda extend: the split-KV decode kernel with packed rows: a block serves " +
+                    std::to_string(p.rows_per_block) + " (query row, head) pairs of one (sequence, KV head), " +
+                    std::to_string(packed) + " per sequence at max_q_len (" +
+                    std::to_string((packed + p.rows_per_block - 1) / p.rows_per_block) +
+                    " passes), each row masked to its own causal key range; passes and splits past a sequence's "
+                    "q_len_b and length exit at once");
+  require_paged_shared_fits(p, e.head_dim, e.kv_dtype, target, "plan_extend");
 }
 
 }  // namespace
@@ -84,6 +159,13 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
           "paged decode runs the split_kv_decode family; fix the rules");
   plan.evidence = detail::compute_decode_evidence(d, plan.partition, target);
   add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
+  if (target.backend == Backend::kCuda) {
+    require_paged_shared_fits(plan.partition, problem.head_dim, problem.kv_dtype, target, ctx);
+    plan.evidence.workspace_bytes =
+        cuda_state_bytes(plan.partition.sequence_splits, problem.batch, problem.num_heads, problem.head_dim, ctx);
+    plan.reasons.push_back("cuda: the contiguous split-KV decode kernel with page-table row addressing: a tile's "
+                           "(page, slot) pairs are looked up once per key row, one tile ahead of its copies");
+  }
   plan.gather_keys = gather_keys_for(target, problem.head_dim, problem.kv_dtype, plan.partition.tile_size);
   plan.reasons.push_back(cache_line(problem.cache));
   if (plan.gather_keys > 0) {
@@ -143,12 +225,14 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
                                             std::to_string(threads) + " threads), merged after"
                                       : "splits: 1: row-block tasks already keep the threads busy");
   } else {
-    detail::partition_cuda_prefill(pre, target, nullptr, p, plan.reasons);
+    partition_cuda_extend(problem, target, p, plan.reasons);
   }
-  require(p.family == KernelFamily::kCooperativeTiled, ctx,
-          "the prefill rules chose " + to_string(p.family) + ", which has no extend kernel",
-          "extend runs the cooperative_tiled family; fix the rules");
-  plan.evidence = detail::compute_prefill_evidence(pre, p, target);
+  const KernelFamily family =
+      target.backend == Backend::kCpu ? KernelFamily::kCooperativeTiled : KernelFamily::kSplitKvDecode;
+  require(p.family == family, ctx, "the rules chose " + to_string(p.family) + ", which has no extend kernel",
+          "extend runs the " + to_string(family) + " family on this backend; fix the rules");
+  plan.evidence = target.backend == Backend::kCpu ? detail::compute_prefill_evidence(pre, p, target)
+                                                  : detail::compute_decode_evidence(packed_decode(problem), p, target);
   add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
   for (DType t : {problem.q_dtype, problem.kv_dtype, problem.out_dtype}) {
     plan.evidence.rel_l2_tolerance = std::max(plan.evidence.rel_l2_tolerance, rel_l2_tolerance_for(t));
@@ -156,7 +240,9 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   // Split states exist for the packed rows the plan covers (not the padded batch * max_q_len).
   const std::uint64_t state_rows = detail::checked_mul(u(problem.total_q_bound()), u(problem.num_heads), ctx, "rows");
   plan.evidence.workspace_bytes =
-      p.sequence_splits > 1
+      target.backend == Backend::kCuda
+          ? cuda_state_bytes(p.sequence_splits, problem.total_q_bound(), problem.num_heads, problem.head_dim, ctx)
+      : p.sequence_splits > 1
           ? round_workspace(detail::checked_product({p.sequence_splits, state_rows,
                                                      detail::split_state_bytes_per_row(problem.head_dim)},
                                                     ctx, "split state bytes"),
@@ -171,9 +257,7 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
     plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
                            " keys of K and V copied from their pages per kernel call, partial states merged");
   }
-  if (target.backend == Backend::kCuda) {
-    plan.reasons.push_back("cuda: partition from the prefill rules; the paged extend kernel is not built yet");
-  }
+
   plan.bounds = PlanBounds{problem.batch, problem.kv_len, problem.max_q_len, problem.total_q_bound(),
                            plan.evidence.workspace_bytes};
   plan.reasons.push_back(bounds_line(plan.bounds));

@@ -56,10 +56,32 @@ struct DecodeParams {
   const float* cos_table = nullptr;
   const float* sin_table = nullptr;
   std::int64_t table_positions = 0;
+
+  // Paged cache (paged_decode, extend; kernels instantiated with PagedRows). K/V row j of (b, kvh)
+  // lives in page page_table[b][j / page_size], slot j % page_size; the k/v strides above then mean
+  // k_stride_b = page, k_stride_h = KV head, k_stride_s = slot (HND and NHD differ only in them).
+  const std::int32_t* page_table = nullptr;
+  std::int64_t table_stride_b = 0, table_stride_p = 0;
+  int page_size = 1, num_pages = 0;
+  std::uint32_t page_div_magic = 0;  // key / page_size = (umulhi(key, magic) + key) >> shift
+  int page_div_shift = 0;
+
+  // Extend (kernels instantiated with kExtend): q/out/lse rows are tokens (q_stride_b is the token
+  // stride), sequence b owns tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1] (clamped to [0, q_rows]
+  // and to max_q_len rows). A block's packed rows are (query row, head of the group) pairs:
+  // packed row r = i * group + g; passes cover max_q_len * group packed rows.
+  const std::int32_t* cu_seqlens_q = nullptr;
+  int max_q_len = 1;
+  int q_rows = 0;        // rows of the q/out tensors of this run (<= the plan's max_total_q)
+  int state_rows = 0;    // token rows of the split-state layout (the plan's max_total_q)
 };
 
 // Launchers (split_kv_decode_<dtype>.cu, merge_states.cu). Asynchronous on `stream`.
 void launch_split_kv_decode(const DecodeParams& params, DType kv_dtype, void* stream);
 void launch_merge_splits(const DecodeParams& params, void* stream);
+// Paged variants (src/cuda/paged/): the same kernel body with page-table row addressing; `extend`
+// selects the packed (query row, head) rows. launch_merge_extend merges extend's split states.
+void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bool extend, void* stream);
+void launch_merge_extend(const DecodeParams& params, void* stream);
 
 }  // namespace attnkit::cuda_decode

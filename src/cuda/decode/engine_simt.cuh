@@ -50,8 +50,21 @@ struct SimtEngine {
     }
   }
 
+  // Extend: row g of this warp sees only keys [row_keys[g].x, row_keys[g].y) (absolute positions,
+  // read from shared memory per tile: registers are the f32 engine's limit).
+  const int2* row_keys = nullptr;
+  __device__ void set_row_keys(const int2* keys, int g_base, int) { row_keys = keys + g_base; }
+
   // Scores, online softmax and P.V for this warp's keys of one resident tile.
   __device__ void process(const T* ks, const T* vs, int n_valid, int key_warp, float softcap) {
+    process_impl<false>(ks, vs, n_valid, key_warp, softcap, 0);
+  }
+  __device__ void process_rows(const T* ks, const T* vs, int n_valid, int key_warp, float softcap, int tile_key0) {
+    process_impl<true>(ks, vs, n_valid, key_warp, softcap, tile_key0);
+  }
+
+  template <bool kRowKeys>
+  __device__ void process_impl(const T* ks, const T* vs, int n_valid, int key_warp, float softcap, int tile_key0) {
     const int warp_key0 = key_warp * kStepsPerTile * kKps;
     float s[kStepsPerTile][kHpw];
 #pragma unroll
@@ -68,14 +81,21 @@ struct SimtEngine {
     }
 #pragma unroll
     for (int st = 0; st < kStepsPerTile; ++st) {
-      const bool valid = warp_key0 + st * kKps + key_group < n_valid;
+      const int key = warp_key0 + st * kKps + key_group;
+      const bool valid = key < n_valid;
 #pragma unroll
       for (int g = 0; g < kHpw; ++g) {
         float x = s[st][g];
 #pragma unroll
         for (int off = kTpk / 2; off >= 1; off /= 2) x += __shfl_xor_sync(kFull, x, off);
         if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
-        s[st][g] = valid ? x : -INFINITY;
+        bool visible = valid;
+        if constexpr (kRowKeys) {
+          // Rows past the warp's n_mine hold zero q and an empty range (their output is discarded).
+          const int2 k = row_keys[g];
+          visible = visible && tile_key0 + key >= k.x && tile_key0 + key < k.y;
+        }
+        s[st][g] = visible ? x : -INFINITY;
       }
     }
 #pragma unroll

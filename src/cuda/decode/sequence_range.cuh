@@ -29,4 +29,38 @@ __device__ __forceinline__ SequenceRange sequence_range(const DecodeParams& p, i
   return r;
 }
 
+// Extend: sequence b's query tokens, read on the device and clamped to the tensor's rows and the
+// plan's max_q_len (a corrupt offset never reads or writes past q/out).
+struct ExtendRows {
+  int q_start = 0;
+  int q_len = 0;
+};
+__device__ __forceinline__ ExtendRows extend_rows(const DecodeParams& p, int b) {
+  const int start = min(max(p.cu_seqlens_q[b], 0), p.q_rows);
+  const int end = min(max(p.cu_seqlens_q[b + 1], start), p.q_rows);
+  return ExtendRows{start, min(end - start, p.max_q_len)};
+}
+
+// Keys [x, y) visible to query row i of a sequence of len keys whose last q_len are the new rows:
+// row i sits at position len - q_len + i (bottom-right causal), the window counts back from it.
+// A q_len above len (bad device data) leaves the first rows with no key, never a negative range.
+__device__ __forceinline__ int2 extend_row_keys(const DecodeParams& p, int len, int q_len, int i) {
+  const int hi = max(0, len - q_len + i + 1);
+  const int lo = (p.window > 0 && hi > p.window) ? hi - static_cast<int>(p.window) : 0;
+  return make_int2(lo, hi);
+}
+
+// The keys one extend block reads: the union of its packed rows' ranges (rows row0 .. row0 +
+// rows_here - 1, query rows row0 / group .. (row0 + rows_here - 1) / group). The merge recomputes
+// it to know how many splits wrote a state for a row.
+__device__ __forceinline__ SequenceRange extend_block_range(const DecodeParams& p, int len, int q_len, int row0,
+                                                            int rows_here) {
+  const int2 first = extend_row_keys(p, len, q_len, row0 / p.group);
+  const int2 last = extend_row_keys(p, len, q_len, (row0 + rows_here - 1) / p.group);
+  SequenceRange r;
+  r.lo = first.x;
+  r.len = max(last.y, first.x);
+  return r;
+}
+
 }  // namespace attnkit::cuda_decode

@@ -15,6 +15,16 @@
 //   caller's workspace and merge_states.cu combines them.
 // Lengths: read on the device and clamped to [0, plan kv_len] (sequence_range.cuh); a sequence of
 //   length 0 writes zeros and LSE -inf.
+// Row addressing is a compile-time policy: kPaged = false reads row j of (b, kvh) at
+//   k + b*stride_b + kvh*stride_h + j*stride_s (contiguous decode, the loop exactly as before);
+//   kPaged = true reads it from page page_table[b][j / page_size], slot j % page_size (paged decode,
+//   extend). The (page, slot) pairs of a tile are looked up once per tile row, one tile ahead of its
+//   copies (the table load is in flight while the previous tile is processed), and stored in shared
+//   memory; a page index outside [0, num_pages) reads zeros (device indices cannot be checked on
+//   the host), so no copy ever leaves the pool.
+// kExtend packs (query row, head of the group) pairs into the engine's rows: sequence b's q_len_b
+//   tokens (cu_seqlens_q) times the group, rows_per_block of them per pass, each row masked to its
+//   own causal/window key range (bottom-right aligned) inside the block's union range.
 // Bound: device-memory reads of K and V (2 * keys * head_dim * sizeof(kv) per KV head); measured
 //   within 0.4% of that by ncu. Time is lost to latency (docs/perf-notes.md), not to extra bytes.
 #pragma once
@@ -39,8 +49,9 @@ namespace attnkit::cuda_decode {
 inline constexpr float kLn2 = 0.69314718055994530942f;
 inline constexpr float kLog2e = 1.44269504088896340736f;
 
-template <class T, int kCap, class Engine>
+template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = false>
 __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
+  static_assert(kPaged || !kExtend, "extend reads a paged cache");
   using Traits = cuda_common::StorageTraits<T>;
   constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
   constexpr int kRowVecs = kCap / kVecElems;
@@ -56,7 +67,21 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   const int kvh = static_cast<int>(block % p.kv_heads);
   const int b = static_cast<int>(block / p.kv_heads);
 
-  const SequenceRange range = sequence_range(p, b);
+  // Extend: this block's packed rows (query row, head) and their union key range.
+  ExtendRows ext;
+  int rows_in_sequence = p.group;  // packed rows of (b, kvh): the group, or q_len * group
+  SequenceRange range;
+  int seq_len = 0;  // extend: the sequence's keys, clamped to the plan's kv_len
+  if constexpr (kExtend) {
+    ext = extend_rows(p, b);
+    rows_in_sequence = ext.q_len * p.group;
+    if (pass * p.rows_per_block >= rows_in_sequence) return;  // no row here: nothing to write
+    seq_len = min(max(p.lengths[b], 0), p.kv_len);
+    range = extend_block_range(p, seq_len, ext.q_len, pass * p.rows_per_block,
+                               min(p.rows_per_block, rows_in_sequence - pass * p.rows_per_block));
+  } else {
+    range = sequence_range(p, b);
+  }
   const int visible = range.len - range.lo;
   const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
   if (p.splits > 1 && split >= active_splits) return;  // the merge writes empty and invalid rows
@@ -68,8 +93,8 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int head_chunk = warp / p.key_warps, key_warp = warp % p.key_warps;
-  const int row0 = pass * p.rows_per_block;  // first head of this block within the group
-  const int rows_here = min(p.rows_per_block, p.group - row0);
+  const int row0 = pass * p.rows_per_block;  // first packed row of this block (a head of the group in decode)
+  const int rows_here = min(p.rows_per_block, rows_in_sequence - row0);
   const int hpw = (p.rows_per_block + p.head_chunks - 1) / p.head_chunks;
   const int g_base = head_chunk * hpw;
   const int n_mine = max(0, min(hpw, rows_here - g_base));
@@ -87,22 +112,63 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   float* row_l = row_m + p.rows_per_block;
   float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
+  // Paged: [2][tile] (page, slot) of the next tiles' rows; extend: [rows] visible key ranges.
+  int2* page_slots = reinterpret_cast<int2*>(new_v + kCap);
+  int2* row_keys = page_slots + 2 * p.tile;
 
-  const T* k_base = static_cast<const T*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
-  const T* v_base = static_cast<const T*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+  // Packed row r of this block -> its token (q/out/lse row) and query head.
+  auto token_of = [&](int r) {
+    if constexpr (kExtend) return ext.q_start + (row0 + r) / p.group;
+    return b;
+  };
+  auto head_of = [&](int r) {
+    if constexpr (kExtend) return kvh * p.group + (row0 + r) % p.group;
+    return h0 + r;
+  };
+
+  const std::int64_t seq_offset_k = kPaged ? 0 : b * p.k_stride_b;  // paged: the page stride is per row
+  const std::int64_t seq_offset_v = kPaged ? 0 : b * p.v_stride_b;
+  const T* k_base = static_cast<const T*>(p.k) + seq_offset_k + kvh * p.k_stride_h;
+  const T* v_base = static_cast<const T*>(p.v) + seq_offset_v + kvh * p.v_stride_h;
   const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
+  const std::int32_t* table_row = kPaged ? p.page_table + b * p.table_stride_b : nullptr;
+
+  // Paged: the table index of a key row (one fast division), and its (page, slot) once the page
+  // id is known; page -1 marks a row that is past cache_end or whose page is out of the pool.
+  auto page_index = [&](int key) {
+    return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
+                            p.page_div_shift);
+  };
+  auto page_slot = [&](int key, int page) {
+    const int index = page_index(key);
+    const bool ok = key < cache_end && page >= 0 && page < p.num_pages;
+    return make_int2(ok ? page : -1, key - index * p.page_size);
+  };
+  auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
 
   // Copies tile t into ring slot `slot`; keys past cache_end and vectors past head_dim are zeros.
-  auto load_tile = [&](int t, int slot) {
+  // Paged: `slots` holds the tile's (page, slot) pairs, or nullptr to look them up here (prologue).
+  auto load_tile = [&](int t, int slot, const int2* slots) {
     const int key0 = k_begin + t * p.tile;
     T* ks = k_ring + slot * p.tile * kStride;
     T* vs = v_ring + slot * p.tile * kStride;
     for (int i = tid; i < p.tile * kRowVecs; i += blockDim.x) {
       const int r = i / kRowVecs, vec = i % kRowVecs;
       const int key = key0 + r;
-      const bool ok = key < cache_end && vec * kVecElems < p.head_dim;
-      const std::int64_t k_off = ok ? key * p.k_stride_s + vec * kVecElems : 0;
-      const std::int64_t v_off = ok ? key * p.v_stride_s + vec * kVecElems : 0;
+      std::int64_t k_off = 0, v_off = 0;
+      bool ok;
+      if constexpr (kPaged) {
+        const int2 ps = slots != nullptr ? slots[r] : page_slot(key, lookup_page(key));
+        ok = ps.x >= 0 && vec * kVecElems < p.head_dim;
+        if (ok) {
+          k_off = ps.x * p.k_stride_b + ps.y * p.k_stride_s + vec * kVecElems;
+          v_off = ps.x * p.v_stride_b + ps.y * p.v_stride_s + vec * kVecElems;
+        }
+      } else {
+        ok = key < cache_end && vec * kVecElems < p.head_dim;
+        k_off = ok ? key * p.k_stride_s + vec * kVecElems : 0;
+        v_off = ok ? key * p.v_stride_s + vec * kVecElems : 0;
+      }
       cuda_common::cp_async_16(ks + r * kStride + vec * kVecElems, k_base + k_off, ok);
       cuda_common::cp_async_16(vs + r * kStride + vec * kVecElems, v_base + v_off, ok);
     }
@@ -110,8 +176,24 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
 
   // 1. The first tiles are requested before anything else, so their latency covers the q load.
   for (int st = 0; st < p.stages - 1; ++st) {
-    if (st < n_tiles) load_tile(st, st);
+    if (st < n_tiles) load_tile(st, st, nullptr);
     cuda_common::cp_async_commit();
+  }
+  if constexpr (kPaged) {
+    // The pairs of the tile the first loop iteration requests (published by its barrier).
+    const int first = p.stages - 1;
+    if (tid < p.tile && first < n_tiles) {
+      const int key = k_begin + first * p.tile + tid;
+      page_slots[(first & 1) * p.tile + tid] = page_slot(key, lookup_page(key));
+    }
+  }
+  if constexpr (kExtend) {
+    // Each packed row's own key range (padding rows up to whole engine warps: empty).
+    const int entries = static_cast<int>(row_keys_entries(p.rows_per_block));
+    for (int r = tid; r < entries; r += blockDim.x) {
+      row_keys[r] = r < rows_here ? extend_row_keys(p, seq_len, ext.q_len, (row0 + r) / p.group)
+                                  : make_int2(0, 0);
+    }
   }
 
   // 2. Query rows of the block -> f32 staging (zeros past head_dim), RoPE for the fused step.
@@ -119,35 +201,53 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     const int r = i / kCap, d = i % kCap;
     float x = 0.0f;
     if (d < p.head_dim && range.valid) {
-      x = cuda_common::load_as_f32(p.q, p.q_dtype, b * p.q_stride_b + (h0 + r) * p.q_stride_h + d);
+      x = cuda_common::load_as_f32(p.q, p.q_dtype, token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h + d);
     }
     staging[i] = x;
   }
   __syncthreads();
-  if (new_pos >= 0) {
-    rope_rows(staging, rows_here, kCap, p, new_pos);
-    __syncthreads();
+  if constexpr (!kPaged) {
+    if (new_pos >= 0) {
+      rope_rows(staging, rows_here, kCap, p, new_pos);
+      __syncthreads();
+    }
   }
   Engine engine;
   engine.init(staging, g_base, n_mine, p.q_scale, lane);
+  if constexpr (kExtend) engine.set_row_keys(row_keys, g_base, n_mine);
 
   // 3. Stream the block's key range through the ring.
   for (int t = 0; t < n_tiles; ++t) {
     cuda_common::cp_async_wait_dynamic(p.stages - 2);  // tile t has landed (one group per tile)
     __syncthreads();                                   // ...for every thread; slot t-1 is free
     const int next = t + p.stages - 1;
-    if (next < n_tiles) load_tile(next, next % p.stages);
+    if (next < n_tiles) load_tile(next, next % p.stages, kPaged ? page_slots + (next & 1) * p.tile : nullptr);
     cuda_common::cp_async_commit();
+    // Paged: the page of the tile after `next` is loaded now and stored after this tile's math.
+    int ahead_page = -1;
+    const int ahead_key = k_begin + (next + 1) * p.tile + tid;
+    if constexpr (kPaged) {
+      if (tid < p.tile && next + 1 < n_tiles) ahead_page = lookup_page(ahead_key);
+    }
     const int slot = t % p.stages;
-    engine.process(k_ring + slot * p.tile * kStride, v_ring + slot * p.tile * kStride,
-                   min(p.tile, cache_end - (k_begin + t * p.tile)), key_warp, p.softcap);
+    const int tile_key0 = k_begin + t * p.tile;
+    if constexpr (kExtend) {
+      engine.process_rows(k_ring + slot * p.tile * kStride, v_ring + slot * p.tile * kStride,
+                          min(p.tile, cache_end - tile_key0), key_warp, p.softcap, tile_key0);
+    } else {
+      engine.process(k_ring + slot * p.tile * kStride, v_ring + slot * p.tile * kStride,
+                     min(p.tile, cache_end - tile_key0), key_warp, p.softcap);
+    }
+    if constexpr (kPaged) {
+      if (tid < p.tile && next + 1 < n_tiles) page_slots[((next + 1) & 1) * p.tile + tid] = page_slot(ahead_key, ahead_page);
+    }
   }
   cuda_common::cp_async_wait<0>();
   __syncthreads();
 
   // 4. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
   //    to that key from shared memory (no other block reads or writes that cache row).
-  if (owns_new) {
+  if (!kPaged && owns_new) {
     const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_stride_b + kvh * p.k_new_stride_h;
     const T* vn = static_cast<const T*>(p.v_new) + b * p.v_new_stride_b + kvh * p.v_new_stride_h;
     for (int d = tid; d < kCap; d += blockDim.x) {
@@ -199,36 +299,41 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   }
 
   // 6. Write the normalised output and LSE (final when unsplit, else this split's partial state).
-  const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
+  //    Split states are indexed by (token, head): [splits, state rows * num_heads, head_dim].
+  const std::int64_t rows_total = static_cast<std::int64_t>(kExtend ? p.state_rows : p.batch) * p.num_heads;
   for (int i = tid; i < rows_here * p.head_dim; i += blockDim.x) {
     const int r = i / p.head_dim, d = i % p.head_dim;
     const float sum = row_l[r];
     float o = sum > 0.0f ? reduced[r * kCap + d] / sum : 0.0f;
+    const std::int64_t token = token_of(r);
+    const int head = head_of(r);
     if (p.splits == 1) {
       if (!range.valid) o = NAN;
-      cuda_common::store_from_f32(p.out, p.out_dtype, b * p.out_stride_b + (h0 + r) * p.out_stride_h + d, o);
+      cuda_common::store_from_f32(p.out, p.out_dtype, token * p.out_stride_b + head * p.out_stride_h + d, o);
     } else {
-      const std::int64_t row = static_cast<std::int64_t>(b) * p.num_heads + h0 + r;
+      const std::int64_t row = token * p.num_heads + head;
       p.partial_out[(split * rows_total + row) * p.head_dim + d] = o;
     }
   }
   for (int r = tid; r < rows_here; r += blockDim.x) {
     const float sum = row_l[r];
     float lse = sum > 0.0f ? (row_m[r] + log2f(sum)) * kLn2 : -INFINITY;
+    const std::int64_t token = token_of(r);
+    const int head = head_of(r);
     if (p.splits == 1) {
       if (!range.valid) lse = NAN;
-      if (p.lse != nullptr) p.lse[b * p.lse_stride_b + (h0 + r) * p.lse_stride_h] = lse;
+      if (p.lse != nullptr) p.lse[token * p.lse_stride_b + head * p.lse_stride_h] = lse;
     } else {
-      p.partial_lse[split * rows_total + static_cast<std::int64_t>(b) * p.num_heads + h0 + r] = lse;
+      p.partial_lse[split * rows_total + token * p.num_heads + head] = lse;
     }
   }
 }
 
 // Host: launches one instantiation (its shared-memory limit raised once per device).
-template <class T, int kCap, int kHpw>
+template <class T, int kCap, int kHpw, bool kPaged = false, bool kExtend = false>
 void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
   using Engine = std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, SimtEngine<T, kCap, kHpw>>;
-  auto kernel = split_kv_decode_kernel<T, kCap, Engine>;
+  auto kernel = split_kv_decode_kernel<T, kCap, Engine, kPaged, kExtend>;
   cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
                      "raising the kernel's shared-memory limit");
   const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits;
@@ -238,14 +343,14 @@ void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
 }
 
 // Host: the instantiation for a plan's head_dim capacity and heads per warp.
-template <class T>
+template <class T, bool kPaged = false, bool kExtend = false>
 void launch_decode_typed(const DecodeParams& p, cudaStream_t stream) {
   const int cap = head_dim_capacity(p.head_dim);
   const int hpw = heads_per_warp(p.rows_per_block, sizeof(T));
   // 16-bit K/V: tensor-core engine only (16 heads per warp); f32: CUDA-core engine (4 or 8).
-#define ATTNKIT_DECODE_CASE(CAP, HPW)                                                   \
-  if constexpr ((sizeof(T) == 2) == (HPW == kMmaRows)) {                                \
-    if (cap == CAP && hpw == HPW) return launch_decode_instance<T, CAP, HPW>(p, stream); \
+#define ATTNKIT_DECODE_CASE(CAP, HPW)                                                                     \
+  if constexpr ((sizeof(T) == 2) == (HPW == kMmaRows)) {                                                  \
+    if (cap == CAP && hpw == HPW) return launch_decode_instance<T, CAP, HPW, kPaged, kExtend>(p, stream); \
   }
 #include "cuda/decode/decode_instances.inc"
 #undef ATTNKIT_DECODE_CASE

@@ -8,6 +8,7 @@
 // Output: out = sum_s w_s * out_s / sum_s w_s with w_s = exp(lse_s - max lse); lse = max + log(sum).
 //   A row with no visible key writes zeros and LSE -inf; an invalid fused position writes NaN.
 // Bound: tiny next to the K/V read (splits * head_dim * 4 bytes per row).
+// Extend's states (packed (token, head) rows) are merged by merge_extend_kernel below.
 #include <cuda_runtime.h>
 
 #include "cuda/common/convert.cuh"
@@ -63,7 +64,74 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
   }
 }
 
+// Extend: one block per (token row of q, head). The token's sequence is found by a binary search
+// over cu_seqlens_q (device, clamped as the kernel clamps it); its block's active split count is
+// recomputed from the block's key range (sequence_range.cuh), so only written states are read.
+// Rows past the last sequence's tokens are not written.
+__global__ void __launch_bounds__(kMergeThreads) merge_extend_kernel(const __grid_constant__ DecodeParams p) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float total, max_lse;
+  const std::int64_t row = blockIdx.x;
+  const int token = static_cast<int>(row / p.num_heads), h = static_cast<int>(row % p.num_heads);
+  // The last sequence whose (clamped) first token is <= token.
+  int lo = 0, hi = p.batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (min(max(p.cu_seqlens_q[mid], 0), p.q_rows) <= token) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int b = lo;
+  const ExtendRows ext = extend_rows(p, b);
+  const int i = token - ext.q_start;
+  if (i < 0 || i >= ext.q_len) return;  // a padding row, or past a clamped q_len
+  const int packed = i * p.group + h % p.group;
+  const int row0 = packed / p.rows_per_block * p.rows_per_block;
+  const int len = min(max(p.lengths[b], 0), p.kv_len);
+  const SequenceRange range =
+      extend_block_range(p, len, ext.q_len, row0, min(p.rows_per_block, ext.q_len * p.group - row0));
+  const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
+  const std::int64_t rows_total = static_cast<std::int64_t>(p.state_rows) * p.num_heads;
+
+  if (threadIdx.x < 32) {
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < active; s += 32) mx = fmaxf(mx, p.partial_lse[s * rows_total + row]);
+    for (int off = 16; off >= 1; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int s = threadIdx.x; s < active; s += 32) {
+      const float w = expf(p.partial_lse[s * rows_total + row] - m_use);
+      weights[s] = w;
+      sum += w;
+    }
+    for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (threadIdx.x == 0) {
+      total = sum;
+      max_lse = mx;
+    }
+  }
+  __syncthreads();
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < active; ++s) o = fmaf(weights[s], p.partial_out[(s * rows_total + row) * p.head_dim + d], o);
+    cuda_common::store_from_f32(p.out, p.out_dtype, token * p.out_stride_b + h * p.out_stride_h + d, o * inv);
+  }
+  if (threadIdx.x == 0 && p.lse != nullptr) {
+    p.lse[token * p.lse_stride_b + h * p.lse_stride_h] = total > 0.0f ? max_lse + logf(total) : -INFINITY;
+  }
+}
+
 }  // namespace
+
+void launch_merge_extend(const DecodeParams& p, void* stream) {
+  const std::int64_t rows = static_cast<std::int64_t>(p.q_rows) * p.num_heads;
+  if (rows == 0) return;
+  merge_extend_kernel<<<static_cast<unsigned>(rows), kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  cuda_common::check_launch("cuda::extend", "merge_extend_kernel");
+}
 
 void launch_merge_splits(const DecodeParams& p, void* stream) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.num_heads;

@@ -1,0 +1,211 @@
+// The CUDA entry points of the serving layouts (include/attnkit/cuda_paged.hpp): paged decode and
+// extend on the split-KV decode kernel with page-table row addressing (src/cuda/decode/), their
+// split-state merges (src/cuda/merge/), and the paged append (src/cuda/kv/paged_append_kv.cu).
+// Each call validates what the host can see (shapes, dtypes, devices, strides, 16-byte rows, the
+// plan's partition, the workspace) before anything is launched; index tensors live on the device
+// and are read, clamped, by the kernels. No call allocates, synchronises or reads device data, so
+// the launches can be captured in a CUDA graph and replayed while indices change within the plan.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "attnkit/cuda_paged.hpp"
+#include "attnkit/error.hpp"
+#include "attnkit/validate.hpp"
+#include "cuda/common/device_pointer.hpp"
+#include "cuda/decode/decode_geometry.hpp"
+#include "cuda/decode/decode_params.hpp"
+
+namespace attnkit::cuda {
+namespace {
+
+namespace geo = attnkit::cuda_decode;
+using cuda_decode::DecodeParams;
+
+// The plan must be a CUDA split-KV plan whose partition matches decode_geometry.hpp for `rows`
+// packed rows per (sequence, KV head) (the group, or max_q_len * group for extend).
+void check_partition(const Target& target, const WorkPartition& w, std::int64_t packed_rows, std::int64_t head_dim,
+                     DType kv_dtype, const char* ctx, const char* planner) {
+  require(target.backend == Backend::kCuda, ctx, "the plan was made for the " + to_string(target.backend) + " backend",
+          std::string("plan with ") + planner + "(problem, cuda::target()) (or known_target(\"h200\"))");
+  require(w.family == KernelFamily::kSplitKvDecode, ctx, "the plan's family is " + to_string(w.family),
+          std::string("plan with ") + planner + " of this build for the CUDA target");
+  const std::int64_t rows = std::min<std::int64_t>(packed_rows, geo::kMaxRowsPerBlock);
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
+  const int chunks = geo::head_chunks(rows, kv_bytes);
+  const bool consistent =
+      w.rows_per_block == rows && w.warps_per_block % chunks == 0 && w.sequence_splits >= 1 &&
+      w.sequence_splits <= static_cast<unsigned>(geo::kMaxSplits) && w.keys_per_split > 0 && w.pipeline_stages >= 2 &&
+      w.pipeline_stages <= static_cast<unsigned>(geo::kMaxStages) &&
+      w.tile_size ==
+          static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(head_dim), w.warps_per_block / chunks, kv_bytes)) &&
+      w.keys_per_split % w.tile_size == 0;
+  require(consistent, ctx, "the plan's partition does not match this build's paged kernel",
+          std::string("make the plan with attnkit::") + planner + " of this build and do not edit its partition");
+}
+
+// Launch geometry and numerics shared by paged decode and extend.
+DecodeParams base_params(std::int64_t batch, std::int64_t num_heads, std::int64_t kv_heads, std::int64_t head_dim,
+                         std::int64_t kv_len, std::int64_t packed_rows, DType kv_dtype, const AttentionOptions& o,
+                         float scale, const WorkPartition& w) {
+  DecodeParams p;
+  p.batch = static_cast<int>(batch);
+  p.num_heads = static_cast<int>(num_heads);
+  p.kv_heads = static_cast<int>(kv_heads);
+  p.group = static_cast<int>(num_heads / kv_heads);
+  p.head_dim = static_cast<int>(head_dim);
+  p.kv_len = static_cast<int>(kv_len);
+  p.max_seq = static_cast<int>(kv_len);
+  p.window = o.window;
+  p.softcap = o.softcap;
+  p.q_scale = o.softcap > 0 ? scale : scale * 1.44269504088896340736f;
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
+  p.rows_per_block = static_cast<int>(w.rows_per_block);
+  p.head_chunks = geo::head_chunks(w.rows_per_block, kv_bytes);
+  p.key_warps = static_cast<int>(w.warps_per_block) / p.head_chunks;
+  p.tile = static_cast<int>(w.tile_size);
+  p.stages = static_cast<int>(w.pipeline_stages);
+  p.splits = static_cast<int>(w.sequence_splits);
+  p.keys_per_split = static_cast<int>(w.keys_per_split);
+  p.passes = static_cast<int>((packed_rows + w.rows_per_block - 1) / w.rows_per_block);
+  const int cap = geo::head_dim_capacity(head_dim);
+  p.shared_bytes = static_cast<int>(geo::shared_bytes(cap, p.tile, p.stages, kv_bytes, p.rows_per_block, p.key_warps) +
+                                    geo::paged_extra_bytes(p.tile, p.rows_per_block));
+  return p;
+}
+
+// Page pool strides: p.k_stride_b/h/s mean page / KV head / slot (HND and NHD differ only here).
+void set_cache(DecodeParams& p, const PagedCacheSpec& spec, const PagedKvCache& c) {
+  const bool hnd = spec.layout == PageLayout::kHND;
+  const TensorView& k = c.k_pages;
+  const TensorView& v = c.v_pages;
+  p.k = k.data;
+  p.v = v.data;
+  p.k_stride_b = k.strides[0], p.k_stride_h = hnd ? k.strides[1] : k.strides[2], p.k_stride_s = hnd ? k.strides[2] : k.strides[1];
+  p.v_stride_b = v.strides[0], p.v_stride_h = hnd ? v.strides[1] : v.strides[2], p.v_stride_s = hnd ? v.strides[2] : v.strides[1];
+  p.page_table = c.page_table.as<const std::int32_t>();
+  p.table_stride_b = c.page_table.strides[0];
+  p.table_stride_p = c.page_table.strides[1];
+  p.lengths = c.lengths.as<const std::int32_t>();
+  p.page_size = static_cast<int>(spec.page_size);
+  p.num_pages = static_cast<int>(spec.num_pages);
+  const geo::PageDivider div = geo::page_divider(static_cast<std::uint32_t>(spec.page_size));
+  p.page_div_magic = div.magic;
+  p.page_div_shift = div.shift;
+}
+
+void set_output(DecodeParams& p, const TensorView& q, const TensorView& out, const TensorView& lse) {
+  p.q = q.data, p.q_dtype = q.dtype, p.q_stride_b = q.strides[0], p.q_stride_h = q.strides[1];
+  p.out = out.data, p.out_dtype = out.dtype, p.out_stride_b = out.strides[0], p.out_stride_h = out.strides[1];
+  if (!lse.empty()) p.lse = lse.as<float>(), p.lse_stride_b = lse.strides[0], p.lse_stride_h = lse.strides[1];
+}
+
+// Split states in the caller's workspace: exactly the plan's bytes, laid out as
+// partial_out [splits, state_rows * num_heads, head_dim] then partial_lse [splits, state_rows * num_heads].
+void set_workspace(DecodeParams& p, std::int64_t state_rows, std::uint64_t planned, const Workspace& ws,
+                   const char* ctx) {
+  validate_workspace(ws, planned, DeviceKind::kCuda);
+  if (p.splits <= 1) return;
+  const std::uint64_t rows = static_cast<std::uint64_t>(state_rows) * static_cast<std::uint64_t>(p.num_heads);
+  const std::uint64_t needed = static_cast<std::uint64_t>(p.splits) * rows * (static_cast<std::uint64_t>(p.head_dim) + 1) * 4;
+  require(needed <= planned && planned - needed < 256 && needed <= ws.bytes, ctx,
+          "the split states need " + std::to_string(needed) + " bytes, the plan reports " + std::to_string(planned) +
+              " and the workspace has " + std::to_string(ws.bytes),
+          "pass a device workspace of plan.bounds.workspace_bytes bytes from this build's planner");
+  cuda_common::require_device_memory(ws.data, ctx, "workspace");
+  require(reinterpret_cast<std::uintptr_t>(ws.data) % 16 == 0, ctx, "the workspace is not 16-byte aligned",
+          "pass a workspace from cudaMalloc (256-byte aligned)");
+  p.partial_out = static_cast<float*>(ws.data);
+  p.partial_lse = p.partial_out + static_cast<std::uint64_t>(p.splits) * rows * static_cast<std::uint64_t>(p.head_dim);
+}
+
+void require_cache_on_device(const PagedKvCache& c, const char* ctx) {
+  cuda_common::require_device_memory(c.k_pages, ctx, "k_pages");
+  cuda_common::require_device_memory(c.v_pages, ctx, "v_pages");
+  cuda_common::require_device_memory(c.page_table, ctx, "page_table");
+  cuda_common::require_device_memory(c.lengths, ctx, "lengths");
+  cuda_common::require_vector_aligned(c.k_pages, ctx, "k_pages");
+  cuda_common::require_vector_aligned(c.v_pages, ctx, "v_pages");
+}
+
+void require_small_enough(const PagedCacheSpec& c, std::int64_t blocks, const char* ctx) {
+  require(c.num_pages < (1ll << 31) && c.capacity() < (1ll << 31) && blocks < (1ll << 31), ctx,
+          "the pool, the table or the grid exceeds the kernel's 32-bit page, key and block indices",
+          "split the pool or the batch (num_pages, max_pages_per_seq * page_size and blocks below 2^31)");
+}
+
+}  // namespace
+
+void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Workspace workspace, Stream stream) {
+  const char* ctx = "cuda::paged_decode";
+  const PagedDecodeProblem& pr = plan.problem;
+  check_partition(plan.target, plan.partition, pr.group_size(), pr.head_dim, pr.kv_dtype, ctx, "plan_paged_decode");
+  validate_paged_decode(pr, t, DeviceKind::kCuda);
+  for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
+    cuda_common::require_device_memory(*view, ctx, name);
+  }
+  require_cache_on_device(t.cache, ctx);
+  const WorkPartition& w = plan.partition;
+  DecodeParams p = base_params(pr.batch, pr.num_heads, pr.kv_heads, pr.head_dim, pr.kv_len, pr.group_size(),
+                               pr.kv_dtype, pr.options, pr.effective_scale(), w);
+  require_small_enough(pr.cache, static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits, ctx);
+  set_cache(p, pr.cache, t.cache);
+  set_output(p, t.q, t.out, t.lse);
+  set_workspace(p, pr.batch, plan.bounds.workspace_bytes, workspace, ctx);
+  cuda_decode::launch_split_kv_decode_paged(p, pr.kv_dtype, /*extend=*/false, stream);
+  if (p.splits > 1) cuda_decode::launch_merge_splits(p, stream);
+}
+
+void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace, Stream stream) {
+  const char* ctx = "cuda::extend";
+  const ExtendProblem& pr = plan.problem;
+  const std::int64_t packed = pr.group_size() * pr.max_q_len;
+  check_partition(plan.target, plan.partition, packed, pr.head_dim, pr.kv_dtype, ctx, "plan_extend");
+  validate_extend(pr, t, DeviceKind::kCuda);
+  for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.cu_seqlens_q, "cu_seqlens_q"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
+    cuda_common::require_device_memory(*view, ctx, name);
+  }
+  require_cache_on_device(t.cache, ctx);
+  const WorkPartition& w = plan.partition;
+  DecodeParams p = base_params(pr.batch, pr.num_heads, pr.kv_heads, pr.head_dim, pr.kv_len, packed, pr.kv_dtype,
+                               pr.options, pr.effective_scale(), w);
+  require_small_enough(pr.cache, static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits, ctx);
+  require(pr.total_q_bound() * pr.num_heads < (1ll << 31), ctx, "the plan's query rows x heads exceed 2^31",
+          "plan a smaller max_total_q");
+  set_cache(p, pr.cache, t.cache);
+  set_output(p, t.q, t.out, t.lse);
+  p.cu_seqlens_q = t.cu_seqlens_q.as<const std::int32_t>();
+  p.max_q_len = static_cast<int>(pr.max_q_len);
+  p.q_rows = static_cast<int>(t.q.shape[0]);
+  p.state_rows = static_cast<int>(pr.total_q_bound());
+  set_workspace(p, pr.total_q_bound(), plan.bounds.workspace_bytes, workspace, ctx);
+  if (p.q_rows == 0) return;
+  cuda_decode::launch_split_kv_decode_paged(p, pr.kv_dtype, /*extend=*/true, stream);
+  if (p.splits > 1) cuda_decode::launch_merge_extend(p, stream);
+}
+
+}  // namespace attnkit::cuda
+
+namespace attnkit::cuda_decode {
+
+void launch_paged_decode_f32(const DecodeParams&, cudaStream_t);
+void launch_paged_decode_f16(const DecodeParams&, cudaStream_t);
+void launch_paged_decode_bf16(const DecodeParams&, cudaStream_t);
+void launch_extend_f32(const DecodeParams&, cudaStream_t);
+void launch_extend_f16(const DecodeParams&, cudaStream_t);
+void launch_extend_bf16(const DecodeParams&, cudaStream_t);
+
+void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bool extend, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (kv_dtype) {
+    case DType::kF32: return extend ? launch_extend_f32(params, s) : launch_paged_decode_f32(params, s);
+    case DType::kF16: return extend ? launch_extend_f16(params, s) : launch_paged_decode_f16(params, s);
+    case DType::kBF16: return extend ? launch_extend_bf16(params, s) : launch_paged_decode_bf16(params, s);
+    default:
+      fail(extend ? "cuda::extend" : "cuda::paged_decode",
+           "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16 or bf16");
+  }
+}
+
+}  // namespace attnkit::cuda_decode
