@@ -107,6 +107,56 @@ TEST(FastDecode, KeySplitsAndTheirMerge) {
   }
 }
 
+// Shapes the balance rule (cpu_rules.cpp) now splits although their (sequence, KV head) tasks
+// already divide over the threads: batch 1 of llama3-8b's heads, awkward lengths, a window, mixed
+// lengths; every storage dtype and every ISA level, out and LSE against the golden.
+// One random case and golden for all ISA levels (the inputs are large enough that drawing them
+// per level would dominate the test), outputs poisoned before each level's run.
+void run_split_decode(const DecodeProblem& p, const std::vector<std::int32_t>& lengths, int threads,
+                      std::uint32_t min_splits = 2) {
+  const DecodePlan plan = plan_decode(p, cpu_target(threads));
+  ASSERT_GE(plan.partition.sequence_splits, min_splits)
+      << "the case should exercise split-KV and its merge: " << to_table(plan);
+  DecodeCase c(p, lengths);
+  const reference::Result golden = reference::decode(p, c.tensors());
+  std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
+  for (Isa isa : supported_isas()) {
+    ScopedIsa scoped(isa);
+    poison(c.out);
+    poison(c.lse);
+    cpu::decode(plan, c.tensors(), Workspace{workspace.data(), workspace.size()});
+    const std::string what = "split decode H=" + std::to_string(p.num_heads) + " KV=" + std::to_string(p.kv_heads) +
+                             " D=" + std::to_string(p.head_dim) + " kv_len=" + std::to_string(p.kv_len) +
+                             " window=" + std::to_string(p.options.window) + " lengths[0]=" +
+                             std::to_string(lengths[0]) + " splits=" + std::to_string(plan.partition.sequence_splits) +
+                             " threads=" + std::to_string(threads) + " dtype=" + std::string(dtype_name(p.kv_dtype)) +
+                             isa_note(isa) + seed_note(c.seed);
+    expect_matches_golden(c.out, golden.out, coarsest({p.q_dtype, p.kv_dtype, p.out_dtype}), what);
+    expect_lse_matches(c.lse, golden.lse, what);
+  }
+}
+
+TEST(FastDecode, BalancedSplitsAtBatchOne) {
+  // llama3-8b heads (8 tasks on 2 threads): 3 splits of 1536 keys; full, odd and one-key runs.
+  for (DType t : {DType::kBF16, DType::kF32}) run_split_decode(decode_problem(1, 32, 8, 128, 4099, t), {4099}, 2, 3);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    run_split_decode(decode_problem(1, 32, 8, 64, 4099, t), {2049}, 2, 3);  // the second split holds one key
+    run_split_decode(decode_problem(1, 32, 8, 64, 4099, t), {1}, 2, 3);     // every split but the first empty
+  }
+  // 3 threads: 4 splits; 16 threads: too few keys for 8 tasks a thread of >= 4 tiles, still split.
+  run_split_decode(decode_problem(1, 32, 8, 64, 5003, DType::kBF16), {5003}, 3, 4);
+  run_split_decode(decode_problem(1, 32, 8, 64, 8200, DType::kF32), {8200}, 16);
+  // A window of 6000 keys of 9000: three splits over the window, none over the keys before it.
+  DecodeProblem window = decode_problem(1, 32, 8, 64, 9000, DType::kBF16);
+  window.options.window = 6000;
+  run_split_decode(window, {9000}, 2, 3);
+  run_split_decode(window, {5000}, 2, 3);  // shorter than the window: its last split is empty
+  // Group 3, head_dim 80 on 7 threads; batch 2 with an empty and a one-key sequence on 3 threads.
+  run_split_decode(decode_problem(1, 6, 2, 80, 5003, DType::kBF16), {5003}, 7);
+  run_split_decode(decode_problem(2, 32, 8, 64, 9000, DType::kBF16), {9000, 0}, 3, 3);
+  run_split_decode(decode_problem(2, 32, 8, 64, 9000, DType::kF32), {1, 8999}, 3, 3);
+}
+
 TEST(FastDecode, SoftCapAndScale) {
   DecodeProblem p = decode_problem(2, 4, 2, 96, 70);
   p.options.softcap = 5.0f;
