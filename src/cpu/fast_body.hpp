@@ -18,21 +18,14 @@
 //   Tiles wholly outside a row block's window / causal range are skipped; tiles crossing the
 //   boundary are masked lane by lane. Bound: FMA rate.
 // Numerics: f32 throughout; scale folded into q; masked keys get probability exactly 0.
+// Task input/output, prefetch and the running softmax state: fast_body_io.hpp (shared with the
+// bf16 bodies).
 #ifndef ATTNKIT_ISA_NS
 #error "define ATTNKIT_ISA_NS before including fast_body.hpp"
 #endif
+#include "cpu/fast_body_io.hpp"
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
-
-using Vec = ATTNKIT_VEC;
-using V = Vec::V;
-constexpr int W = Vec::kWidth;
-constexpr float kNegInf = -__builtin_inff();
-
-inline std::int64_t imin(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-inline std::int64_t imax(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
-inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
-inline std::size_t floats_for(std::int64_t n) { return static_cast<std::size_t>(round_up(n, 16)); }
 
 // W elements (n at the tail) of a row of storage dtype `Tag` as f32.
 struct F32 {};
@@ -46,31 +39,6 @@ inline V load_chunk(const void* base, std::int64_t offset, int n) {
     return Vec::load_f16(static_cast<const std::uint16_t*>(base) + offset, n);
   } else {
     return Vec::load_bf16(static_cast<const std::uint16_t*>(base) + offset, n);
-  }
-}
-
-inline std::int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-
-// Decode streams K and V from DRAM between FMAs; one core keeps too few misses in flight on its
-// own, so rows this far ahead are prefetched (clamped to the task's last key).
-constexpr std::int64_t kDecodePrefetchRows = 32;
-
-// Bytes [from, from + bytes) of row `row` (clamped to `last`) of `s`, into L1.
-// locality 3: into L1 (rows about to be used); 2: into L2 (the other stream's rows for the next
-// phase: V during Q K^T, the next tile's K during P V, so both streams stay in flight).
-template <int kLocality = 3>
-inline void prefetch_bytes(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t from,
-                           std::int64_t bytes) {
-  const std::int64_t eb = elem_bytes(s.dtype);
-  const char* p = static_cast<const char*>(s.data) + (s.offset + (row < last ? row : last) * s.row_stride) * eb + from;
-  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-}
-
-inline float load_scalar(const RowSource& s, std::int64_t offset) {
-  switch (s.dtype) {
-    case DType::kF32: return static_cast<const float*>(s.data)[offset];
-    case DType::kF16: return f16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[offset]);
-    default: return bf16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[offset]);
   }
 }
 
@@ -143,10 +111,9 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
       key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
     }
     if (g0 == 0) {
-      const std::int64_t row_bytes = d * elem_bytes(t.k.dtype);
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_bytes(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, 0, row_bytes);
-        prefetch_bytes<2>(t.v, j0 + j + kk, t.key_end - 1, 0, d * elem_bytes(t.v.dtype));
+        prefetch_row(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, d);
+        prefetch_row<2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
     for (std::int64_t c = 0; c < d; c += W) {
@@ -183,7 +150,7 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (g0 == 0) {
       prefetch_bytes(t.v, j0 + j + kDecodePrefetchRows, t.key_end - 1, pf_from, pf_bytes);
-      if (c0 == 0) prefetch_bytes<2>(t.k, j0 + n + j, t.key_end - 1, 0, d * elem_bytes(t.k.dtype));
+      if (c0 == 0) prefetch_row<2>(t.k, j0 + n + j, t.key_end - 1, d);
     }
     V vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
@@ -254,30 +221,20 @@ void decode_typed(const DecodeTask& t) {
         }
         mx = Vec::max(mx, x);
       }
-      const float m_new = L.m[g] > Vec::reduce_max(mx) ? L.m[g] : Vec::reduce_max(mx);
-      const float alpha = L.m[g] == kNegInf ? 0.0f : std::exp(L.m[g] - m_new);
-      const V mv = Vec::set1(m_new);
+      const RaisedMax r = raise_max(L.m[g], Vec::reduce_max(mx), L.acc + g * L.dp, L.dp);
+      const V mv = Vec::set1(r.m_new);
       V sum = Vec::zero();
       for (std::int64_t j = 0; j < n; j += W) {
         const V p = Vec::exp(Vec::sub(Vec::load(s + j), mv));
         Vec::store(s + j, p);
         sum = Vec::add(sum, p);
       }
-      L.l[g] = L.l[g] * alpha + Vec::reduce_add(sum);
-      L.m[g] = m_new;
-      if (alpha != 1.0f) {
-        const V av = Vec::set1(alpha);
-        for (std::int64_t c = 0; c < L.dp; c += W) Vec::store(L.acc + g * L.dp + c, Vec::mul(Vec::load(L.acc + g * L.dp + c), av));
-      }
+      L.l[g] = L.l[g] * r.alpha + Vec::reduce_add(sum);
+      L.m[g] = r.m_new;
     }
     for_row_chunks<(W >= 8 ? 8 : 4)>(G, [&]<int GR>(std::int64_t g0) { decode_pv<Tag, GR>(t, L, g0, j0, n); });
   }
-  for (std::int64_t g = 0; g < G; ++g) {
-    const bool empty = L.l[g] == 0.0f;
-    const float inv = empty ? 0.0f : 1.0f / L.l[g];
-    for (std::int64_t c = 0; c < d; ++c) t.out[g * t.out_stride + c] = L.acc[g * L.dp + c] * inv;
-    t.lse[g] = empty ? kNegInf : L.m[g] + std::log(L.l[g]);
-  }
+  write_decode_result(t, L.acc, L.dp, L.m, L.l);
 }
 
 inline void decode(const DecodeTask& t) {
@@ -385,18 +342,8 @@ void prefill_typed(const PrefillTask& t) {
   const std::int64_t G = t.group, d = t.head_dim, rows = t.rows;
   const std::int64_t row_vectors = L.rp / W;
 
-  // The block's key range: union of its rows' visible ranges (rows are monotone in position).
-  std::int64_t lo = t.kv_len, hi = 0, full_lo = 0, full_hi = t.kv_len;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const KeyRange r = visible_keys(t.first_position + i, t.kv_len, t.causal, t.window);
-    if (r.size() > 0) {
-      lo = imin(lo, r.begin);
-      hi = imax(hi, r.end);
-    }
-    full_lo = imax(full_lo, r.begin);  // keys every row sees: [full_lo, full_hi)
-    full_hi = imin(full_hi, r.end);
-  }
-  for (std::int64_t i = 0; i < L.rp; ++i) L.pos[i] = static_cast<float>(t.first_position + i);
+  const BlockKeys keys = block_keys(t);
+  start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.pos);
 
   // Q^T per head, scaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {
@@ -407,16 +354,10 @@ void prefill_typed(const PrefillTask& t) {
         qt[c * L.rp + i] = (i < rows && c < d) ? t.scale * load_scalar(t.q, row + c) : 0.0f;
       }
     }
-    for (std::int64_t i = 0; i < L.rp * L.dp; ++i) L.o[g * L.rp * L.dp + i] = 0.0f;
-    for (std::int64_t i = 0; i < L.rp; ++i) {
-      L.m[g * L.rp + i] = kNegInf;
-      L.l[g * L.rp + i] = 0.0f;
-    }
   }
 
-  const V neg_inf = Vec::set1(kNegInf);
-  for (std::int64_t j0 = lo; j0 < hi; j0 += t.tile) {
-    const std::int64_t n = imin(t.tile, hi - j0);
+  for (std::int64_t j0 = keys.lo; j0 < keys.hi; j0 += t.tile) {
+    const std::int64_t n = imin(t.tile, keys.hi - j0);
     const std::int64_t np = round_up(n, Vec::kQkKeys);
     for (std::int64_t j = 0; j < np; ++j) {
       if (j < n) {
@@ -426,7 +367,7 @@ void prefill_typed(const PrefillTask& t) {
         for (std::int64_t c = 0; c < L.dp; ++c) L.kf[j * L.dp + c] = 0.0f;
       }
     }
-    const bool masked = !(j0 >= full_lo && j0 + n <= full_hi);
+    const bool masked = !(j0 >= keys.full_lo && j0 + n <= keys.full_hi);
     for (std::int64_t g = 0; g < G; ++g) {
       const float* qt = L.qt + g * L.dp * L.rp;
       float* o = L.o + g * L.rp * L.dp;
@@ -442,18 +383,11 @@ void prefill_typed(const PrefillTask& t) {
         for (std::int64_t j = 0; j < n; ++j) {
           V x = Vec::load(L.s + j * L.rp + r);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
-          if (masked) {
-            const V key = Vec::set1(static_cast<float>(j0 + j));
-            if (t.causal) x = Vec::select_lt(pos, key, neg_inf, x);  // key after the query
-            if (t.window > 0) {
-              x = Vec::select_lt(key, Vec::add(pos, Vec::set1(static_cast<float>(1 - t.window))), neg_inf, x);
-            }
-          }
+          if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
           if (t.softcap > 0 || masked) Vec::store(L.s + j * L.rp + r, x);
           mx = Vec::max(mx, x);
         }
-        // A row with nothing visible yet keeps max -inf; subtract 0 instead so exp gives 0, not NaN.
-        const V m_use = Vec::select_lt(mx, Vec::set1(-3.0e38f), Vec::zero(), mx);
+        const V m_use = usable_max(mx);
         const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
         for (std::int64_t j = 0; j < n; ++j) {
@@ -471,17 +405,7 @@ void prefill_typed(const PrefillTask& t) {
     }
   }
 
-  for (std::int64_t g = 0; g < G; ++g) {
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const float li = L.l[g * L.rp + i];
-      const bool empty = li == 0.0f;
-      const float inv = empty ? 0.0f : 1.0f / li;
-      const float* src = L.o + (g * L.rp + i) * L.dp;
-      float* dst = t.out + (g * t.block_rows + i) * t.out_stride;
-      for (std::int64_t c = 0; c < d; ++c) dst[c] = src[c] * inv;
-      t.lse[g * t.block_rows + i] = empty ? kNegInf : L.m[g * L.rp + i] + std::log(li);
-    }
-  }
+  write_prefill_result(t, L.o, L.m, L.l, L.rp, L.dp);
 }
 
 inline void prefill(const PrefillTask& t) {

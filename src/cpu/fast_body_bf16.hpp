@@ -1,6 +1,7 @@
 // Internal: the fast CPU kernel bodies for bf16 K/V with vdpbf16ps (AVX512_BF16). Included by
 // fast_isa_avx512bf16.cpp after fast_body.hpp, in the same namespace, so the f32 helpers
-// (exp, softcap, row chunking, layouts' rounding) are shared; f32 and f16 K/V take the f32 bodies.
+// (exp, softcap, row chunking) are shared, and so are task input/output, prefetch and the running
+// softmax state (fast_body_io.hpp); f32 and f16 K/V take the f32 bodies.
 //
 // Numerics (docs/architecture.md, CPU section; measured error in docs/perf-notes.md, CPU round 2):
 //   Q K^T: exact products. bf16 q goes in as is; an f32/f16 q is split once per task into
@@ -27,23 +28,6 @@ using B16 = ::attnkit::cpu::simd::Bf16Avx512;
 using ::attnkit::cpu::simd::pair_column;
 using P16 = B16::P;
 constexpr int kPairChunk = B16::kChunk;  // 32 bf16 values per vector
-// Decode streams K and V from DRAM between dot products; one core keeps too few misses in flight
-// on its own, so rows this far ahead are prefetched (clamped to the task's last key).
-constexpr std::int64_t kPrefetchRows = 32;
-
-// Every cache line of row `row` (clamped to `last`) of a bf16 row source, into L1.
-inline void prefetch_row(const std::uint16_t* base, std::int64_t offset, std::int64_t stride, std::int64_t row,
-                         std::int64_t last, std::int64_t d) {
-  const char* p = reinterpret_cast<const char*>(base + offset + imin(row, last) * stride);
-  for (std::int64_t b = 0; b < d * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-}
-// The same into L2: the other stream's rows for the next phase (V during Q K^T, the next tile's K
-// during P V), so both streams are in flight all the time instead of restarting at every phase.
-inline void prefetch_row_l2(const std::uint16_t* base, std::int64_t offset, std::int64_t stride, std::int64_t row,
-                            std::int64_t last, std::int64_t d) {
-  const char* p = reinterpret_cast<const char*>(base + offset + imin(row, last) * stride);
-  for (std::int64_t b = 0; b < d * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
-}
 
 inline std::uint16_t q_bits(const RowSource& s, std::int64_t offset) {
   return static_cast<const std::uint16_t*>(s.data)[offset];
@@ -61,7 +45,10 @@ inline void split_q(const RowSource& q, std::int64_t offset, std::uint16_t& hi, 
   lo = float_to_bf16_bits(x - bf16_bits_to_float(hi));
 }
 
-inline std::int64_t pair_col_index(std::int64_t c) { return c / kPairChunk * kPairChunk + pair_column(c % kPairChunk); }
+// Accumulator column of output column c (32-column blocks in key-pair interleave order).
+struct PairColumn {
+  std::int64_t operator()(std::int64_t c) const { return c / kPairChunk * kPairChunk + pair_column(c % kPairChunk); }
+};
 
 // ---------------------------------------------------------------------------------------------
 // Decode
@@ -110,9 +97,8 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
     for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row(k, t.k.offset, t.k.row_stride, j0 + j + kk + kPrefetchRows, t.key_end - 1, d);
-        prefetch_row_l2(static_cast<const std::uint16_t*>(t.v.data), t.v.offset, t.v.row_stride, j0 + j + kk,
-                        t.key_end - 1, d);
+        prefetch_row(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, d);
+        prefetch_row<2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
     for (std::int64_t c = 0; c < d; c += kPairChunk) {
@@ -167,7 +153,7 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
   };
-  const char* pf = reinterpret_cast<const char*>(ra + kPrefetchRows * stride);
+  const char* pf = reinterpret_cast<const char*>(ra + kDecodePrefetchRows * stride);
   const char* pf_end = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(t.v.data) + t.v.offset +
                                                      (t.key_end - 1) * stride + b0 * kPairChunk);
   std::int64_t j = 0;
@@ -179,9 +165,8 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
     if (g0 == 0 && b0 == 0) {
-      const auto* kb = static_cast<const std::uint16_t*>(t.k.data);
-      prefetch_row_l2(kb, t.k.offset, t.k.row_stride, j0 + n + j, t.key_end - 1, d);
-      prefetch_row_l2(kb, t.k.offset, t.k.row_stride, j0 + n + j + 1, t.key_end - 1, d);
+      prefetch_row<2>(t.k, j0 + n + j, t.key_end - 1, d);
+      prefetch_row<2>(t.k, j0 + n + j + 1, t.key_end - 1, d);
     }
     pair(ra + stride, j);
   }
@@ -236,30 +221,20 @@ void decode_bf16_typed(const DecodeTask& t) {
       for (std::int64_t j = n; j < np; ++j) s[j] = kNegInf;  // keys past the tile: p = 0
       V mx = Vec::set1(kNegInf);
       for (std::int64_t j = 0; j < np; j += W) mx = Vec::max(mx, Vec::load(s + j));
-      const float m_new = L.m[g] > Vec::reduce_max(mx) ? L.m[g] : Vec::reduce_max(mx);
-      const float alpha = L.m[g] == kNegInf ? 0.0f : std::exp(L.m[g] - m_new);
-      const V mv = Vec::set1(m_new);
+      const RaisedMax r = raise_max(L.m[g], Vec::reduce_max(mx), L.acc + g * L.dp, L.dp);
+      const V mv = Vec::set1(r.m_new);
       V sum = Vec::zero();
       for (std::int64_t j = 0; j < np; j += W) {
         const V e = Vec::exp(Vec::sub(Vec::load(s + j), mv));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), B16::to_bf16(e));
         sum = Vec::add(sum, e);
       }
-      L.l[g] = L.l[g] * alpha + Vec::reduce_add(sum);
-      L.m[g] = m_new;
-      if (alpha != 1.0f) {
-        const V av = Vec::set1(alpha);
-        for (std::int64_t c = 0; c < L.dp; c += W) Vec::store(L.acc + g * L.dp + c, Vec::mul(Vec::load(L.acc + g * L.dp + c), av));
-      }
+      L.l[g] = L.l[g] * r.alpha + Vec::reduce_add(sum);
+      L.m[g] = r.m_new;
     }
     for_row_chunks<8>(G, [&]<int GR>(std::int64_t g0) { decode_pv_bf16<GR>(t, L, g0, j0, n); });
   }
-  for (std::int64_t g = 0; g < G; ++g) {
-    const bool empty = L.l[g] == 0.0f;
-    const float inv = empty ? 0.0f : 1.0f / L.l[g];
-    for (std::int64_t c = 0; c < d; ++c) t.out[g * t.out_stride + c] = L.acc[g * L.dp + pair_col_index(c)] * inv;
-    t.lse[g] = empty ? kNegInf : L.m[g] + std::log(L.l[g]);
-  }
+  write_decode_result(t, L.acc, L.dp, L.m, L.l, PairColumn{});
 }
 
 inline void decode_bf16(const DecodeTask& t) {
@@ -377,17 +352,8 @@ void prefill_bf16_typed(const PrefillTask& t) {
   const auto* kbase = static_cast<const std::uint16_t*>(t.k.data);
   const auto* vbase = static_cast<const std::uint16_t*>(t.v.data);
 
-  std::int64_t lo = t.kv_len, hi = 0, full_lo = 0, full_hi = t.kv_len;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const KeyRange r = visible_keys(t.first_position + i, t.kv_len, t.causal, t.window);
-    if (r.size() > 0) {
-      lo = imin(lo, r.begin);
-      hi = imax(hi, r.end);
-    }
-    full_lo = imax(full_lo, r.begin);
-    full_hi = imin(full_hi, r.end);
-  }
-  for (std::int64_t i = 0; i < L.rp; ++i) L.pos[i] = static_cast<float>(t.first_position + i);
+  const BlockKeys keys = block_keys(t);
+  start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.pos);
 
   // Q^T as pairs of head_dim per row (rows in the lanes), unscaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {
@@ -405,17 +371,11 @@ void prefill_bf16_typed(const PrefillTask& t) {
         ql[c2 * L.rp + i] = static_cast<std::uint32_t>(l0) | (static_cast<std::uint32_t>(l1) << 16);
       }
     }
-    for (std::int64_t i = 0; i < L.rp * L.dp; ++i) L.o[g * L.rp * L.dp + i] = 0.0f;
-    for (std::int64_t i = 0; i < L.rp; ++i) {
-      L.m[g * L.rp + i] = kNegInf;
-      L.l[g * L.rp + i] = 0.0f;
-    }
   }
 
-  const V neg_inf = Vec::set1(kNegInf);
   const V scale = Vec::set1(t.scale);
-  for (std::int64_t j0 = lo; j0 < hi; j0 += t.tile) {
-    const std::int64_t n = imin(t.tile, hi - j0);
+  for (std::int64_t j0 = keys.lo; j0 < keys.hi; j0 += t.tile) {
+    const std::int64_t n = imin(t.tile, keys.hi - j0);
     const std::int64_t np = round_up(n, Vec::kQkKeys);
     // K tile as bf16 rows padded to an even head_dim; padded keys are zero rows.
     for (std::int64_t j = 0; j < np; ++j) {
@@ -441,7 +401,7 @@ void prefill_bf16_typed(const PrefillTask& t) {
         B16::store_pairs(dst + c + W, phi);
       }
     }
-    const bool masked = !(j0 >= full_lo && j0 + n <= full_hi);
+    const bool masked = !(j0 >= keys.full_lo && j0 + n <= keys.full_hi);
     for (std::int64_t g = 0; g < G; ++g) {
       const std::uint32_t* qh = L.qh + g * pairs_d * L.rp;
       const std::uint32_t* ql = L.ql + g * pairs_d * L.rp;
@@ -458,17 +418,11 @@ void prefill_bf16_typed(const PrefillTask& t) {
         for (std::int64_t j = 0; j < n; ++j) {
           V x = Vec::mul(Vec::load(L.s + j * L.rp + r), scale);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
-          if (masked) {
-            const V key = Vec::set1(static_cast<float>(j0 + j));
-            if (t.causal) x = Vec::select_lt(pos, key, neg_inf, x);
-            if (t.window > 0) {
-              x = Vec::select_lt(key, Vec::add(pos, Vec::set1(static_cast<float>(1 - t.window))), neg_inf, x);
-            }
-          }
+          if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
           Vec::store(L.s + j * L.rp + r, x);
           mx = Vec::max(mx, x);
         }
-        const V m_use = Vec::select_lt(mx, Vec::set1(-3.0e38f), Vec::zero(), mx);
+        const V m_use = usable_max(mx);
         const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
         for (std::int64_t j = 0; j < n; j += 2) {
@@ -487,17 +441,7 @@ void prefill_bf16_typed(const PrefillTask& t) {
     }
   }
 
-  for (std::int64_t g = 0; g < G; ++g) {
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const float li = L.l[g * L.rp + i];
-      const bool empty = li == 0.0f;
-      const float inv = empty ? 0.0f : 1.0f / li;
-      const float* src = L.o + (g * L.rp + i) * L.dp;
-      float* dst = t.out + (g * t.block_rows + i) * t.out_stride;
-      for (std::int64_t c = 0; c < d; ++c) dst[c] = src[pair_col_index(c)] * inv;
-      t.lse[g * t.block_rows + i] = empty ? kNegInf : L.m[g * L.rp + i] + std::log(li);
-    }
-  }
+  write_prefill_result(t, L.o, L.m, L.l, L.rp, L.dp, PairColumn{});
 }
 
 inline void prefill_bf16(const PrefillTask& t) {

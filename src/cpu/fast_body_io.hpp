@@ -1,0 +1,167 @@
+// Internal: what the fast CPU bodies share apart from their arithmetic, written once for the f32
+// bodies (fast_body.hpp) and the vdpbf16ps bodies (fast_body_bf16.hpp): reading a task's rows
+// (scalar loads, prefetch into L1 or L2), the running softmax state of a query row (raising its
+// max folds the previous sum and accumulator), the key range of a prefill row block, and writing
+// a task's normalised output and LSE. Like fast_body.hpp it is compiled once per instruction
+// set: the including unit defines ATTNKIT_ISA_NS and ATTNKIT_VEC and turns its target on first.
+// Bound: none of it is on the hot path's critical resource except the prefetches, which keep the
+// K and V streams in flight (decode is memory- or dot-rate-bound; see the bodies).
+#ifndef ATTNKIT_ISA_NS
+#error "define ATTNKIT_ISA_NS before including fast_body_io.hpp"
+#endif
+#pragma once
+
+namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+using Vec = ATTNKIT_VEC;
+using V = Vec::V;
+constexpr int W = Vec::kWidth;
+constexpr float kNegInf = -__builtin_inff();
+
+inline std::int64_t imin(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+inline std::int64_t imax(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
+inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
+inline std::size_t floats_for(std::int64_t n) { return static_cast<std::size_t>(round_up(n, 16)); }
+
+inline std::int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+inline float load_scalar(const RowSource& s, std::int64_t offset) {
+  switch (s.dtype) {
+    case DType::kF32: return static_cast<const float*>(s.data)[offset];
+    case DType::kF16: return f16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[offset]);
+    default: return bf16_bits_to_float(static_cast<const std::uint16_t*>(s.data)[offset]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetch
+
+// Decode streams K and V from DRAM between dot products; one core keeps too few misses in flight
+// on its own, so rows this far ahead are prefetched (clamped to the task's last key).
+constexpr std::int64_t kDecodePrefetchRows = 32;
+
+// Bytes [from, from + bytes) of row `row` (clamped to `last`) of `s`.
+// kLocality 3: into L1 (rows about to be used); 2: into L2 (the other stream's rows for the next
+// phase: V during Q K^T, the next tile's K during P V, so both streams stay in flight instead of
+// restarting at every phase).
+template <int kLocality = 3>
+inline void prefetch_bytes(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t from,
+                           std::int64_t bytes) {
+  const std::int64_t eb = elem_bytes(s.dtype);
+  const char* p = static_cast<const char*>(s.data) + (s.offset + (row < last ? row : last) * s.row_stride) * eb + from;
+  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+}
+
+// A whole row of `s` (head_dim elements).
+template <int kLocality = 3>
+inline void prefetch_row(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t head_dim) {
+  prefetch_bytes<kLocality>(s, row, last, 0, head_dim * elem_bytes(s.dtype));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running softmax state
+
+// A tile whose largest score is `tile_max` joins a row whose running max is `m`: the new max, and
+// alpha = e^(m - m_new), the factor by which the row's earlier sum and accumulator shrink (0 for a
+// row that had seen nothing). The accumulator (dp floats) is rescaled here; the caller folds
+// alpha into the sum with the tile's own: l = l * alpha + sum.
+struct RaisedMax {
+  float m_new, alpha;
+};
+inline RaisedMax raise_max(float m, float tile_max, float* acc, std::int64_t dp) {
+  const float m_new = m > tile_max ? m : tile_max;
+  const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  if (alpha != 1.0f) {
+    const V av = Vec::set1(alpha);
+    for (std::int64_t c = 0; c < dp; c += W) Vec::store(acc + c, Vec::mul(Vec::load(acc + c), av));
+  }
+  return {m_new, alpha};
+}
+
+// Rows in the lanes (prefill): a row with nothing visible yet keeps max -inf; exponents are taken
+// against 0 instead, so e^(s - max) gives 0, not NaN.
+inline V usable_max(V mx) { return Vec::select_lt(mx, Vec::set1(-3.0e38f), Vec::zero(), mx); }
+
+// Score x of key `key` for query rows at positions `pos` (lanes), -inf where the key is masked:
+// after the query (causal) or before its window.
+inline V mask_key(V x, V pos, std::int64_t key, bool causal, std::int64_t window) {
+  const V k = Vec::set1(static_cast<float>(key));
+  const V neg_inf = Vec::set1(kNegInf);
+  if (causal) x = Vec::select_lt(pos, k, neg_inf, x);
+  if (window > 0) x = Vec::select_lt(k, Vec::add(pos, Vec::set1(static_cast<float>(1 - window))), neg_inf, x);
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task input: the key range of a prefill row block and the block's starting state
+
+// Keys any row of the block sees, [lo, hi) (rows are monotone in position), and keys every row
+// sees, [full_lo, full_hi): tiles inside the latter need no mask.
+struct BlockKeys {
+  std::int64_t lo, hi, full_lo, full_hi;
+};
+inline BlockKeys block_keys(const PrefillTask& t) {
+  BlockKeys k{t.kv_len, 0, 0, t.kv_len};
+  for (std::int64_t i = 0; i < t.rows; ++i) {
+    const KeyRange r = visible_keys(t.first_position + i, t.kv_len, t.causal, t.window);
+    if (r.size() > 0) {
+      k.lo = imin(k.lo, r.begin);
+      k.hi = imax(k.hi, r.end);
+    }
+    k.full_lo = imax(k.full_lo, r.begin);
+    k.full_hi = imin(k.full_hi, r.end);
+  }
+  return k;
+}
+
+// Empty state for the block's group x rp rows: o = 0 ([group][rp][dp]), m = -inf, l = 0, and the
+// rows' positions (as floats, for the lane masks).
+inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int64_t dp, float* o, float* m, float* l,
+                                float* pos) {
+  for (std::int64_t i = 0; i < t.group * rp * dp; ++i) o[i] = 0.0f;
+  for (std::int64_t i = 0; i < t.group * rp; ++i) {
+    m[i] = kNegInf;
+    l[i] = 0.0f;
+  }
+  for (std::int64_t i = 0; i < rp; ++i) pos[i] = static_cast<float>(t.first_position + i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task output: normalised rows and their LSE (zeros and -inf for a row that saw no key)
+
+// Column c of the task's output sits at accumulator column column(c): the f32 bodies keep head_dim
+// in order; the bf16 bodies keep 32-column blocks in key-pair interleave order.
+struct SameColumn {
+  std::int64_t operator()(std::int64_t c) const { return c; }
+};
+
+template <class Column>
+inline void write_row(const float* acc, float m, float l, std::int64_t d, Column column, float* out, float* lse) {
+  const bool empty = l == 0.0f;
+  const float inv = empty ? 0.0f : 1.0f / l;
+  for (std::int64_t c = 0; c < d; ++c) out[c] = acc[column(c)] * inv;
+  *lse = empty ? kNegInf : m + std::log(l);
+}
+
+// Decode: the group's rows, acc [group][dp].
+template <class Column = SameColumn>
+inline void write_decode_result(const DecodeTask& t, const float* acc, std::int64_t dp, const float* m, const float* l,
+                                Column column = {}) {
+  for (std::int64_t g = 0; g < t.group; ++g) {
+    write_row(acc + g * dp, m[g], l[g], t.head_dim, column, t.out + g * t.out_stride, t.lse + g);
+  }
+}
+
+// Prefill: the block's rows for every head of the group, o [group][rp][dp], m and l [group][rp].
+template <class Column = SameColumn>
+inline void write_prefill_result(const PrefillTask& t, const float* o, const float* m, const float* l, std::int64_t rp,
+                                 std::int64_t dp, Column column = {}) {
+  for (std::int64_t g = 0; g < t.group; ++g) {
+    for (std::int64_t i = 0; i < t.rows; ++i) {
+      write_row(o + (g * rp + i) * dp, m[g * rp + i], l[g * rp + i], t.head_dim, column,
+                t.out + (g * t.block_rows + i) * t.out_stride, t.lse + g * t.block_rows + i);
+    }
+  }
+}
+
+}  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS
