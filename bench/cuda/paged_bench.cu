@@ -1,0 +1,215 @@
+// Paged decode benchmark (issue 6), one command: attnkit_paged_bench [--reps N] [--quick] > out.json
+//
+// 1. Paged decode at the decode sweep's points (32 query / 8 KV heads, head_dim 128, bf16 and f32
+//    K/V, batch 1/16/64/256, kv_len 1k/4k/16k/64k; points whose cache exceeds 40 GB skipped), page
+//    size 16, HND pool with randomly permuted pages, measured beside OUR contiguous cuda::decode on
+//    the same problem in the same run (ratio = contiguous time / paged time, 1.0 = same speed).
+// 2. A mixed batch: 64 sequences with lengths drawn uniformly from 100..32768 (fixed seed; the
+//    lengths are in the output so bench/peers/torch_paged.py times PyTorch SDPA flash and cuDNN on
+//    the equivalent padded problem, every sequence padded to the longest).
+// Protocol (DESIGN.md, bench/cuda/device_support.cuh): random device data, warm-up, 256 MiB L2
+// flush before every repetition, CUDA events, median of >= 50 repetitions. The read ceiling (16-byte
+// loads) is measured in the same run; bytes are the plan's predicted bytes (K/V + q + out + table).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/attnkit.hpp"
+#include "attnkit/cuda_paged.hpp"
+#include "bench.hpp"
+#include "cuda/device_support.cuh"
+
+namespace attnkit::bench {
+namespace {
+
+constexpr const char* kContext = "paged bench";
+constexpr double kMaxCaseBytes = 40e9;
+constexpr std::int64_t kPageSize = 16;
+using device::Buffer;
+using device::time_events;
+using device::Timing;
+using json = nlohmann::json;
+
+void check(cudaError_t err, const char* what) { device::check(err, kContext, what); }
+
+DecodeProblem contiguous_problem(std::int64_t batch, std::int64_t kv_len, DType dtype) {
+  DecodeProblem p;
+  p.batch = batch;
+  p.num_heads = 32;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.max_seq = p.kv_len = kv_len;
+  p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+  return p;
+}
+
+json timing_json(const Timing& t, double bytes, double ceiling) {
+  return {{"median_s", t.median_s}, {"min_s", t.min_s}, {"max_s", t.max_s}, {"repetitions", t.repetitions},
+          {"bytes", bytes}, {"achieved_bytes_per_s", bytes / t.median_s},
+          {"pct_of_read_ceiling", 100.0 * bytes / t.median_s / ceiling}};
+}
+
+// Times paged decode over `lengths` (and contiguous decode on the same lengths when asked).
+json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len, DType dtype,
+               const std::vector<std::int32_t>& lengths, double contiguous_limit, const Options& options,
+               double ceiling, void* flush, cudaStream_t stream) {
+  const Target target = cuda::target();
+  const std::size_t es = dtype_size(dtype);
+  const std::int64_t H = 32, G = 8, D = 128;
+  json row = {{"case", name}, {"batch", batch}, {"kv_len", kv_len}, {"dtype", dtype_name(dtype)},
+              {"num_heads", H}, {"kv_heads", G}, {"head_dim", D}, {"page_size", kPageSize}};
+  std::int64_t pages = 0;
+  for (std::int32_t len : lengths) pages += (len + kPageSize - 1) / kPageSize;
+  const double pool_bytes = 2.0 * static_cast<double>(pages) * G * kPageSize * D * es;
+  const double contiguous_bytes = 2.0 * static_cast<double>(batch) * G * kv_len * D * es;
+  if (pool_bytes > kMaxCaseBytes || contiguous_bytes > std::max(contiguous_limit, kMaxCaseBytes)) {
+    row["skipped"] = "K/V cache over 40 GB";
+    return row;
+  }
+  const bool with_contiguous = contiguous_bytes <= contiguous_limit;
+  // The paged problem and plan: a table wide enough for kv_len, the pool exactly the pages used.
+  PagedDecodeProblem pp;
+  pp.batch = batch;
+  pp.num_heads = H;
+  pp.kv_heads = G;
+  pp.head_dim = D;
+  pp.cache = {std::max<std::int64_t>(pages, 1), kPageSize, (kv_len + kPageSize - 1) / kPageSize, PageLayout::kHND};
+  pp.kv_len = kv_len;
+  pp.kv_dtype = pp.q_dtype = pp.out_dtype = dtype;
+  const PagedDecodePlan plan = plan_paged_decode(pp, target);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(pp.cache.num_pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(1234);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(batch * pp.cache.max_pages_per_seq), -1);
+  std::size_t next = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t i = 0; i < (lengths[b] + kPageSize - 1) / kPageSize; ++i) {
+      table[static_cast<std::size_t>(b * pp.cache.max_pages_per_seq + i)] = order[next++];
+    }
+  }
+  const std::int64_t pool_elems = pp.cache.num_pages * G * kPageSize * D, q_elems = batch * H * D;
+  Buffer k(pool_elems * es), v(pool_elems * es), q(q_elems * es), out(q_elems * es), d_table(table.size() * 4),
+      d_lengths(lengths.size() * 4), ws(plan.bounds.workspace_bytes);
+  device::fill_random(k.data, dtype, pool_elems, 31);
+  device::fill_random(v.data, dtype, pool_elems, 32);
+  device::fill_random(q.data, dtype, q_elems, 33);
+  check(cudaMemcpy(d_table.data, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "table");
+  check(cudaMemcpy(d_lengths.data, lengths.data(), lengths.size() * 4, cudaMemcpyHostToDevice), "lengths");
+  check(cudaDeviceSynchronize(), "fill");
+  const auto dev = DeviceKind::kCuda;
+  const PagedDecodeTensors t{
+      TensorView::contiguous(q.data, dtype, {batch, H, D}, dev),
+      {TensorView::contiguous(k.data, dtype, {pp.cache.num_pages, G, kPageSize, D}, dev),
+       TensorView::contiguous(v.data, dtype, {pp.cache.num_pages, G, kPageSize, D}, dev),
+       TensorView::contiguous(d_table.data, DType::kI32, {batch, pp.cache.max_pages_per_seq}, dev),
+       TensorView::contiguous(d_lengths.data, DType::kI32, {batch}, dev)},
+      TensorView::contiguous(out.data, dtype, {batch, H, D}, dev),
+      {}};
+  const Workspace workspace{ws.data, plan.bounds.workspace_bytes, dev};
+  // Bytes actually needed: the K/V rows of the lengths, q, out and the table entries used.
+  double kv_bytes = 0;
+  for (std::int32_t len : lengths) kv_bytes += 2.0 * len * G * D * es;
+  const double bytes = kv_bytes + 2.0 * q_elems * es + 4.0 * static_cast<double>(next);
+  const Timing paged = time_events(options, stream, flush, [&] { cuda::paged_decode(plan, t, workspace, stream); });
+  row["paged"] = timing_json(paged, bytes, ceiling);
+  row["plan"] = {{"splits", plan.partition.sequence_splits}, {"keys_per_split", plan.partition.keys_per_split},
+                 {"grid_blocks", plan.partition.grid_blocks}, {"predicted_bytes",
+                  static_cast<double>(plan.evidence.traffic.global_read_bytes + plan.evidence.traffic.global_write_bytes)}};
+  if (with_contiguous) {
+    // Ours, contiguous: [batch, kv_heads, kv_len, head_dim], the same lengths, same protocol.
+    const DecodeProblem cp = contiguous_problem(batch, kv_len, dtype);
+    const DecodePlan cplan = plan_decode(cp, target);
+    const std::int64_t c_elems = batch * G * kv_len * D;
+    Buffer ck(c_elems * es), cv(c_elems * es), cws(cplan.evidence.workspace_bytes);
+    device::fill_random(ck.data, dtype, c_elems, 41);
+    device::fill_random(cv.data, dtype, c_elems, 42);
+    check(cudaDeviceSynchronize(), "fill");
+    const DecodeTensors ct{t.q,
+                           TensorView::contiguous(ck.data, dtype, {batch, G, kv_len, D}, dev),
+                           TensorView::contiguous(cv.data, dtype, {batch, G, kv_len, D}, dev),
+                           t.cache.lengths,
+                           t.out,
+                           {}};
+    const Workspace cworkspace{cws.data, cplan.evidence.workspace_bytes, dev};
+    const Timing flat = time_events(options, stream, flush, [&] { cuda::decode(cplan, ct, cworkspace, stream); });
+    row["contiguous"] = timing_json(flat, bytes, ceiling);
+    row["paged_vs_contiguous"] = flat.median_s / paged.median_s;  // throughput ratio: >= 0.95 is the target
+  }
+  return row;
+}
+
+}  // namespace
+}  // namespace attnkit::bench
+
+int main(int argc, char** argv) {
+  using namespace attnkit;
+  using namespace attnkit::bench;
+  Options options;
+  bool quick = false;
+  std::string command = "attnkit_paged_bench";
+  for (int i = 1; i < argc; ++i) {
+    command += std::string(" ") + argv[i];
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      options.repetitions = std::atoi(argv[++i]);
+      command += std::string(" ") + argv[i];
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::cerr << "usage: attnkit_paged_bench [--reps N] [--quick] > paged.json  (JSON on stdout)" << std::endl;
+      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+    }
+  }
+  try {
+    require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run on a GPU machine");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    const double ceiling = cuda_read_ceiling(options);
+    Buffer flush(device::kFlushBytes);
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    json rows = json::array();
+    const std::vector<std::int64_t> batches = quick ? std::vector<std::int64_t>{1, 64} : std::vector<std::int64_t>{1, 16, 64, 256};
+    const std::vector<std::int64_t> lens = quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{1024, 4096, 16384, 65536};
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      for (std::int64_t batch : batches) {
+        for (std::int64_t kv_len : lens) {
+          std::cerr << "paged decode " << dtype_name(dtype) << " b" << batch << " kv" << kv_len << std::endl;
+          const std::vector<std::int32_t> full(static_cast<std::size_t>(batch), static_cast<std::int32_t>(kv_len));
+          rows.push_back(run_point("sweep", batch, kv_len, dtype, full, kMaxCaseBytes, options, ceiling, flush.data, stream));
+        }
+      }
+    }
+    // The mixed batch: 64 sequences, lengths uniform in [100, 32768].
+    std::mt19937 rng(2026);
+    std::uniform_int_distribution<std::int32_t> draw(100, 32768);
+    std::vector<std::int32_t> mixed(64);
+    for (auto& len : mixed) len = draw(rng);
+    std::cerr << "paged decode mixed batch" << std::endl;
+    // Ours contiguous on the same lengths needs the padded [64, 8, 32768, 128] cache (69 GB) beside
+    // the pool: allowed here (the H200 holds 141 GB), not in the sweep.
+    json m = run_point("mixed", 64, 32768, DType::kBF16, mixed, 80e9, options, ceiling, flush.data, stream);
+    m["lengths"] = mixed;
+    rows.push_back(m);
+    cudaStreamDestroy(stream);
+    json doc = {{"device", prop.name}, {"command", command}, {"read_ceiling_bytes_per_s", ceiling},
+                {"protocol", "events, warm-up " + std::to_string(options.warmup) + ", median of " +
+                                 std::to_string(options.repetitions) + ", 256 MiB L2 flush before each repetition"},
+                {"rows", rows}};
+    std::cout << doc.dump(1) << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

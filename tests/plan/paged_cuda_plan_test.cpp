@@ -1,0 +1,84 @@
+// The CUDA rules for paged decode and extend (src/plan/paged_plan.cpp), from a known target with
+// no device: paged decode keeps the contiguous decode partition; extend packs (query row, head)
+// pairs into the decode kernel's rows; both state the exact split-state workspace they use.
+#include <gtest/gtest.h>
+
+#include "attnkit/attnkit.hpp"
+
+namespace attnkit {
+namespace {
+
+std::uint64_t states(std::uint64_t splits, std::uint64_t rows, std::uint64_t heads, std::uint64_t head_dim) {
+  if (splits <= 1) return 0;
+  return (splits * rows * heads * (head_dim + 1) * 4 + 255) / 256 * 256;
+}
+
+TEST(PagedCudaPlan, PagedDecodeKeepsTheContiguousPartitionAndStatesItsExactWorkspace) {
+  for (std::int64_t batch : {1, 16, 64, 256}) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      PagedDecodeProblem p;
+      p.batch = batch;
+      p.num_heads = 32;
+      p.kv_heads = 8;
+      p.head_dim = 128;
+      p.cache = {batch * 256 + 1, 16, 256, PageLayout::kHND};
+      p.kv_len = 4096;
+      p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+      const auto paged = plan_paged_decode(p, known_target("h200"));
+      const auto flat = plan_decode(p.as_decode(), known_target("h200"));
+      EXPECT_EQ(paged.partition.family, KernelFamily::kSplitKvDecode);
+      EXPECT_EQ(paged.partition.sequence_splits, flat.partition.sequence_splits) << batch;
+      EXPECT_EQ(paged.partition.keys_per_split, flat.partition.keys_per_split) << batch;
+      EXPECT_EQ(paged.partition.tile_size, flat.partition.tile_size);
+      EXPECT_EQ(paged.partition.grid_blocks, flat.partition.grid_blocks);
+      EXPECT_EQ(paged.bounds.workspace_bytes, paged.evidence.workspace_bytes);
+      EXPECT_EQ(paged.bounds.workspace_bytes, states(paged.partition.sequence_splits, batch, 32, 128)) << batch;
+      if (batch == 1) EXPECT_GT(paged.partition.sequence_splits, 1u) << "one sequence must be split to fill the GPU";
+    }
+  }
+}
+
+TEST(PagedCudaPlan, ExtendPacksQueryRowsAndHeadsIntoTheDecodeRows) {
+  struct Case {
+    std::int64_t heads, kv_heads, max_q_len, max_total_q, kv_len, window;
+    DType dtype;
+  };
+  for (const Case& c : {Case{32, 8, 1, 0, 4096, 0, DType::kBF16}, Case{32, 8, 4, 0, 4096, 0, DType::kBF16},
+                        Case{32, 8, 17, 40, 4096, 0, DType::kBF16}, Case{8, 8, 300, 0, 8192, 0, DType::kF16},
+                        Case{16, 2, 6, 0, 2048, 128, DType::kF32}}) {
+    ExtendProblem e;
+    e.batch = 8;
+    e.num_heads = c.heads;
+    e.kv_heads = c.kv_heads;
+    e.head_dim = 128;
+    e.cache = {4096, 16, 1024, PageLayout::kNHD};
+    e.max_q_len = c.max_q_len;
+    e.max_total_q = c.max_total_q;
+    e.kv_len = c.kv_len;
+    e.options.window = c.window;
+    e.kv_dtype = e.q_dtype = e.out_dtype = c.dtype;
+    const auto plan = plan_extend(e, known_target("h200"));
+    const std::int64_t packed = e.group_size() * c.max_q_len;
+    const std::string note = "q_len " + std::to_string(c.max_q_len) + " group " + std::to_string(e.group_size());
+    EXPECT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode) << note;
+    EXPECT_EQ(plan.partition.rows_per_block, static_cast<std::uint32_t>(std::min<std::int64_t>(packed, 64))) << note;
+    const std::uint64_t passes = (packed + plan.partition.rows_per_block - 1) / plan.partition.rows_per_block;
+    EXPECT_EQ(plan.partition.grid_blocks, 8u * c.kv_heads * passes * plan.partition.sequence_splits) << note;
+    EXPECT_EQ(plan.partition.keys_per_split % plan.partition.tile_size, 0u) << note;
+    EXPECT_EQ(plan.bounds.max_q_len, c.max_q_len);
+    EXPECT_EQ(plan.bounds.max_total_q, e.total_q_bound());
+    EXPECT_EQ(plan.bounds.workspace_bytes, plan.evidence.workspace_bytes) << note;
+    EXPECT_EQ(plan.bounds.workspace_bytes,
+              states(plan.partition.sequence_splits, static_cast<std::uint64_t>(e.total_q_bound()), c.heads, 128))
+        << note;
+    if (c.window > 0) {
+      // The split range covers the window plus the query rows one block spans.
+      EXPECT_GE(static_cast<std::int64_t>(plan.partition.keys_per_split) * plan.partition.sequence_splits,
+                c.window + plan.partition.rows_per_block / e.group_size())
+          << note;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
