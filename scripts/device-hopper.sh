@@ -5,8 +5,8 @@
 #   SASS facts of the built kernel (HGMMA count, local-memory traffic), then the prefill sweep
 #   (bench/cuda/prefill_bench.cu: planner's choice + the tiled fallback, cuBLAS GEMM ceiling) and
 #   the torch SDPA flash / cuDNN peers in the same call, rendered to $OUT/prefill_hopper_h200.*
-#   scripts/device-hopper.sh [--no-tests] [--no-sanitize] [--no-bench] [--quick] [bench filters:
-#     --head-dim D --min-seq S --max-seq S]
+#   scripts/device-hopper.sh [--no-tests] [--no-sanitize] [--no-bench] [--quick] [--also-tiled]
+#     [bench filters: --head-dim D --min-seq S --max-seq S]
 # Logs under $OUT/logs (packed into logs.tar.gz); a short summary is printed last.
 # Needs the carried .deps/devprefix (GTest, CLI11, nlohmann-json; made here by scripts/device-deps.sh).
 set -uo pipefail
@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/attnkit-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"
 BUILD=build/device-hopper
-tests=1 sanitize=1 bench=1 quick=0
+tests=1 sanitize=1 bench=1 quick=0 also_tiled=""
 filters=()
 while (($#)); do
   case $1 in
@@ -24,6 +24,7 @@ while (($#)); do
     --no-bench) bench=0 ;;
     --quick) quick=1 ;;
     --head-dim|--min-seq|--max-seq) filters+=("$1" "$2"); shift ;;
+    --also-tiled) also_tiled=--also-tiled ;;
   esac
   shift
 done
@@ -86,7 +87,7 @@ fi
 
 if ((bench)); then
   PQ=""; ((quick)) && PQ="--quick"
-  timeout 330 $BUILD/prefill_bench $PQ --also-tiled "${filters[@]}" > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" ||
+  timeout 330 $BUILD/prefill_bench $PQ $also_tiled "${filters[@]}" > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" ||
     { status=1; tail -5 "$LOG/prefill_bench.err"; }
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ "${filters[@]}" > "$OUT/prefill_torch.jsonl" 2> "$LOG/prefill_torch.err" ||
     { status=1; tail -5 "$LOG/prefill_torch.err"; }

@@ -139,7 +139,10 @@ def render(attnkit_path, torch_path, out):
             for row, causal in enumerate((False, True)):
                 ax = axes[row][col]
                 seqs = sorted(s for (dd, c, s) in by if dd == d and c == causal)
-                for impl, style in (("attnkit", "o-"), ("torch-flash", "s--"), ("torch-cudnn", "^:")):
+                if not seqs:  # a filtered sweep: nothing measured for this panel
+                    ax.set_visible(False)
+                    continue
+                for impl, style in (("attnkit", "o-"), ("attnkit-tiled", "x-."), ("torch-flash", "s--"), ("torch-cudnn", "^:")):
                     ys = [by[(d, causal, s)].get(impl, float("nan")) for s in seqs]
                     ax.plot(seqs, ys, style, label=impl)
                 if gemm:

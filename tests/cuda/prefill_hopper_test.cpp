@@ -1,7 +1,8 @@
 // The Hopper warp-specialized prefill kernel (KernelFamily::kWarpSpecializedWgmma, label gpu)
 // against the float64 golden: every shape of prefill_shapes.hpp it can run, forced onto it, plus
 // shapes that reach what the short list does not (many key tiles through the K/V ring, more work
-// tiles than SMs so persistent blocks take several, rows with no visible key, long windows,
+// tiles than SMs so persistent blocks take several, rows with no visible key (ragged
+// sequences with keys 0), long windows, q_len > kv_len,
 // ragged batches with long, empty and keyless sequences, BSHD strides). Skips, visibly, without a
 // Hopper GPU.
 #include <cuda_runtime.h>
@@ -62,7 +63,8 @@ std::vector<PrefillShape> hopper_shapes() {
       {"hop_causal_persistent_gqa8_d128_bf16", 2, 16, 2, 128, 700, 900, true, kBF16, kBF16},
       {"hop_causal_d64_f16_out_f32", 1, 8, 2, 64, 520, 520, true, kF16, kF32},
       {"hop_noncausal_gqa4_d256_f16", 1, 4, 1, 256, 300, 450, false, kF16, kF16},
-      {"hop_causal_q_gt_kv_keyless_rows_d128_bf16", 1, 4, 4, 128, 400, 130, true, kBF16, kBF16},
+      {"hop_causal_window37_q_lt_kv_d128_bf16", 1, 4, 4, 128, 400, 530, true, kBF16, kBF16, 37},
+      {"hop_noncausal_window40_q_gt_kv_d128_f16", 1, 2, 2, 128, 300, 100, false, kF16, kF16, 40},
       {"hop_causal_window200_d64_bf16", 1, 4, 4, 64, 900, 900, true, kBF16, kBF16, 200},
       {"hop_noncausal_window90_d256_bf16_out_f32", 1, 2, 2, 256, 333, 600, false, kBF16, kF32, 90},
       {"hop_causal_large_scores_d256_bf16", 1, 4, 2, 256, 200, 260, true, kBF16, kBF16, 0, 0.0f, 6.0f},

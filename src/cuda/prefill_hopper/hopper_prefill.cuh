@@ -12,8 +12,9 @@
 //          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
 //          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
 //          shared memory, online softmax in registers, O += P V with P straight from registers
-//          (wgmma's register-A form). Inside a warpgroup the work is pipelined: S of tile j+1 and
-//          P V of tile j are in flight on the tensor cores while the softmax of tile j+1 runs.
+//          (wgmma's register-A form). The two consumer warpgroups take turns to issue (ping-pong
+//          on named barriers), so one's softmax runs under the other's matrix work; inside a
+//          warpgroup S of tile j+1 and P V of tile j are issued together.
 //          GQA: head h reads KV head h / group_size.
 // Masks:   causal bottom-right aligned, sliding window: tiles no row of the block sees are never
 //          loaded; only tiles some row of the warpgroup cannot fully see pay for the mask.
@@ -251,6 +252,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   const std::uint32_t q_base = smem_u32(s_q) + cw * 64 * 128;
   const std::uint32_t k_base = smem_u32(s_k), v_base = smem_u32(s_v);
   std::uint32_t q_iter = 0, kv_iter = 0;
+  // Ping-pong: the two consumer warpgroups take turns to issue their wgmma batches (named barrier
+  // 1 + cw is "my turn"), so one's softmax runs while the other's matrix work occupies the tensor
+  // cores. Both walk the same tiles with the same key-tile counts, so the turns stay paired;
+  // warpgroup 1 opens by handing the first turn to warpgroup 0.
+  static_assert(kConsumerWarpgroups == 2, "the ping-pong below pairs two consumer warpgroups");
+  auto my_turn = [&] { named_barrier_sync(1 + cw, 256); };
+  auto their_turn = [&] { named_barrier_arrive(1 + (cw ^ 1), 256); };
+  if (cw == 1) their_turn();
 
   for (int t = blockIdx.x; t < hp.total_tiles; t += gridDim.x) {
     const WorkTile w = work_tile<Bc>(hp, t);
@@ -297,9 +306,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
       {
         const int stage = kv_iter % Stages;
         mbar_wait(&k_full[stage], (kv_iter / Stages) & 1);
+        my_turn();
         wgmma_fence();
         issue_s(s, stage);
         wgmma_commit();
+        their_turn();
         wgmma_wait<0>();
         fence_registers(s);
         if (n == 1) {
@@ -315,13 +326,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         const std::uint32_t prev = kv_iter + it - 1, cur = kv_iter + it;
         const int prev_stage = prev % Stages, stage = cur % Stages;
         mbar_wait(&k_full[stage], (cur / Stages) & 1);
+        mbar_wait(&v_full[prev_stage], (prev / Stages) & 1);
+        my_turn();
         wgmma_fence();
         issue_s(s, stage);  // S of tile it ...
         wgmma_commit();
-        mbar_wait(&v_full[prev_stage], (prev / Stages) & 1);
         fence_registers(o);
         issue_pv(pf, prev_stage);  // ... and P V of tile it - 1 in flight together
         wgmma_commit();
+        their_turn();
         wgmma_wait<1>();  // S done
         fence_registers(s);
         if (it == n - 1) {
@@ -331,6 +344,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         const int key0 = (w.tile_lo + it) * Bc;
         if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
         softmax_tile<Bc>(s, st, sl, alpha);  // runs while P V is on the tensor cores
+        // Pin the softmax's results before the wait: without this the compiler may schedule the
+        // whole softmax after it (no data dependence), and the overlap is gone.
+        fence_registers(s);
+        fence_registers(alpha);
+        fence_registers(st.l);
         wgmma_wait<0>();
         fence_registers(o);
         fence_registers(pf[0]);
@@ -349,9 +367,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         const std::uint32_t last = kv_iter + n - 1;
         const int stage = last % Stages;
         mbar_wait(&v_full[stage], (last / Stages) & 1);
+        my_turn();
         wgmma_fence();
         issue_pv(pf, stage);
         wgmma_commit();
+        their_turn();
         wgmma_wait<0>();
         fence_registers(o);
         __syncwarp();
@@ -396,6 +416,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
       }
     }
   }
+  if (cw == 0) my_turn();  // takes warpgroup 1's last hand-over, so no arrival is left pending
 }
 
 }  // namespace attnkit::cuda_prefill_hopper
