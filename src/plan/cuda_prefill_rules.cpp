@@ -217,6 +217,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     std::to_string(hop::hopper_shared_bytes(c)) + " bytes of shared memory, 1 block per SM");
   reasons.push_back(std::to_string(work_tiles) + " work tiles (128 rows x head x sequence) over " +
                     std::to_string(part.grid_blocks) + " persistent blocks" +
+                    ", a head's query tiles consecutive (its K/V stays in L2)" +
                     (p.causal ? ", longest (last) query tiles first" : "") + "; no key split");
   reasons.push_back("GQA heads are not packed into one query tile: each query head's tile reads its KV head (group " +
                     std::to_string(p.group_size()) + " re-reads come from L2)");

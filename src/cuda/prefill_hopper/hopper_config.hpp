@@ -28,7 +28,7 @@ inline constexpr int kSwizzleElements = 64;     // 128-byte swizzle: 64 16-bit e
 // and O (head_dim / 2) must fit 240 with room for addresses and the softmax state.
 inline constexpr HopperConfig kHopperConfigs[] = {
     {64, 128, 3},   // S 64 + P 32 + O 32 registers; 48 KiB per stage
-    {128, 128, 2},  // S 64 + P 32 + O 64; 64 KiB per stage + 32 KiB Q = 160 KiB
+    {128, 128, 3},  // S 64 + P 32 + O 64; 64 KiB per stage + 32 KiB Q = 224 KiB (of 227)
     {256, 64, 2},   // S 32 + P 16 + O 128; 64 KiB per stage + 64 KiB Q = 192 KiB
 };
 

@@ -7,7 +7,8 @@
 // Layout:  shared tiles are split into 64-column chunks of [rows][64] with the 128-byte swizzle
 //          (what TMA writes and wgmma reads): Q [chunk][128 rows], K and V [chunk][Bc keys] per slot.
 // Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
-//          head, sequence), longest (causal) tiles first, tile = blockIdx.x + i * gridDim.x.
+//          head, sequence; query tiles fastest, the longest causal ones of each head first),
+//          tile = blockIdx.x + i * gridDim.x.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
 //          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
@@ -64,12 +65,14 @@ struct WorkTile {
 template <int Bc>
 __device__ inline WorkTile work_tile(const HopperParams& hp, int t) {
   const PrefillParams& p = hp.p;
-  const int per_m = p.num_heads * p.batch;
-  const int m_rev = t / per_m, rem = t % per_m;
+  // Query tiles of one (sequence, head) are consecutive, so the blocks in flight share a few heads'
+  // K/V and find them in L2 (heads outermost would stream every head's K/V from HBM at once);
+  // within a head the last query tiles, which see the most keys under a causal mask, come first.
+  const int bh = t / hp.m_tiles, m_rev = t % hp.m_tiles;
   WorkTile w;
-  w.h = rem % p.num_heads;
-  w.b = rem / p.num_heads;
-  w.m0 = (hp.m_tiles - 1 - m_rev) * kRowsPerBlock;  // the last query tiles see the most keys
+  w.h = bh % p.num_heads;
+  w.b = bh / p.num_heads;
+  w.m0 = (hp.m_tiles - 1 - m_rev) * kRowsPerBlock;
   w.e = cuda_prefill::sequence_extent(p, w.b);
   w.active = w.m0 < w.e.q_len;
   w.tile_lo = w.tile_hi = 0;
