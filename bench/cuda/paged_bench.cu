@@ -123,6 +123,20 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
   const double bytes = kv_bytes + 2.0 * q_elems * es + 4.0 * static_cast<double>(next);
   const Timing paged = time_events(options, stream, flush, [&] { cuda::paged_decode(plan, t, workspace, stream); });
   row["paged"] = timing_json(paged, bytes, ceiling);
+  // The same pool with each sequence's pages consecutive: the addressing cost without scattered
+  // pages (measured: within a few % of the permuted table, so not a TLB or DRAM-locality effect).
+  {
+    std::vector<std::int32_t> in_order(table.size(), -1);
+    std::int32_t page = 0;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t i = 0; i < (lengths[b] + kPageSize - 1) / kPageSize; ++i) {
+        in_order[static_cast<std::size_t>(b * pp.cache.max_pages_per_seq + i)] = page++;
+      }
+    }
+    check(cudaMemcpy(d_table.data, in_order.data(), in_order.size() * 4, cudaMemcpyHostToDevice), "table");
+    const Timing seq = time_events(options, stream, flush, [&] { cuda::paged_decode(plan, t, workspace, stream); });
+    row["paged_sequential_pages"] = timing_json(seq, bytes, ceiling);
+  }
   row["plan"] = {{"splits", plan.partition.sequence_splits}, {"keys_per_split", plan.partition.keys_per_split},
                  {"grid_blocks", plan.partition.grid_blocks}, {"predicted_bytes",
                   static_cast<double>(plan.evidence.traffic.global_read_bytes + plan.evidence.traffic.global_write_bytes)}};
@@ -144,7 +158,20 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
     const Workspace cworkspace{cws.data, cplan.evidence.workspace_bytes, dev};
     const Timing flat = time_events(options, stream, flush, [&] { cuda::decode(cplan, ct, cworkspace, stream); });
     row["contiguous"] = timing_json(flat, bytes, ceiling);
+    row["contiguous_splits"] = cplan.partition.sequence_splits;
     row["paged_vs_contiguous"] = flat.median_s / paged.median_s;  // throughput ratio: >= 0.95 is the target
+    // The paged kernel on the contiguous plan's partition: the addressing cost alone.
+    PagedDecodePlan same = plan;
+    same.partition = cplan.partition;
+    same.bounds.workspace_bytes =
+        same.partition.sequence_splits > 1
+            ? (static_cast<std::uint64_t>(same.partition.sequence_splits) * batch * H * (D + 1) * 4 + 255) / 256 * 256
+            : 0;
+    Buffer same_ws(same.bounds.workspace_bytes);
+    const Workspace w2{same_ws.data, same.bounds.workspace_bytes, dev};
+    check(cudaMemcpy(d_table.data, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "table");
+    const Timing st = time_events(options, stream, flush, [&] { cuda::paged_decode(same, t, w2, stream); });
+    row["paged_contiguous_partition"] = timing_json(st, bytes, ceiling);
   }
   return row;
 }

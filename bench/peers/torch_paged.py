@@ -69,6 +69,12 @@ def ms(x):
     return f"{x * 1e3:.3f}"
 
 
+def variant(r, key):
+    if key not in r or "contiguous" not in r:
+        return "-"
+    return f"{r['contiguous']['median_s'] / r[key]['median_s']:.3f}"
+
+
 def render(doc):
     lines = [f"# Paged decode on {doc['device']} (commit {doc.get('commit', '?')})", "",
              f"Command: `{doc['command']}`; peers: `{doc.get('peer_command', '-')}`", "",
@@ -77,8 +83,13 @@ def render(doc):
              "## Paged (page 16, HND, permuted pages) vs our contiguous decode, same run", "",
              "32 query / 8 KV heads, head_dim 128; every sequence at kv_len. ratio = contiguous time / paged time "
              "(paged throughput as a fraction of contiguous; target >= 0.95).", "",
-             "| dtype | batch | kv_len | paged ms | contiguous ms | ratio | paged TB/s | % of read ceiling | splits |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "Each call runs its own plan (paged splits keys further for batches of several sequences: mixed lengths "
+             "balance; docs/paged.md). Variants in the same run: `same partition` runs the paged kernel on the "
+             "contiguous plan's partition (the addressing cost alone); `in-order` uses a table whose pages are "
+             "consecutive per sequence (what scattered pages cost beyond that).", "",
+             "| dtype | batch | kv_len | paged ms | contiguous ms | ratio | ratio same partition | ratio in-order | "
+             "paged TB/s | % of read ceiling | splits paged / contiguous |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in doc["rows"]:
         if r["case"] != "sweep":
             continue
@@ -88,7 +99,9 @@ def render(doc):
         p, c = r["paged"], r.get("contiguous")
         lines.append(f"| {r['dtype']} | {r['batch']} | {r['kv_len']} | {ms(p['median_s'])} | "
                      f"{ms(c['median_s']) if c else '-'} | {r.get('paged_vs_contiguous', float('nan')):.3f} | "
-                     f"{p['achieved_bytes_per_s'] / 1e12:.2f} | {p['pct_of_read_ceiling']:.1f} | {r['plan']['splits']} |")
+                     f"{variant(r, 'paged_contiguous_partition')} | {variant(r, 'paged_sequential_pages')} | "
+                     f"{p['achieved_bytes_per_s'] / 1e12:.2f} | {p['pct_of_read_ceiling']:.1f} | "
+                     f"{r['plan']['splits']} / {r.get('contiguous_splits', '-')} |")
     for r in doc["rows"]:
         if r["case"] != "mixed":
             continue
@@ -101,6 +114,11 @@ def render(doc):
                   "| impl | ms | speedup of attnkit paged |", "|---|---:|---:|"]
         p = r["paged"]["median_s"]
         lines.append(f"| attnkit paged (ragged) | {ms(p)} | 1.00 |")
+        extra = [(k, "attnkit paged, " + k[len("paged_"):].replace("_", " ")) for k in r if k.startswith("paged_splits_")]
+        for key, label in [("paged_contiguous_partition", "attnkit paged, contiguous plan's partition"),
+                           ("paged_sequential_pages", "attnkit paged, in-order pages")] + extra:
+            if key in r:
+                lines.append(f"| {label} | {ms(r[key]['median_s'])} | {r[key]['median_s'] / p:.2f} |")
         if "contiguous" in r:
             lines.append(f"| attnkit contiguous (same lengths, padded cache) | {ms(r['contiguous']['median_s'])} | "
                          f"{r['contiguous']['median_s'] / p:.2f} |")

@@ -93,7 +93,7 @@ TEST(ExtendCuda, EveryQueryLengthFrom0To17InOneBatch) {
     s.lengths.push_back(n + 31 * n % 97);  // prefixes of many sizes, q_len <= length
   }
   PagedCase c(s, rng);
-  auto problem = extend_problem(c, 17, 128);
+  auto problem = extend_problem(c, 17, c.max_length());
   problem.max_total_q = 160;  // fewer packed rows than batch * max_q_len
   const auto plan = plan_extend(problem, cuda::target());
   run_and_check_extend(c, plan, q_lens, 7, rng, describe_case(s, seed));

@@ -1,5 +1,5 @@
 // The CUDA rules for paged decode and extend (src/plan/paged_plan.cpp), from a known target with
-// no device: paged decode keeps the contiguous decode partition; extend packs (query row, head)
+// no device: paged decode keeps the contiguous decode blocks and splits keys at least as finely; extend packs (query row, head)
 // pairs into the decode kernel's rows; both state the exact split-state workspace they use.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@ std::uint64_t states(std::uint64_t splits, std::uint64_t rows, std::uint64_t hea
   return (splits * rows * heads * (head_dim + 1) * 4 + 255) / 256 * 256;
 }
 
-TEST(PagedCudaPlan, PagedDecodeKeepsTheContiguousPartitionAndStatesItsExactWorkspace) {
+TEST(PagedCudaPlan, PagedDecodeSplitsAtLeastAsFinelyAsContiguousAndStatesItsExactWorkspace) {
   for (std::int64_t batch : {1, 16, 64, 256}) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       PagedDecodeProblem p;
@@ -27,10 +27,16 @@ TEST(PagedCudaPlan, PagedDecodeKeepsTheContiguousPartitionAndStatesItsExactWorks
       const auto paged = plan_paged_decode(p, known_target("h200"));
       const auto flat = plan_decode(p.as_decode(), known_target("h200"));
       EXPECT_EQ(paged.partition.family, KernelFamily::kSplitKvDecode);
-      EXPECT_EQ(paged.partition.sequence_splits, flat.partition.sequence_splits) << batch;
-      EXPECT_EQ(paged.partition.keys_per_split, flat.partition.keys_per_split) << batch;
+      // Same blocks and ring; keys split at least as finely (further for batches of mixed lengths).
       EXPECT_EQ(paged.partition.tile_size, flat.partition.tile_size);
-      EXPECT_EQ(paged.partition.grid_blocks, flat.partition.grid_blocks);
+      EXPECT_EQ(paged.partition.rows_per_block, flat.partition.rows_per_block);
+      EXPECT_EQ(paged.partition.pipeline_stages, flat.partition.pipeline_stages);
+      EXPECT_GE(paged.partition.sequence_splits, flat.partition.sequence_splits) << batch;
+      EXPECT_EQ(paged.partition.keys_per_split % paged.partition.tile_size, 0u);
+      EXPECT_GE(static_cast<std::uint64_t>(paged.partition.keys_per_split) * paged.partition.sequence_splits, 4096u);
+      EXPECT_EQ(paged.partition.grid_blocks, 8u * batch * paged.partition.sequence_splits);
+      if (batch == 1) EXPECT_EQ(paged.partition.sequence_splits, flat.partition.sequence_splits);
+      if (batch > 1) EXPECT_GE(paged.partition.keys_per_split, 8 * paged.partition.tile_size) << batch;
       EXPECT_EQ(paged.bounds.workspace_bytes, paged.evidence.workspace_bytes);
       EXPECT_EQ(paged.bounds.workspace_bytes, states(paged.partition.sequence_splits, batch, 32, 128)) << batch;
       if (batch == 1) EXPECT_GT(paged.partition.sequence_splits, 1u) << "one sequence must be split to fill the GPU";

@@ -63,13 +63,14 @@ constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int
   return ring_bytes(capacity, tile, stages, kv_elem_bytes) + staging + stats + fused_scratch;
 }
 
-// Paged kernels (src/cuda/paged/) add, after the fused scratch: the (page, slot) pairs of two
-// tiles (one i32 pair per key row, looked up once per tile row one tile ahead) and each packed
-// row's visible key range [lo, hi) for extend (one i32 pair per row, rounded up to whole warps of
-// 16 rows so an engine's padding rows read a defined, empty range).
+// Paged kernels (src/cuda/paged/) add, after the fused scratch: the K and V element offsets of the
+// rows of `stages` tiles (two i64 per key row, looked up once per row one tile ahead; 16-byte
+// aligned, hence the slack) and each packed row's visible key range [lo, hi) for extend (one i32
+// pair per row, rounded up to whole warps of 16 rows so an engine's padding rows read a defined,
+// empty range).
 constexpr std::int64_t row_keys_entries(std::int64_t rows_per_block) { return (rows_per_block + 15) / 16 * 16; }
-constexpr std::int64_t paged_extra_bytes(int tile, std::int64_t rows_per_block) {
-  return std::int64_t{2} * tile * 8 + row_keys_entries(rows_per_block) * 8;
+constexpr std::int64_t paged_extra_bytes(int tile, int stages, std::int64_t rows_per_block) {
+  return 16 + std::int64_t{16} * stages * tile + row_keys_entries(rows_per_block) * 8;
 }
 
 // key / page_size without a division instruction (any page_size >= 1, key < 2^31):

@@ -18,9 +18,9 @@
 // Row addressing is a compile-time policy: kPaged = false reads row j of (b, kvh) at
 //   k + b*stride_b + kvh*stride_h + j*stride_s (contiguous decode, the loop exactly as before);
 //   kPaged = true reads it from page page_table[b][j / page_size], slot j % page_size (paged decode,
-//   extend). The (page, slot) pairs of a tile are looked up once per tile row, one tile ahead of its
-//   copies (the table load is in flight while the previous tile is processed), and stored in shared
-//   memory; a page index outside [0, num_pages) reads zeros (device indices cannot be checked on
+//   extend). A tile's rows are looked up once per row, one tile ahead of its copies (the table load
+//   is in flight while the previous tile is processed), and their K/V element offsets stored in a
+//   shared-memory ring beside the K/V ring; a page index outside [0, num_pages) reads zeros (device indices cannot be checked on
 //   the host), so no copy ever leaves the pool.
 // kExtend packs (query row, head of the group) pairs into the engine's rows: sequence b's q_len_b
 //   tokens (cu_seqlens_q) times the group, rows_per_block of them per pass, each row masked to its
@@ -112,9 +112,11 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   float* row_l = row_m + p.rows_per_block;
   float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
-  // Paged: [2][tile] (page, slot) of the next tiles' rows; extend: [rows] visible key ranges.
-  int2* page_slots = reinterpret_cast<int2*>(new_v + kCap);
-  int2* row_keys = page_slots + 2 * p.tile;
+  // Paged: [stages][tile] element offsets (K, V) of the tiles' rows, 16-byte aligned; extend:
+  // [rows] visible key ranges.
+  auto* row_offsets = reinterpret_cast<longlong2*>(
+      (reinterpret_cast<std::uintptr_t>(new_v + kCap) + 15) / 16 * 16);
+  int2* row_keys = reinterpret_cast<int2*>(row_offsets + p.stages * p.tile);
 
   // Packed row r of this block -> its token (q/out/lse row) and query head.
   auto token_of = [&](int r) {
@@ -133,22 +135,22 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
   const std::int32_t* table_row = kPaged ? p.page_table + b * p.table_stride_b : nullptr;
 
-  // Paged: the table index of a key row (one fast division), and its (page, slot) once the page
-  // id is known; page -1 marks a row that is past cache_end or whose page is out of the pool.
+  // Paged: the table index of a key row (one fast division), and the K and V element offsets of
+  // the row once its page is known; -1 marks a row past cache_end or whose page is out of the pool.
   auto page_index = [&](int key) {
     return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
                             p.page_div_shift);
   };
-  auto page_slot = [&](int key, int page) {
-    const int index = page_index(key);
-    const bool ok = key < cache_end && page >= 0 && page < p.num_pages;
-    return make_int2(ok ? page : -1, key - index * p.page_size);
-  };
   auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
+  auto offsets_of = [&](int key, int page) {
+    if (key >= cache_end || page < 0 || page >= p.num_pages) return make_longlong2(-1, -1);
+    const int slot = key - page_index(key) * p.page_size;
+    return make_longlong2(page * p.k_stride_b + slot * p.k_stride_s, page * p.v_stride_b + slot * p.v_stride_s);
+  };
 
   // Copies tile t into ring slot `slot`; keys past cache_end and vectors past head_dim are zeros.
-  // Paged: `slots` holds the tile's (page, slot) pairs, or nullptr to look them up here (prologue).
-  auto load_tile = [&](int t, int slot, const int2* slots) {
+  // Paged: the tile's row offsets are in row_offsets[slot] (written one tile ahead).
+  auto load_tile = [&](int t, int slot) {
     const int key0 = k_begin + t * p.tile;
     T* ks = k_ring + slot * p.tile * kStride;
     T* vs = v_ring + slot * p.tile * kStride;
@@ -158,11 +160,11 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
       std::int64_t k_off = 0, v_off = 0;
       bool ok;
       if constexpr (kPaged) {
-        const int2 ps = slots != nullptr ? slots[r] : page_slot(key, lookup_page(key));
-        ok = ps.x >= 0 && vec * kVecElems < p.head_dim;
+        const longlong2 row = row_offsets[slot * p.tile + r];
+        ok = row.x >= 0 && vec * kVecElems < p.head_dim;
         if (ok) {
-          k_off = ps.x * p.k_stride_b + ps.y * p.k_stride_s + vec * kVecElems;
-          v_off = ps.x * p.v_stride_b + ps.y * p.v_stride_s + vec * kVecElems;
+          k_off = row.x + vec * kVecElems;
+          v_off = row.y + vec * kVecElems;
         }
       } else {
         ok = key < cache_end && vec * kVecElems < p.head_dim;
@@ -175,17 +177,19 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   };
 
   // 1. The first tiles are requested before anything else, so their latency covers the q load.
-  for (int st = 0; st < p.stages - 1; ++st) {
-    if (st < n_tiles) load_tile(st, st, nullptr);
-    cuda_common::cp_async_commit();
-  }
+  //    Paged: the rows of the first `stages` tiles are looked up first, all in parallel (one table
+  //    latency and one barrier before the first copies).
   if constexpr (kPaged) {
-    // The pairs of the tile the first loop iteration requests (published by its barrier).
-    const int first = p.stages - 1;
-    if (tid < p.tile && first < n_tiles) {
-      const int key = k_begin + first * p.tile + tid;
-      page_slots[(first & 1) * p.tile + tid] = page_slot(key, lookup_page(key));
+    const int rows = min(p.stages, n_tiles) * p.tile;
+    for (int i = tid; i < rows; i += blockDim.x) {
+      const int key = k_begin + i;
+      row_offsets[i] = offsets_of(key, lookup_page(key));
     }
+    __syncthreads();
+  }
+  for (int st = 0; st < p.stages - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cuda_common::cp_async_commit();
   }
   if constexpr (kExtend) {
     // Each packed row's own key range (padding rows up to whole engine warps: empty).
@@ -221,7 +225,7 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     cuda_common::cp_async_wait_dynamic(p.stages - 2);  // tile t has landed (one group per tile)
     __syncthreads();                                   // ...for every thread; slot t-1 is free
     const int next = t + p.stages - 1;
-    if (next < n_tiles) load_tile(next, next % p.stages, kPaged ? page_slots + (next & 1) * p.tile : nullptr);
+    if (next < n_tiles) load_tile(next, next % p.stages);
     cuda_common::cp_async_commit();
     // Paged: the page of the tile after `next` is loaded now and stored after this tile's math.
     int ahead_page = -1;
@@ -239,7 +243,10 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
                      min(p.tile, cache_end - tile_key0), key_warp, p.softcap);
     }
     if constexpr (kPaged) {
-      if (tid < p.tile && next + 1 < n_tiles) page_slots[((next + 1) & 1) * p.tile + tid] = page_slot(ahead_key, ahead_page);
+      // Slot (next + 1) % stages held tile t's rows, whose copies were issued stages - 1 tiles ago.
+      if (tid < p.tile && next + 1 < n_tiles) {
+        row_offsets[((next + 1) % p.stages) * p.tile + tid] = offsets_of(ahead_key, ahead_page);
+      }
     }
   }
   cuda_common::cp_async_wait<0>();

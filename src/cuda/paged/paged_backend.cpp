@@ -71,7 +71,7 @@ DecodeParams base_params(std::int64_t batch, std::int64_t num_heads, std::int64_
   p.passes = static_cast<int>((packed_rows + w.rows_per_block - 1) / w.rows_per_block);
   const int cap = geo::head_dim_capacity(head_dim);
   p.shared_bytes = static_cast<int>(geo::shared_bytes(cap, p.tile, p.stages, kv_bytes, p.rows_per_block, p.key_warps) +
-                                    geo::paged_extra_bytes(p.tile, p.rows_per_block));
+                                    geo::paged_extra_bytes(p.tile, p.stages, p.rows_per_block));
   return p;
 }
 
