@@ -85,6 +85,9 @@ struct WorkPartition {
   std::uint32_t split_reduce_scratch_elements = 0;
   std::uint64_t grid_blocks = 0;            // blocks (GPU) or tasks (CPU) launched
   std::uint32_t pipeline_stages = 1;        // buffered tiles in flight
+  // Persistent schedules (warp_specialized_wgmma): (sequence, head) pairs whose query tiles are
+  // interleaved, longest first, before the next group starts (sized so their K/V stays in L2).
+  std::uint32_t heads_per_tile_group = 1;
 };
 
 // Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).

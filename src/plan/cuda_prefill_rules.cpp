@@ -205,6 +205,14 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.o_acc_scratch_elements = 0;
   part.split_reduce_scratch_elements = 0;
   part.grid_blocks = std::min(work_tiles, sms);
+  // Order of the persistent walk: groups of (sequence, head) pairs whose K/V fit in a share of L2
+  // (kL2GroupBytes); inside a group the query tiles of all its heads interleave, longest first, so
+  // the blocks in flight re-read a few heads' K/V from L2 and causal work stays balanced.
+  constexpr std::uint64_t kL2GroupBytes = 24ull << 20;
+  const std::uint64_t kv_head_bytes = std::max<std::uint64_t>(
+      1, 2ull * static_cast<std::uint64_t>(p.kv_len) * static_cast<std::uint64_t>(p.head_dim) * dtype_size(p.dtype));
+  const std::uint64_t pairs = static_cast<std::uint64_t>(p.batch) * static_cast<std::uint64_t>(p.num_heads);
+  part.heads_per_tile_group = to_u32(std::clamp<std::uint64_t>(kL2GroupBytes / kv_head_bytes, 1, pairs), "heads_per_tile_group");
   reasons.push_back("warp_specialized_wgmma (Hopper sm_90): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
                     std::to_string(p.head_dim) + " has a Hopper config, no soft-cap");
   reasons.push_back("block = 1 producer warpgroup (one thread issues TMA loads, setmaxnreg " +
@@ -217,8 +225,9 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     std::to_string(hop::hopper_shared_bytes(c)) + " bytes of shared memory, 1 block per SM");
   reasons.push_back(std::to_string(work_tiles) + " work tiles (128 rows x head x sequence) over " +
                     std::to_string(part.grid_blocks) + " persistent blocks" +
-                    ", a head's query tiles consecutive (its K/V stays in L2)" +
-                    (p.causal ? ", longest (last) query tiles first" : "") + "; no key split");
+                    "; walked in groups of " + std::to_string(part.heads_per_tile_group) +
+                    " (sequence, head) pairs whose K/V fit 24 MiB of L2, query tiles interleaved" +
+                    (p.causal ? " longest first" : "") + "; no key split");
   reasons.push_back("GQA heads are not packed into one query tile: each query head's tile reads its KV head (group " +
                     std::to_string(p.group_size()) + " re-reads come from L2)");
   if (p.causal || p.options.window > 0) {

@@ -116,6 +116,10 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   EXPECT_EQ(hopper.partition.sequence_splits, 1u);
   EXPECT_EQ(hopper.partition.grid_blocks, 132u);  // persistent: one block per SM (1024 work tiles)
   EXPECT_EQ(hopper.evidence.workspace_bytes, 0u);
+  EXPECT_EQ(hopper.partition.heads_per_tile_group, 12u);  // 2 MiB of K/V per head: 12 heads in 24 MiB of L2
+  PrefillProblem long_seq = p;  // 16k keys: 8 MiB of K/V per head, 3 heads per group
+  long_seq.q_len = long_seq.kv_len = 16384;
+  EXPECT_EQ(plan_prefill(long_seq, h200).partition.heads_per_tile_group, 3u);
   // Same FLOPs and bytes as the tiled family: the evidence counts the problem, not the kernel.
   const PrefillPlan tiled = plan_prefill(p, h200, KernelFamily::kCooperativeTiled);
   EXPECT_EQ(tiled.partition.family, KernelFamily::kCooperativeTiled);

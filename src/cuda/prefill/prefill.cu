@@ -155,7 +155,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
     require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
             "pass out with even strides and an aligned base pointer");
-    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, part.grid_blocks, stream);
+    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, part.grid_blocks, part.heads_per_tile_group, stream);
     return;
   }
   require(part.family == KernelFamily::kCooperativeTiled, kContext,

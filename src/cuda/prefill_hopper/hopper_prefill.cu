@@ -102,7 +102,7 @@ void launch_any(HopperParams& hp, const PrefillTensors& t, DType dtype, std::uin
 }  // namespace
 
 void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype,
-                           std::uint64_t grid_blocks, void* stream) {
+                           std::uint64_t grid_blocks, std::uint32_t heads_per_group, void* stream) {
   require(dtype == DType::kBF16 || dtype == DType::kF16, kContext, "inputs are " + std::string(dtype_name(dtype)),
           "use f16 or bf16 inputs (f32 runs on the cooperative_tiled family)");
   require(p.softcap == 0.0f && p.splits == 1, kContext, "the plan asks for a soft-cap or key splits",
@@ -114,6 +114,7 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
           "split the call into smaller batches");
   hp.total_tiles = static_cast<int>(total);
+  hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::int64_t{p.num_heads} * p.batch));
   if (hp.total_tiles == 0) return;
   const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

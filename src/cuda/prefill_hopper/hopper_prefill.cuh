@@ -7,8 +7,8 @@
 // Layout:  shared tiles are split into 64-column chunks of [rows][64] with the 128-byte swizzle
 //          (what TMA writes and wgmma reads): Q [chunk][128 rows], K and V [chunk][Bc keys] per slot.
 // Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
-//          head, sequence; query tiles fastest, the longest causal ones of each head first),
-//          tile = blockIdx.x + i * gridDim.x.
+//          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
+//          query tiles first inside a group), tile = blockIdx.x + i * gridDim.x.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
 //          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
@@ -52,6 +52,7 @@ struct HopperParams {
   PrefillParams p;
   int m_tiles;      // query tiles of the longest sequence
   int total_tiles;  // m_tiles * num_heads * batch
+  int heads_per_group;  // the plan's heads_per_tile_group
 };
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
@@ -65,10 +66,14 @@ struct WorkTile {
 template <int Bc>
 __device__ inline WorkTile work_tile(const HopperParams& hp, int t) {
   const PrefillParams& p = hp.p;
-  // Query tiles of one (sequence, head) are consecutive, so the blocks in flight share a few heads'
-  // K/V and find them in L2 (heads outermost would stream every head's K/V from HBM at once);
-  // within a head the last query tiles, which see the most keys under a causal mask, come first.
-  const int bh = t / hp.m_tiles, m_rev = t % hp.m_tiles;
+  // The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in
+  // flight share in L2; inside a group the last query tiles (the most keys under a causal mask) of
+  // every pair come first, so a wave of blocks holds tiles of similar length.
+  const int group_tiles = hp.heads_per_group * hp.m_tiles;
+  const int group = t / group_tiles, r = t % group_tiles;
+  const int pairs_here = min(hp.heads_per_group, p.num_heads * p.batch - group * hp.heads_per_group);
+  const int m_rev = r / pairs_here;
+  const int bh = group * hp.heads_per_group + r % pairs_here;
   WorkTile w;
   w.h = bh % p.num_heads;
   w.b = bh / p.num_heads;
