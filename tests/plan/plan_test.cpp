@@ -120,6 +120,8 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   PrefillProblem long_seq = p;  // 16k keys: 8 MiB of K/V per head, 3 heads per group
   long_seq.q_len = long_seq.kv_len = 16384;
   EXPECT_EQ(plan_prefill(long_seq, h200).partition.heads_per_tile_group, 3u);
+  long_seq.causal = false;  // equal tiles: one head at a time
+  EXPECT_EQ(plan_prefill(long_seq, h200).partition.heads_per_tile_group, 1u);
   // Same FLOPs and bytes as the tiled family: the evidence counts the problem, not the kernel.
   const PrefillPlan tiled = plan_prefill(p, h200, KernelFamily::kCooperativeTiled);
   EXPECT_EQ(tiled.partition.family, KernelFamily::kCooperativeTiled);

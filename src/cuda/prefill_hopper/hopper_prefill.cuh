@@ -8,7 +8,8 @@
 //          (what TMA writes and wgmma reads): Q [chunk][128 rows], K and V [chunk][Bc keys] per slot.
 // Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
-//          query tiles first inside a group), tile = blockIdx.x + i * gridDim.x.
+//          query tiles first inside a group), handed out in rounds of gridDim.x tiles, odd
+//          rounds in reverse block order so causal work evens out.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
 //          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
@@ -197,6 +198,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
+  // Round r hands tiles r * grid .. r * grid + grid - 1 out to the blocks, in reverse on odd
+  // rounds (boustrophedon): with tiles sorted longest first, every block gets a mix of lengths.
+  const int rounds = (hp.total_tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  auto snake_tile = [&](int round) {
+    const int slot = (round & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
+                                 : static_cast<int>(blockIdx.x);
+    return round * static_cast<int>(gridDim.x) + slot;
+  };
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, kConsumerWarps);
@@ -218,7 +227,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
     tma_prefetch_descriptor(&hp.k_map);
     tma_prefetch_descriptor(&hp.v_map);
     std::uint32_t q_iter = 0, kv_iter = 0;
-    for (int t = blockIdx.x; t < hp.total_tiles; t += gridDim.x) {
+    for (int round = 0; round < rounds; ++round) {
+      const int t = snake_tile(round);
+      if (t >= hp.total_tiles) continue;
       const WorkTile w = work_tile<Bc>(hp, t);
       if (!w.active || w.tile_lo >= w.tile_hi) continue;
       const int kvh = w.h / p.group_size;
@@ -269,7 +280,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   auto their_turn = [&] { named_barrier_arrive(1 + (cw ^ 1), 256); };
   if (cw == 1) their_turn();
 
-  for (int t = blockIdx.x; t < hp.total_tiles; t += gridDim.x) {
+  for (int round = 0; round < rounds; ++round) {
+    const int t = snake_tile(round);
+    if (t >= hp.total_tiles) continue;
     const WorkTile w = work_tile<Bc>(hp, t);
     if (!w.active) continue;
     const int rows_here = min(Br, w.e.q_len - w.m0);
