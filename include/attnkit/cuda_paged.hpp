@@ -6,8 +6,10 @@
 // on the host without a synchronisation; callers with host mirrors call validate_paged_indices_host
 // (paged.hpp) on them, and the kernels never read or write outside the pool (see docs/paged.md).
 //
-// Status: declared for the CUDA backend; the kernels are not written yet (docs/paged.md lists what
-// they must do). Until they are, every call throws an Error whose Fix names the CPU backend.
+// Kernels: the split-KV decode body with page-table row addressing (paged decode; extend packs
+// (query row, head) pairs into its rows), a warp per (token, KV head) for the append; bad device
+// indices are clamped or skipped, never followed outside the pool (docs/paged.md, "CUDA
+// implementation"). A build without CUDA throws an Error whose Fix names the CPU backend.
 #pragma once
 #include "attnkit/cuda.hpp"
 #include "attnkit/paged.hpp"
