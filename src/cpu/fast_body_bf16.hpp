@@ -97,8 +97,8 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
     for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, d);
-        prefetch_row<2>(t.v, j0 + j + kk, t.key_end - 1, d);
+        prefetch_row<3, 2>(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, d);
+        prefetch_row<2, 2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
     for (std::int64_t c = 0; c < d; c += kPairChunk) {
@@ -165,8 +165,8 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
     if (g0 == 0 && b0 == 0) {
-      prefetch_row<2>(t.k, j0 + n + j, t.key_end - 1, d);
-      prefetch_row<2>(t.k, j0 + n + j + 1, t.key_end - 1, d);
+      prefetch_row<2, 2>(t.k, j0 + n + j, t.key_end - 1, d);
+      prefetch_row<2, 2>(t.k, j0 + n + j + 1, t.key_end - 1, d);
     }
     pair(ra + stride, j);
   }
