@@ -5,10 +5,13 @@
 //   (decode: sequence x KV head x key split; prefill: sequence x KV head x query-row block, the
 //   costliest causal blocks first). Each thread owns one scratch buffer, grown once and reused.
 // Decode splits write normalised partial states (f32, [splits][rows][head_dim] then
-//   [splits][rows] LSE) to the caller's workspace (plan.evidence.workspace_bytes, required by
-//   cpu::decode), then one parallel pass merges them.
+//   [splits][rows] LSE, then one i32 counter per (sequence, KV head)) to the caller's workspace
+//   (plan.evidence.workspace_bytes, required by cpu::decode). The thread that finishes the last
+//   split of a (sequence, KV head) merges its rows at once: no second pass and no barrier before
+//   it, so a thread that loses its core to another process does not hold up a merge phase.
 // Bound: see fast_body.hpp (decode: memory or FMA by group size; prefill: FMA).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -64,19 +67,51 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
   const FastBodies& bodies = selected_fast_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split, tile = part.tile_size;
   const std::int64_t rows = p.batch * H;
-  const std::int64_t tasks = p.batch * KH * splits;
+  const std::int64_t units = p.batch * KH;
+  const std::int64_t tasks = units * splits;
 
   float* state_out = nullptr;
   float* state_lse = nullptr;
+  std::int32_t* splits_done = nullptr;  // per (sequence, KV head)
   if (splits > 1) {
     const std::size_t floats = static_cast<std::size_t>(splits * rows * (d + 1));
-    // cpu::decode has checked the workspace against the plan; this guards the layout used here.
-    require(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float), "cpu::decode",
-            "the workspace is smaller than the split states need",
+    // cpu::decode has checked the workspace against the plan; this guards the layout used here
+    // (the plan's (head_dim + 2) floats per state row leave room for the counters).
+    require(workspace.data != nullptr &&
+                workspace.bytes >= floats * sizeof(float) + static_cast<std::size_t>(units) * sizeof(std::int32_t),
+            "cpu::decode", "the workspace is smaller than the split states need",
             "pass plan.evidence.workspace_bytes bytes of workspace");
+    require(reinterpret_cast<std::uintptr_t>(workspace.data) % alignof(float) == 0, "cpu::decode",
+            "the workspace is not aligned to 4 bytes (it holds f32 split states)",
+            "pass a workspace from malloc, new or a std::vector (any of them is aligned enough)");
     state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * rows * d;
+    splits_done = reinterpret_cast<std::int32_t*>(state_lse + splits * rows);
+    std::fill(splits_done, splits_done + units, 0);
   }
+  // Merge: out = sum_s e^{lse_s - M} o_s / sum_s e^{lse_s - M}; empty splits carry -inf.
+  auto merge_row = [&](std::int64_t row, float* merged) {
+    float m = kNegInf;
+    for (std::int64_t s = 0; s < splits; ++s) m = std::max(m, state_lse[s * rows + row]);
+    float total = 0.0f;
+    std::fill(merged, merged + d, 0.0f);
+    if (m != kNegInf) {
+      for (std::int64_t s = 0; s < splits; ++s) {
+        const float w = std::exp(state_lse[s * rows + row] - m);
+        if (w == 0.0f) continue;
+        total += w;
+        const float* o = state_out + (s * rows + row) * d;
+        for (std::int64_t c = 0; c < d; ++c) merged[c] += w * o[c];
+      }
+      for (std::int64_t c = 0; c < d; ++c) merged[c] /= total;
+    }
+    const std::int64_t b = row / H, h = row % H;
+    store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, merged);
+    if (!t.lse.empty()) {
+      static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] =
+          m == kNegInf ? kNegInf : m + std::log(total);
+    }
+  };
   const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);
   const std::size_t staging_floats = static_cast<std::size_t>(G * d + G);
 
@@ -110,6 +145,10 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
         task_args.out_stride = d;
         task_args.lse = state_lse + split * rows + first_row;
         bodies.decode(task_args);
+        // acq_rel: this split's states are published, and the last split sees every other one's.
+        if (std::atomic_ref<std::int32_t>(splits_done[unit]).fetch_add(1, std::memory_order_acq_rel) == splits - 1) {
+          for (std::int64_t g = 0; g < G; ++g) merge_row(first_row + g, scratch);
+        }
         continue;
       }
       task_args.out = scratch;
@@ -120,33 +159,6 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
         const std::int64_t h = kvh * G + g;
         store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, scratch + g * d);
         if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = task_args.lse[g];
-      }
-    }
-    if (splits > 1) {
-      // Merge: out = sum_s e^{lse_s - M} o_s / sum_s e^{lse_s - M}; empty splits carry -inf.
-#pragma omp for schedule(static)
-      for (std::int64_t row = 0; row < rows; ++row) {
-        float* merged = scratch;
-        float m = kNegInf;
-        for (std::int64_t s = 0; s < splits; ++s) m = std::max(m, state_lse[s * rows + row]);
-        float total = 0.0f;
-        std::fill(merged, merged + d, 0.0f);
-        if (m != kNegInf) {
-          for (std::int64_t s = 0; s < splits; ++s) {
-            const float w = std::exp(state_lse[s * rows + row] - m);
-            if (w == 0.0f) continue;
-            total += w;
-            const float* o = state_out + (s * rows + row) * d;
-            for (std::int64_t c = 0; c < d; ++c) merged[c] += w * o[c];
-          }
-          for (std::int64_t c = 0; c < d; ++c) merged[c] /= total;
-        }
-        const std::int64_t b = row / H, h = row % H;
-        store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, merged);
-        if (!t.lse.empty()) {
-          static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] =
-              m == kNegInf ? kNegInf : m + std::log(total);
-        }
       }
     }
   }
