@@ -86,6 +86,9 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
   pp.cache = {std::max<std::int64_t>(pages, 1), kPageSize, (kv_len + kPageSize - 1) / kPageSize, PageLayout::kHND};
   pp.kv_len = kv_len;
   pp.kv_dtype = pp.q_dtype = pp.out_dtype = dtype;
+  // The host knows the batch's lengths (as an engine does when it plans): the planner keeps the
+  // contiguous partition for uniform batches and splits finely for mixed ones.
+  for (std::int32_t len : lengths) pp.expected_total_keys += len;
   const PagedDecodePlan plan = plan_paged_decode(pp, target);
   std::vector<std::int32_t> order(static_cast<std::size_t>(pp.cache.num_pages));
   std::iota(order.begin(), order.end(), 0);

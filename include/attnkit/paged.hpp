@@ -72,6 +72,11 @@ struct PagedDecodeProblem {
   DType q_dtype = DType::kBF16;
   DType out_dtype = DType::kBF16;
   AttentionOptions options;
+  // Optional planning hint, 0 = unknown: the sum of the lengths the plan will mostly run with (the
+  // host's view of the batch, 0..batch * kv_len). It changes only the partition, never what a run
+  // computes: the CUDA planner splits keys finely for mixed lengths (unknown counts as mixed) and
+  // keeps the contiguous decode partition when lengths are near-uniform (mean >= 90% of kv_len).
+  std::int64_t expected_total_keys = 0;
 
   float effective_scale() const;
   std::int64_t group_size() const { return num_heads / kv_heads; }

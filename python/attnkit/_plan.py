@@ -174,13 +174,16 @@ def plan_paged_decode(*, batch: int, num_heads: int, kv_heads: int, head_dim: in
                       page_size: int = 16, max_pages_per_seq: Optional[int] = None, kv_len: Optional[int] = None,
                       layout: str = "HND", kv_dtype: Any = "bf16", q_dtype: Any = None, out_dtype: Any = None,
                       window: int = 0, scale: float = 0.0, softcap: float = 0.0, backend: str = "cpu",
-                      threads: int = 0, target: TargetLike = None, device: Optional[int] = None) -> Plan:
+                      threads: int = 0, target: TargetLike = None, device: Optional[int] = None,
+                      expected_total_keys: int = 0) -> Plan:
     """Plan paged decode: one query token per sequence against a page pool of `num_pages` pages of
     `page_size` keys, layout 'HND' ([num_pages, kv_heads, page_size, head_dim]) or 'NHD'
     ([num_pages, page_size, kv_heads, head_dim]), read through an int32 page table
     [batch, max_pages_per_seq]. kv_len (default max_pages_per_seq * page_size) is the longest
     sequence the plan covers; max_pages_per_seq defaults to the pages kv_len needs. Dtypes,
-    backend/threads/target/device as for plan_decode. The plan's `bounds` say which runs reuse it."""
+    backend/threads/target/device as for plan_decode. The plan's `bounds` say which runs reuse it.
+    expected_total_keys (optional, 0 = unknown) is the sum of the lengths you expect to run with: it
+    only tunes the partition (near-uniform batches keep the contiguous decode partition on CUDA)."""
     kv = _arrays.dtype_name(kv_dtype)
     q = kv if q_dtype is None else _arrays.dtype_name(q_dtype)
     out = q if out_dtype is None else _arrays.dtype_name(out_dtype)
@@ -188,7 +191,8 @@ def plan_paged_decode(*, batch: int, num_heads: int, kv_heads: int, head_dim: in
         "plan_paged_decode", layout, num_pages, page_size, max_pages_per_seq, kv_len)
     tgt = _resolve_target(backend, target, threads, device)
     return Plan(_native.plan_paged_decode(batch, num_heads, kv_heads, head_dim, layout, num_pages, page_size, width,
-                                          kv_len, kv, q, out, window, scale, softcap, tgt))
+                                          kv_len, kv, q, out, window, scale, softcap, tgt,
+                                          int(expected_total_keys)))
 
 
 def plan_extend(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, num_pages: int, max_q_len: int,

@@ -62,7 +62,8 @@ std::string to_json(const PagedDecodePlan& plan) {
   json problem = {{"batch", p.batch},       {"num_heads", p.num_heads}, {"kv_heads", p.kv_heads},
                   {"head_dim", p.head_dim}, {"kv_len", p.kv_len},       {"kv_dtype", dt(p.kv_dtype)},
                   {"q_dtype", dt(p.q_dtype)}, {"out_dtype", dt(p.out_dtype)}, {"cache", cache_json(p.cache)},
-                  {"options", options_json(p.options, p.effective_scale())}};
+                  {"options", options_json(p.options, p.effective_scale())},
+                  {"expected_total_keys", p.expected_total_keys}};
   return paged_json(flat, "paged_decode", std::move(problem), plan.bounds, plan.gather_keys).dump();
 }
 
@@ -145,7 +146,7 @@ void bind_paged_plans(nb::module_& m) {
       [](std::int64_t batch, std::int64_t num_heads, std::int64_t kv_heads, std::int64_t head_dim,
          const std::string& layout, std::int64_t num_pages, std::int64_t page_size, std::int64_t max_pages_per_seq,
          std::int64_t kv_len, const std::string& kv_dtype, const std::string& q_dtype, const std::string& out_dtype,
-         std::int64_t window, float scale, float softcap, const Target& target) {
+         std::int64_t window, float scale, float softcap, const Target& target, std::int64_t expected_total_keys) {
         PagedDecodeProblem p;
         p.batch = batch;
         p.num_heads = num_heads;
@@ -157,11 +158,12 @@ void bind_paged_plans(nb::module_& m) {
         p.q_dtype = parse_dtype(q_dtype);
         p.out_dtype = parse_dtype(out_dtype);
         p.options = options_of(window, scale, softcap);
+        p.expected_total_keys = expected_total_keys;
         return plan_paged_decode(p, target);
       },
       "batch"_a, "num_heads"_a, "kv_heads"_a, "head_dim"_a, "layout"_a, "num_pages"_a, "page_size"_a,
       "max_pages_per_seq"_a, "kv_len"_a, "kv_dtype"_a, "q_dtype"_a, "out_dtype"_a, "window"_a, "scale"_a,
-      "softcap"_a, "target"_a);
+      "softcap"_a, "target"_a, "expected_total_keys"_a = 0);
 
   m.def(
       "plan_extend",

@@ -310,6 +310,19 @@ def test_paged_plans_print_as_tables_and_convert_to_dicts():
     assert d["partition"]["family"] == plan.family and plan.reasons == d["reasons"]
     assert json.loads(plan.to_json(indent=2)) == d
 
+    # The lengths hint tunes only the partition: uniform batches keep the contiguous decode's splits.
+    common = dict(batch=64, num_heads=32, kv_heads=8, head_dim=128, num_pages=64 * 1024, page_size=16,
+                  max_pages_per_seq=1024, kv_len=16384, kv_dtype="bf16", target="h200")
+    flat = attnkit.plan_decode(batch=64, num_heads=32, kv_heads=8, head_dim=128, max_seq=16384, kv_dtype="bf16",
+                               target="h200")
+    uniform = attnkit.plan_paged_decode(expected_total_keys=64 * 16384, **common)
+    mixed = attnkit.plan_paged_decode(expected_total_keys=64 * 8000, **common)
+    assert uniform.to_dict()["problem"]["expected_total_keys"] == 64 * 16384
+    assert uniform.to_dict()["partition"]["sequence_splits"] == flat.to_dict()["partition"]["sequence_splits"]
+    assert mixed.to_dict()["partition"]["sequence_splits"] > uniform.to_dict()["partition"]["sequence_splits"]
+    with pytest.raises(attnkit.Error, match="expected_total_keys"):
+        attnkit.plan_paged_decode(expected_total_keys=-1, **common)
+
     ext = attnkit.plan_extend(batch=4, num_heads=8, kv_heads=2, head_dim=64, num_pages=100, max_q_len=8,
                               page_size=1, kv_len=50, layout="nhd", kv_dtype="f32", threads=2)
     d = ext.to_dict()

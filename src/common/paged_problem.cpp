@@ -12,8 +12,8 @@ namespace {
 
 using detail::require_positive;
 
-void checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
-  detail::checked_product(context, "tensor sizes overflow (more than 2^62 elements)",
+std::int64_t checked_product(const char* context, std::initializer_list<std::int64_t> factors) {
+  return detail::checked_product(context, "tensor sizes overflow (more than 2^62 elements)",
                           "use fewer pages, a smaller page table or a smaller batch", factors);
 }
 
@@ -84,6 +84,10 @@ void PagedDecodeProblem::validate() const {
   validate_kv_len(ctx, kv_len, cache);
   as_decode().validate();  // heads, head_dim, dtypes, options: the decode rules
   checked_product(ctx, {batch, cache.max_pages_per_seq});
+  require(expected_total_keys >= 0 && expected_total_keys <= checked_product(ctx, {batch, kv_len}), ctx,
+          "expected_total_keys=" + std::to_string(expected_total_keys) + " is outside 0..batch*kv_len=" +
+              std::to_string(batch * kv_len),
+          "pass the sum of the lengths you expect to run with, or 0 when unknown");
 }
 
 void ExtendProblem::validate() const {
