@@ -13,6 +13,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/reference.hpp"
 #include "check_support.hpp"
+#include "shape_flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -116,18 +117,9 @@ bool try_plan(CheckRow& row, const Problem& problem, const Target& target, Kerne
   }
 }
 
-std::string family_name(KernelFamily f) {
-  switch (f) {
-    case KernelFamily::kScalarOnline: return "scalar";
-    case KernelFamily::kCooperativeTiled: return "tiled";
-    case KernelFamily::kSplitKvDecode: return "split-kv";
-  }
-  return "?";
-}
-
 void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFamily family) {
   CheckRow row;
-  row.kernel = "decode/" + family_name(family);
+  row.kernel = "decode/" + family_flag_name(family);
   row.shape = describe(s);
   row.dtype = dtype_pair(dtype, dtype);
   guarded(ctx, row, [&](CheckRow& r) {
@@ -183,7 +175,7 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
 
 void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, KernelFamily family) {
   CheckRow row;
-  row.kernel = "prefill/" + family_name(family);
+  row.kernel = "prefill/" + family_flag_name(family);
   row.shape = describe(s);
   row.dtype = dtype_pair(dtype, dtype);
   guarded(ctx, row, [&](CheckRow& r) {
@@ -248,7 +240,7 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
 // positions[b] + 1 keys. The written cache rows are checked as well as the output.
 void check_fused(CheckContext& ctx, const DecodeShape& s, DType dtype, RopeStyle style, KernelFamily family) {
   CheckRow row;
-  row.kernel = "fused-rope-append-decode/" + to_string(style) + "/" + family_name(family);
+  row.kernel = "fused-rope-append-decode/" + to_string(style) + "/" + family_flag_name(family);
   row.shape = describe(s);
   row.dtype = dtype_pair(dtype, dtype);
   guarded(ctx, row, [&](CheckRow& r) {
@@ -408,16 +400,18 @@ void collapsed(CheckContext& ctx, const std::string& label, const std::function<
 
 void check_attention(CheckContext& ctx) {
   const std::vector<KernelFamily> decode_families = {KernelFamily::kScalarOnline, KernelFamily::kSplitKvDecode};
-  const std::vector<KernelFamily> prefill_families = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled};
+  // The Hopper family plans only for an sm_90 target: elsewhere its rows say SKIPPED with the reason.
+  const std::vector<KernelFamily> prefill_families = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled,
+                                                      KernelFamily::kWarpSpecializedWgmma};
   for (KernelFamily family : decode_families) {
-    collapsed(ctx, "decode/" + family_name(family), [&] {
+    collapsed(ctx, "decode/" + family_flag_name(family), [&] {
       for (const DecodeShape& s : decode_shapes(ctx.quick)) {
         for (DType dtype : dtypes(ctx.quick)) check_decode(ctx, s, dtype, family);
       }
     });
   }
   for (KernelFamily family : prefill_families) {
-    collapsed(ctx, "prefill/" + family_name(family), [&] {
+    collapsed(ctx, "prefill/" + family_flag_name(family), [&] {
       for (const PrefillShape& s : prefill_shapes(ctx.quick)) {
         for (DType dtype : dtypes(ctx.quick)) check_prefill(ctx, s, dtype, family);
       }
@@ -428,7 +422,7 @@ void check_attention(CheckContext& ctx) {
       {2, 12, 4, 64, 2048, 2048, 256, 0.0f, false},
   };
   for (KernelFamily family : decode_families) {
-    collapsed(ctx, "fused-rope-append-decode/*/" + family_name(family), [&] {
+    collapsed(ctx, "fused-rope-append-decode/*/" + family_flag_name(family), [&] {
       for (const DecodeShape& s : fused_shapes) {
         for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
           if (ctx.quick) {

@@ -7,8 +7,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "attnkit/context_parallel.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
+#include "serving_flags.hpp"
 #include "shape_flags.hpp"
 
 namespace attnkit::cli {
@@ -17,6 +20,7 @@ namespace {
 struct PlanFlags {
   ShapeFlags shape;
   TargetFlags target;
+  ServingFlags serving;
   bool json = false;
   bool seed_scalar = false, seed_tiled = false;
   std::int64_t seq_len = 0;
@@ -60,9 +64,22 @@ void run_plan(const PlanFlags& f) {
   }
   require(f.seq_len == 0, "attnkit plan", "--seq-len belongs to --seed-scalar/--seed-tiled",
           "use --kv-len (and --q-len) for decode/prefill plans, or add --seed-scalar");
-  const Target target = resolve_target(f.target);
   const std::optional<KernelFamily> family = parse_family(f.target.family);
-  if (f.shape.op == "decode") {
+  require(!family || f.shape.op == "decode" || f.shape.op == "prefill", "attnkit plan",
+          "--family applies to --op decode and prefill", "drop --family for --op " + f.shape.op);
+  if (f.shape.op == "sharded-decode") {
+    const ShardedDecodePlan plan = plan_sharded_decode(sharded_decode_problem(f.shape), sharded_targets(f.target, f.serving));
+    print(to_table(plan), to_json(plan), f.json);
+    return;
+  }
+  const Target target = resolve_target(f.target);
+  if (f.shape.op == "paged-decode") {
+    const PagedDecodePlan plan = plan_paged_decode(paged_decode_problem(f.shape, f.serving), target);
+    print(to_table(plan), to_json(plan), f.json);
+  } else if (f.shape.op == "extend") {
+    const ExtendPlan plan = plan_extend(extend_problem(f.shape, f.serving), target);
+    print(to_table(plan), to_json(plan), f.json);
+  } else if (f.shape.op == "decode") {
     const DecodeProblem problem = decode_problem(f.shape);
     const DecodePlan plan = family ? plan_decode(problem, target, *family) : plan_decode(problem, target);
     print(to_table(plan), to_json(plan), f.json);
@@ -78,8 +95,9 @@ void run_plan(const PlanFlags& f) {
 void add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand("plan", "Plan one attention call and print the decision and its evidence");
-  add_shape_flags(*cmd, flags->shape);
+  add_shape_flags(*cmd, flags->shape, true, {"decode", "prefill", "paged-decode", "extend", "sharded-decode"});
   add_target_flags(*cmd, flags->target);
+  add_serving_flags(*cmd, flags->serving);
   cmd->add_flag("--json", flags->json, "print one JSON object instead of the table");
   cmd->add_flag("--seed-scalar", flags->seed_scalar, "seed 004's square planner, scalar online kernel");
   cmd->add_flag("--seed-tiled", flags->seed_tiled, "seed 004's square planner, cooperative tiled kernel");

@@ -36,10 +36,12 @@ AttentionOptions options_of(const ShapeFlags& f) {
 
 }  // namespace
 
-void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_op) {
+void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_op, const std::vector<std::string>& ops) {
   if (with_op) {
-    app.add_option("--op", f.op, "decode (one new token against a KV cache) or prefill")
-        ->check(CLI::IsMember({"decode", "prefill"}))
+    std::string choices;
+    for (const std::string& op : ops) choices += (choices.empty() ? "" : ", ") + op;
+    app.add_option("--op", f.op, "decode (one new token against a KV cache), prefill; all: " + choices)
+        ->check(CLI::IsMember(ops))
         ->capture_default_str();
   }
   app.add_option("--model", f.model, "model preset: " + model_preset_names() + " (flags override it)");
@@ -49,7 +51,7 @@ void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_op) {
   f.head_dim_opt = app.add_option("--head-dim", f.head_dim, "head dimension (multiple of 8, <= 256)")
                        ->capture_default_str();
   app.add_option("--kv-len", f.kv_len, "keys per sequence")->capture_default_str();
-  app.add_option("--q-len", f.q_len, "prefill query rows (default: --kv-len)");
+  app.add_option("--q-len", f.q_len, "prefill query rows (default: --kv-len); extend: most new tokens per sequence (16)");
   f.max_seq_opt = app.add_option("--max-seq", f.max_seq, "decode cache capacity (default: --kv-len)");
   app.add_flag("--causal,!--no-causal", f.causal, "prefill causal mask (default on)");
   f.window_opt = app.add_option("--window", f.window, "sliding window in keys (0 = none)")->capture_default_str();
@@ -63,8 +65,9 @@ void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_op) {
 }
 
 void add_target_flags(CLI::App& app, TargetFlags& t) {
-  app.add_option("--family", t.family, "kernel family: scalar, tiled, split-kv (default: planner's choice)")
-      ->check(CLI::IsMember({"scalar", "tiled", "split-kv"}));
+  app.add_option("--family", t.family,
+                 "kernel family: scalar, tiled, split-kv, wgmma (Hopper prefill) (default: planner's choice)")
+      ->check(CLI::IsMember({"scalar", "tiled", "split-kv", "wgmma"}));
   app.add_option("--backend", t.backend, "cpu or cuda (default: from --device, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--device", t.device,
@@ -130,7 +133,8 @@ std::optional<KernelFamily> parse_family(const std::string& name) {
   if (name == "scalar") return KernelFamily::kScalarOnline;
   if (name == "tiled") return KernelFamily::kCooperativeTiled;
   if (name == "split-kv") return KernelFamily::kSplitKvDecode;
-  fail("attnkit --family", "unknown family '" + name + "'", "use scalar, tiled or split-kv");
+  if (name == "wgmma") return KernelFamily::kWarpSpecializedWgmma;
+  fail("attnkit --family", "unknown family '" + name + "'", "use scalar, tiled, split-kv or wgmma");
 }
 
 std::string family_flag_name(KernelFamily family) {
@@ -138,6 +142,7 @@ std::string family_flag_name(KernelFamily family) {
     case KernelFamily::kScalarOnline: return "scalar";
     case KernelFamily::kCooperativeTiled: return "tiled";
     case KernelFamily::kSplitKvDecode: return "split-kv";
+    case KernelFamily::kWarpSpecializedWgmma: return "wgmma";
   }
   return "?";
 }

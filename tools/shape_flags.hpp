@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnkit/plan.hpp"
 
@@ -35,7 +36,9 @@ struct TargetFlags {
   int threads = 0;
 };
 
-void add_shape_flags(CLI::App& app, ShapeFlags& flags, bool with_op = true);
+// with_op registers --op with `ops` as its choices (the first is the default's description).
+void add_shape_flags(CLI::App& app, ShapeFlags& flags, bool with_op = true,
+                     const std::vector<std::string>& ops = {"decode", "prefill"});
 void add_target_flags(CLI::App& app, TargetFlags& flags);
 
 DecodeProblem decode_problem(const ShapeFlags& flags);    // validated (Error with a Fix)

@@ -175,6 +175,10 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target);
 
 std::string to_table(const PagedDecodePlan& plan);
 std::string to_table(const ExtendPlan& plan);
+// One JSON object shaped like the contiguous plans' (plan.hpp) with the paged problem ("cache" is
+// the page pool), "bounds" and "gather_keys".
+std::string to_json(const PagedDecodePlan& plan);
+std::string to_json(const ExtendPlan& plan);
 
 // Validation (throws Error with a Fix before anything is written). Index tensors are read only when
 // they live on the host; callers running on a device with host mirrors of the index tensors can

@@ -1,11 +1,8 @@
 // Plans of the serving layouts (paged.hpp): paged decode and extend. They print as the planner's
-// table (layout and bounds above the shared decode/prefill rows) and serialise to JSON shaped like
-// the contiguous plans' ("kind", "problem", "target", "partition", "evidence", "reasons") plus the
-// page pool ("problem"."cache") and what the plan covers ("bounds").
+// table and JSON (to_table / to_json of paged.hpp: shaped like the contiguous plans', plus the page
+// pool and the bounds the plan covers).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-
-#include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <string>
@@ -19,75 +16,6 @@ namespace attnkit::python {
 namespace {
 
 using namespace nb::literals;
-using json = nlohmann::json;
-
-std::string dt(DType t) { return std::string(dtype_name(t)); }
-
-json cache_json(const PagedCacheSpec& c) {
-  return {{"layout", to_string(c.layout)},
-          {"num_pages", c.num_pages},
-          {"page_size", c.page_size},
-          {"max_pages_per_seq", c.max_pages_per_seq},
-          {"capacity", c.capacity()}};
-}
-
-json bounds_json(const PlanBounds& b) {
-  return {{"batch", b.batch},
-          {"max_kv_len", b.max_kv_len},
-          {"max_q_len", b.max_q_len},
-          {"max_total_q", b.max_total_q},
-          {"workspace_bytes", b.workspace_bytes}};
-}
-
-// The target/partition/evidence/reasons of the equivalent contiguous plan's JSON (plan.hpp), so
-// the three plan kinds spell those parts alike; the problem is replaced by the paged one.
-template <class FlatPlan>
-json paged_json(const FlatPlan& flat, const char* kind, json problem, const PlanBounds& bounds,
-                std::uint32_t gather_keys) {
-  json j = json::parse(to_json(flat));
-  j["kind"] = kind;
-  j["problem"] = std::move(problem);
-  j["bounds"] = bounds_json(bounds);
-  j["gather_keys"] = gather_keys;
-  return j;
-}
-
-json options_json(const AttentionOptions& o, float effective_scale) {
-  return {{"window", o.window}, {"scale", o.scale}, {"effective_scale", effective_scale}, {"softcap", o.softcap}};
-}
-
-std::string to_json(const PagedDecodePlan& plan) {
-  const PagedDecodeProblem& p = plan.problem;
-  const DecodePlan flat{p.as_decode(), plan.target, plan.partition, plan.evidence, plan.reasons};
-  json problem = {{"batch", p.batch},       {"num_heads", p.num_heads}, {"kv_heads", p.kv_heads},
-                  {"head_dim", p.head_dim}, {"kv_len", p.kv_len},       {"kv_dtype", dt(p.kv_dtype)},
-                  {"q_dtype", dt(p.q_dtype)}, {"out_dtype", dt(p.out_dtype)}, {"cache", cache_json(p.cache)},
-                  {"options", options_json(p.options, p.effective_scale())},
-                  {"expected_total_keys", p.expected_total_keys}};
-  return paged_json(flat, "paged_decode", std::move(problem), plan.bounds, plan.gather_keys).dump();
-}
-
-std::string to_json(const ExtendPlan& plan) {
-  const ExtendProblem& p = plan.problem;
-  PrefillProblem pre;  // the causal prefill of max_q_len rows against kv_len keys it is planned as
-  pre.batch = p.batch;
-  pre.num_heads = p.num_heads;
-  pre.kv_heads = p.kv_heads;
-  pre.head_dim = p.head_dim;
-  pre.q_len = p.max_q_len;
-  pre.kv_len = p.kv_len;
-  pre.causal = true;
-  pre.dtype = p.kv_dtype;
-  pre.out_dtype = p.out_dtype;
-  pre.options = p.options;
-  const PrefillPlan flat{pre, plan.target, plan.partition, plan.evidence, plan.reasons};
-  json problem = {{"batch", p.batch},         {"num_heads", p.num_heads},       {"kv_heads", p.kv_heads},
-                  {"head_dim", p.head_dim},   {"max_q_len", p.max_q_len},       {"max_total_q", p.total_q_bound()},
-                  {"kv_len", p.kv_len},       {"kv_dtype", dt(p.kv_dtype)},     {"q_dtype", dt(p.q_dtype)},
-                  {"out_dtype", dt(p.out_dtype)}, {"cache", cache_json(p.cache)},
-                  {"options", options_json(p.options, p.effective_scale())}};
-  return paged_json(flat, "extend", std::move(problem), plan.bounds, plan.gather_keys).dump();
-}
 
 template <class Plan>
 void bind_paged_plan_class(nb::module_& m, const char* name) {

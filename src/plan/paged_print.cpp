@@ -1,11 +1,16 @@
-// Paged plans as text: the shared decode/prefill table of the equivalent plan (print.cpp), under
-// lines naming the paged layout and the bounds the plan covers.
+// Paged plans as text and JSON. Both are the equivalent contiguous plan's (print.cpp): the table
+// under lines naming the paged layout and the bounds the plan covers; the JSON with its problem
+// replaced by the paged one ("problem"."cache" is the page pool) plus "bounds" and "gather_keys", so
+// the plan kinds spell target, partition, evidence and reasons alike.
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "attnkit/paged.hpp"
 
 namespace attnkit {
 namespace {
+
+using json = nlohmann::json;
 
 std::string header(const char* job, const PagedCacheSpec& c, const PlanBounds& b) {
   return std::string(job) + " over a paged cache: " + to_string(c.layout) + ", page_size " +
@@ -15,15 +20,8 @@ std::string header(const char* job, const PagedCacheSpec& c, const PlanBounds& b
          std::to_string(b.max_total_q) + ", workspace " + std::to_string(b.workspace_bytes) + " bytes\n";
 }
 
-}  // namespace
-
-std::string to_table(const PagedDecodePlan& plan) {
-  DecodePlan flat{plan.problem.as_decode(), plan.target, plan.partition, plan.evidence, plan.reasons};
-  return header("paged decode", plan.problem.cache, plan.bounds) + to_table(flat);
-}
-
-std::string to_table(const ExtendPlan& plan) {
-  const ExtendProblem& e = plan.problem;
+// Extend is planned and costed as the causal prefill of max_q_len rows against kv_len keys.
+PrefillProblem as_prefill(const ExtendProblem& e) {
   PrefillProblem pre;
   pre.batch = e.batch;
   pre.num_heads = e.num_heads;
@@ -35,8 +33,81 @@ std::string to_table(const ExtendPlan& plan) {
   pre.dtype = e.kv_dtype;
   pre.out_dtype = e.out_dtype;
   pre.options = e.options;
-  PrefillPlan flat{pre, plan.target, plan.partition, plan.evidence, plan.reasons};
-  return header("extend", e.cache, plan.bounds) + to_table(flat);
+  return pre;
+}
+
+DecodePlan flat_plan(const PagedDecodePlan& plan) {
+  return {plan.problem.as_decode(), plan.target, plan.partition, plan.evidence, plan.reasons};
+}
+
+PrefillPlan flat_plan(const ExtendPlan& plan) {
+  return {as_prefill(plan.problem), plan.target, plan.partition, plan.evidence, plan.reasons};
+}
+
+std::string dt(DType t) { return std::string(dtype_name(t)); }
+
+json cache_json(const PagedCacheSpec& c) {
+  return {{"layout", to_string(c.layout)},
+          {"num_pages", c.num_pages},
+          {"page_size", c.page_size},
+          {"max_pages_per_seq", c.max_pages_per_seq},
+          {"capacity", c.capacity()}};
+}
+
+template <class Plan>
+std::string paged_json(const Plan& plan, const char* kind, json problem) {
+  json j = json::parse(to_json(flat_plan(plan)));
+  problem["options"] = j["problem"]["options"];  // the same options and effective scale
+  problem["cache"] = cache_json(plan.problem.cache);
+  j["kind"] = kind;
+  j["problem"] = std::move(problem);
+  const PlanBounds& b = plan.bounds;
+  j["bounds"] = {{"batch", b.batch},
+                 {"max_kv_len", b.max_kv_len},
+                 {"max_q_len", b.max_q_len},
+                 {"max_total_q", b.max_total_q},
+                 {"workspace_bytes", b.workspace_bytes}};
+  j["gather_keys"] = plan.gather_keys;
+  return j.dump();
+}
+
+}  // namespace
+
+std::string to_table(const PagedDecodePlan& plan) {
+  return header("paged decode", plan.problem.cache, plan.bounds) + to_table(flat_plan(plan));
+}
+
+std::string to_table(const ExtendPlan& plan) {
+  return header("extend", plan.problem.cache, plan.bounds) + to_table(flat_plan(plan));
+}
+
+std::string to_json(const PagedDecodePlan& plan) {
+  const PagedDecodeProblem& p = plan.problem;
+  return paged_json(plan, "paged_decode",
+                    {{"batch", p.batch},
+                     {"num_heads", p.num_heads},
+                     {"kv_heads", p.kv_heads},
+                     {"head_dim", p.head_dim},
+                     {"kv_len", p.kv_len},
+                     {"kv_dtype", dt(p.kv_dtype)},
+                     {"q_dtype", dt(p.q_dtype)},
+                     {"out_dtype", dt(p.out_dtype)},
+                     {"expected_total_keys", p.expected_total_keys}});
+}
+
+std::string to_json(const ExtendPlan& plan) {
+  const ExtendProblem& p = plan.problem;
+  return paged_json(plan, "extend",
+                    {{"batch", p.batch},
+                     {"num_heads", p.num_heads},
+                     {"kv_heads", p.kv_heads},
+                     {"head_dim", p.head_dim},
+                     {"max_q_len", p.max_q_len},
+                     {"max_total_q", p.total_q_bound()},
+                     {"kv_len", p.kv_len},
+                     {"kv_dtype", dt(p.kv_dtype)},
+                     {"q_dtype", dt(p.q_dtype)},
+                     {"out_dtype", dt(p.out_dtype)}});
 }
 
 }  // namespace attnkit
