@@ -17,7 +17,7 @@ namespace {
 using namespace nb::literals;
 
 constexpr KernelFamily kFamilies[] = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled,
-                                      KernelFamily::kSplitKvDecode};
+                                      KernelFamily::kSplitKvDecode, KernelFamily::kWarpSpecializedWgmma};
 
 KernelFamily parse_family(const std::string& name, const char* context) {
   std::string known;

@@ -288,6 +288,12 @@ def test_errors_are_value_errors_with_a_fix(rng):
         attnkit.plan_decode(batch=1, num_heads=4, kv_heads=4, head_dim=100, max_seq=16)
     with pytest.raises(attnkit.Error, match="Fix:"):
         attnkit.plan_prefill(batch=1, num_heads=4, kv_heads=4, head_dim=64, q_len=8, family="split_kv_decode")
+    # The Hopper family by name: planned for an H200 without one, refused (with a Fix) on the CPU.
+    hopper = attnkit.plan_prefill(batch=1, num_heads=8, kv_heads=8, head_dim=128, q_len=4096, target="h200",
+                                  family="warp_specialized_wgmma")
+    assert hopper.family == "warp_specialized_wgmma"
+    with pytest.raises(attnkit.Error, match="Fix:"):
+        attnkit.plan_prefill(batch=1, num_heads=4, kv_heads=4, head_dim=64, q_len=8, family="warp_specialized_wgmma")
     plan = attnkit.plan_decode(batch=1, num_heads=2, kv_heads=1, head_dim=16, max_seq=8, kv_dtype="f32")
     q = randn(rng, (1, 2, 16), "f32")
     k, v = randn(rng, (1, 1, 8, 16), "f32"), randn(rng, (1, 1, 8, 16), "f32")
