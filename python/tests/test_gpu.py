@@ -138,3 +138,82 @@ def test_tiny_llama_half_is_as_close_to_f32_as_sdpa(seed, dtype):
     model = tiny_llama(dtype, "cuda", seed)
     prompt = torch.randint(0, 1000, (2, 17), generator=torch.Generator().manual_seed(seed)).cuda()
     print(check_teacher_forced(model, prompt))
+
+
+# The paged CUDA path through torch (docs/paged.md). Written after this session's device time was
+# spent: first run with the next scripts/device-python.sh call.
+def paged_pool(g, batch, kv_heads, head_dim, page_size, lengths, width, td):
+    """Random HND pools with randomly permuted pages, NaN in every slot no sequence owns, the page
+    table (-1 past each sequence's pages) and the contiguous caches the pages hold."""
+    pages_of = [(int(n) + page_size - 1) // page_size for n in lengths]
+    num_pages = sum(pages_of) + 1
+    k_pages = torch.full((num_pages, kv_heads, page_size, head_dim), float("nan"), device="cuda").to(td)
+    v_pages = k_pages.clone()
+    order = torch.randperm(num_pages, device="cuda", generator=g).tolist()
+    table = torch.full((batch, width), -1, dtype=torch.int32)
+    max_len = max(int(n) for n in lengths)
+    k = torch.randn(batch, kv_heads, max(max_len, 1), head_dim, device="cuda", generator=g).to(td)
+    v = torch.randn(batch, kv_heads, max(max_len, 1), head_dim, device="cuda", generator=g).to(td)
+    used = 0
+    for b, n in enumerate(lengths):
+        for i in range(pages_of[b]):
+            page = order[used]
+            used += 1
+            table[b, i] = page
+            lo, hi = i * page_size, min(int(n), (i + 1) * page_size)
+            k_pages[page, :, : hi - lo] = k[b, :, lo:hi]
+            v_pages[page, :, : hi - lo] = v[b, :, lo:hi]
+    return k_pages, v_pages, table.cuda(), k, v, num_pages
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_paged_decode_on_cuda_matches_float64(seed, dtype, page_size):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    td = TORCH_DTYPES[dtype]
+    batch, heads, kv_heads, head_dim, kv_len = 4, 16, 4, 128, 300
+    lengths = torch.tensor([300, 1, 77, 160], dtype=torch.int32, device="cuda")
+    width = (kv_len + page_size - 1) // page_size
+    k_pages, v_pages, table, k, v, num_pages = paged_pool(g, batch, kv_heads, head_dim, page_size, lengths.tolist(),
+                                                          width, td)
+    plan = attnkit.plan_paged_decode(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                     num_pages=num_pages, page_size=page_size, max_pages_per_seq=width, kv_len=kv_len,
+                                     kv_dtype=dtype, backend="cuda")
+    assert plan.backend == "cuda"
+    q = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(td)
+    out = attnkit.paged_decode(plan, q, k_pages, v_pages, table, lengths)
+    expected = sdpa_f64(q[:, :, None], k, v, causal=False, lengths=lengths)[:, :, 0]
+    torch.cuda.synchronize()
+    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), dtype)
+
+
+def test_paged_append_then_extend_on_cuda_matches_float64(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    batch, heads, kv_heads, head_dim, page_size, kv_len = 3, 8, 2, 64, 16, 120
+    prefix = [40, 0, 97]
+    q_lens = [5, 17, 1]  # 17 new tokens on an empty cache: a whole prefill across two pages
+    lengths = [p + n for p, n in zip(prefix, q_lens)]
+    width = (kv_len + page_size - 1) // page_size
+    k_pages, v_pages, table, k, v, num_pages = paged_pool(g, batch, kv_heads, head_dim, page_size, lengths, width,
+                                                          torch.bfloat16)
+    # Append the new tokens' K/V (they are already in k/v: overwrite the pool's copies with NaN first).
+    for b, (p, n) in enumerate(zip(prefix, q_lens)):
+        for j in range(p, p + n):
+            k_pages[table[b, j // page_size], :, j % page_size] = float("nan")
+            v_pages[table[b, j // page_size], :, j % page_size] = float("nan")
+    k_new = torch.cat([k[b, :, p:p + n].transpose(0, 1) for b, (p, n) in enumerate(zip(prefix, q_lens))])
+    v_new = torch.cat([v[b, :, p:p + n].transpose(0, 1) for b, (p, n) in enumerate(zip(prefix, q_lens))])
+    cu = torch.tensor([0, 5, 22, 23], dtype=torch.int32, device="cuda")
+    attnkit.paged_append_kv(k_pages, v_pages, k_new.contiguous(), v_new.contiguous(), table,
+                            torch.tensor(prefix, dtype=torch.int32, device="cuda"), cu)
+    plan = attnkit.plan_extend(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                               num_pages=num_pages, max_q_len=17, page_size=page_size, max_pages_per_seq=width,
+                               kv_len=kv_len, kv_dtype="bf16", backend="cuda")
+    q = torch.randn(sum(q_lens), heads, head_dim, device="cuda", generator=g).bfloat16()
+    out = attnkit.extend(plan, q, cu, k_pages, v_pages, table, torch.tensor(lengths, dtype=torch.int32, device="cuda"))
+    torch.cuda.synchronize()
+    for b, (lo, hi) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+        qb = q[lo:hi].transpose(0, 1)[None]  # [1, heads, q_len, head_dim]
+        n = lengths[b]
+        expected = sdpa_f64(qb, k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=True)[0].transpose(0, 1)
+        check_close(out[lo:hi].float().cpu().numpy(), expected.cpu().numpy(), "bf16")
