@@ -1,11 +1,15 @@
 // libFuzzer target: the planner on arbitrary problem descriptors and targets (huge, zero,
-// negative and overflowing sizes, non-finite options, out-of-range dtypes and families).
+// negative and overflowing sizes, non-finite options, out-of-range dtypes and families): decode,
+// prefill, the seed planners, and the serving plans (paged decode with its lengths hint, extend,
+// context-parallel decode over 0..9 targets).
 // Every call either returns a plan the kernels can run (checked below) or throws an Error with a
 // Fix; anything else (another exception, a crash, a sanitizer report) is a finding.
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "attnkit/context_parallel.hpp"
+#include "attnkit/paged.hpp"
 #include "fuzz_support.hpp"
 
 namespace attnkit::fuzz {
@@ -70,7 +74,7 @@ void fuzz_decode(FuzzedDataProvider& in) {
   p.options = options_value(in);
   const Target target = target_value(in);
   const bool request = in.ConsumeBool();
-  const auto family = static_cast<KernelFamily>(in.ConsumeIntegralInRange<int>(0, 3));
+  const auto family = static_cast<KernelFamily>(in.ConsumeIntegralInRange<int>(0, 4));
   const DecodePlan plan = request ? plan_decode(p, target, family) : plan_decode(p, target);
   check_partition(plan.partition, "plan_decode");
   check_evidence(plan.evidence, "plan_decode");
@@ -99,7 +103,7 @@ void fuzz_prefill(FuzzedDataProvider& in) {
   p.options = options_value(in);
   const Target target = target_value(in);
   const bool request = in.ConsumeBool();
-  const auto family = static_cast<KernelFamily>(in.ConsumeIntegralInRange<int>(0, 3));
+  const auto family = static_cast<KernelFamily>(in.ConsumeIntegralInRange<int>(0, 4));
   const PrefillPlan plan = request ? plan_prefill(p, target, family) : plan_prefill(p, target);
   check_partition(plan.partition, "plan_prefill");
   check_evidence(plan.evidence, "plan_prefill");
@@ -118,6 +122,77 @@ void fuzz_seed_planners(FuzzedDataProvider& in) {
   (void)to_json(plan);
 }
 
+PagedCacheSpec cache_value(FuzzedDataProvider& in) {
+  PagedCacheSpec c;
+  c.num_pages = size_value(in, 4096);
+  c.page_size = size_value(in, 128);
+  c.max_pages_per_seq = size_value(in, 4096);
+  c.layout = in.ConsumeBool() ? PageLayout::kHND : PageLayout::kNHD;
+  return c;
+}
+
+// A paged plan must state the workspace it uses and cover at least the lengths it was asked for.
+template <class Plan>
+void check_bounds(const Plan& plan, const char* what) {
+  if (plan.bounds.workspace_bytes != plan.evidence.workspace_bytes || plan.bounds.max_kv_len < plan.problem.kv_len ||
+      plan.bounds.batch != plan.problem.batch) {
+    finding(std::string(what) + ": bounds disagree with the problem or the evidence: " + to_json(plan));
+  }
+}
+
+void fuzz_serving(FuzzedDataProvider& in) {
+  const int which = in.ConsumeIntegralInRange<int>(0, 2);
+  const std::int64_t batch = size_value(in, 8), heads = size_value(in, 64), kv_heads = size_value(in, 16);
+  const std::int64_t head_dim = size_value(in, 300), kv_len = size_value(in, 1 << 20);
+  const DType kv = dtype_value(in), q = dtype_value(in), out = dtype_value(in);
+  const AttentionOptions options = options_value(in);
+  if (which == 0) {
+    PagedDecodeProblem p;
+    p.batch = batch, p.num_heads = heads, p.kv_heads = kv_heads, p.head_dim = head_dim, p.kv_len = kv_len;
+    p.cache = cache_value(in);
+    p.kv_dtype = kv, p.q_dtype = q, p.out_dtype = out, p.options = options;
+    if (in.ConsumeBool()) p.expected_total_keys = size_value(in, 1 << 24);
+    const PagedDecodePlan plan = plan_paged_decode(p, target_value(in));
+    check_partition(plan.partition, "plan_paged_decode");
+    check_evidence(plan.evidence, "plan_paged_decode");
+    check_bounds(plan, "plan_paged_decode");
+    (void)to_table(plan);
+    (void)to_json(plan);
+  } else if (which == 1) {
+    ExtendProblem e;
+    e.batch = batch, e.num_heads = heads, e.kv_heads = kv_heads, e.head_dim = head_dim, e.kv_len = kv_len;
+    e.cache = cache_value(in);
+    e.max_q_len = size_value(in, 64);
+    if (in.ConsumeBool()) e.max_total_q = size_value(in, 512);
+    e.kv_dtype = kv, e.q_dtype = q, e.out_dtype = out, e.options = options;
+    const ExtendPlan plan = plan_extend(e, target_value(in));
+    check_partition(plan.partition, "plan_extend");
+    check_evidence(plan.evidence, "plan_extend");
+    check_bounds(plan, "plan_extend");
+    (void)to_table(plan);
+    (void)to_json(plan);
+  } else {
+    ShardedDecodeProblem sp;
+    DecodeProblem& d = sp.decode;
+    d.batch = batch, d.num_heads = heads, d.kv_heads = kv_heads, d.head_dim = head_dim, d.kv_len = kv_len;
+    d.max_seq = in.ConsumeBool() ? kv_len : size_value(in, 1 << 21);
+    d.kv_dtype = kv, d.q_dtype = q, d.out_dtype = out, d.options = options;
+    std::vector<Target> targets(static_cast<std::size_t>(in.ConsumeIntegralInRange<int>(0, 9)));
+    for (Target& t : targets) t = target_value(in);
+    const ShardedDecodePlan plan = plan_sharded_decode(sp, targets);
+    // The shards tile [0, max_seq) in order, one per target.
+    std::int64_t next = 0;
+    for (const ShardSpec& s : plan.shards) {
+      if (s.begin != next || s.capacity < 1) finding("plan_sharded_decode: shards do not tile the cache: " + to_json(plan));
+      next = s.end();
+    }
+    if (next != d.max_seq || plan.shard_count() != static_cast<int>(targets.size())) {
+      finding("plan_sharded_decode: shards do not cover max_seq with one per target: " + to_json(plan));
+    }
+    (void)to_table(plan);
+  }
+}
+
 }  // namespace
 }  // namespace attnkit::fuzz
 
@@ -125,9 +200,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace attnkit::fuzz;
   FuzzedDataProvider in(data, size);
   try {
-    switch (in.ConsumeIntegralInRange<int>(0, 2)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
       case 0: fuzz_decode(in); break;
       case 1: fuzz_prefill(in); break;
+      case 2: fuzz_serving(in); break;
       default: fuzz_seed_planners(in); break;
     }
   } catch (const attnkit::Error& e) {

@@ -189,7 +189,12 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
   // more than the window.
   const std::int64_t packed = e.group_size() * e.max_q_len;
   const std::int64_t rows = std::min<std::int64_t>(packed, cuda_decode::kMaxRowsPerBlock);
-  if (d.options.window > 0) d.options.window = std::min(e.kv_len, d.options.window + rows / e.group_size() + 1);
+  // (A window of kv_len or more covers every key already; comparing first keeps the sum from
+  // overflowing for windows near 2^63, which the planner fuzzer passes.)
+  if (d.options.window > 0) {
+    d.options.window = d.options.window >= e.kv_len ? e.kv_len
+                                                    : std::min(e.kv_len, d.options.window + rows / e.group_size() + 1);
+  }
   detail::partition_cuda_decode(d, target, nullptr, p, reasons);
   reasons.push_back("cuda extend: the split-KV decode kernel with packed rows: a block serves " +
                     std::to_string(p.rows_per_block) + " (query row, head) pairs of one (sequence, KV head), " +

@@ -96,11 +96,18 @@ ShardedDecodePlan plan_sharded_decode(const ShardedDecodeProblem& problem, const
   plan.link_bytes_per_s = problem.link_bytes_per_s > 0 ? problem.link_bytes_per_s : kNvlinkBytesPerS;
   plan.collective_latency_s = problem.collective_latency_s > 0 ? problem.collective_latency_s : kCollectiveLatencySeconds;
 
-  // Shares follow each GPU's bandwidth lead: decode is bound by reading K and V.
+  // Shares follow each GPU's bandwidth lead: decode is bound by reading K and V. A lead that is
+  // missing, non-finite or not positive makes the shares equal; known leads are scaled by the
+  // largest, so their sum stays finite (found by the planner fuzzer: two leads near DBL_MAX summed
+  // to inf and the shard starts overflowed).
   std::vector<double> weights;
   bool all_known = true;
-  for (const Target& t : targets) all_known = all_known && t.peak_read_bytes_per_s > 0;
-  for (const Target& t : targets) weights.push_back(all_known ? t.peak_read_bytes_per_s : 1.0);
+  double largest = 0;
+  for (const Target& t : targets) {
+    all_known = all_known && std::isfinite(t.peak_read_bytes_per_s) && t.peak_read_bytes_per_s > 0;
+    if (all_known) largest = std::max(largest, t.peak_read_bytes_per_s);
+  }
+  for (const Target& t : targets) weights.push_back(all_known ? t.peak_read_bytes_per_s / largest : 1.0);
   const std::int64_t granule = g.kv_len >= static_cast<std::int64_t>(n) * kShardGranuleKeys ? kShardGranuleKeys : 1;
   const std::vector<std::int64_t> begins = shard_begins(g.kv_len, weights, granule);
   plan.reasons.push_back(std::to_string(n) + " shard(s) of kv_len=" + std::to_string(g.kv_len) + ", boundaries on " +

@@ -205,6 +205,20 @@ TEST(ShardedPlan, ShardsCoverTheCacheOnGranulesAndFollowBandwidth) {
   const ShardedDecodePlan skewed = plan_sharded_decode(sharded(p), std::vector<Target>{slow, fast});
   const double ratio = static_cast<double>(skewed.shards[1].planned_keys) / static_cast<double>(skewed.shards[0].planned_keys);
   EXPECT_NEAR(ratio, 2.0, 0.01);
+  // Leads near DBL_MAX keep their proportion (their sum overflowed before: a fuzzer finding);
+  // a non-finite or missing lead makes the shares equal.
+  Target huge = slow, huger = slow;
+  huge.peak_read_bytes_per_s = std::numeric_limits<double>::max() / 2;
+  huger.peak_read_bytes_per_s = std::numeric_limits<double>::max();
+  const ShardedDecodePlan extreme = plan_sharded_decode(sharded(p), std::vector<Target>{huge, huger});
+  EXPECT_NEAR(static_cast<double>(extreme.shards[1].planned_keys) / static_cast<double>(extreme.shards[0].planned_keys),
+              2.0, 0.01);
+  for (double lead : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 0.0}) {
+    Target odd = slow;
+    odd.peak_read_bytes_per_s = lead;
+    const ShardedDecodePlan equal = plan_sharded_decode(sharded(p), std::vector<Target>{slow, odd});
+    EXPECT_EQ(equal.shards[0].planned_keys, equal.shards[1].planned_keys) << lead;
+  }
 }
 
 TEST(ShardedPlan, BytesAndPredictionFollowTheModel) {

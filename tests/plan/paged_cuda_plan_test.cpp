@@ -3,6 +3,8 @@
 // pairs into the decode kernel's rows; both state the exact split-state workspace they use.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "attnkit/attnkit.hpp"
 
 namespace attnkit {
@@ -132,6 +134,22 @@ TEST(PagedCudaPlan, ExtendPacksQueryRowsAndHeadsIntoTheDecodeRows) {
                 c.window + plan.partition.rows_per_block / e.group_size())
           << note;
     }
+  }
+}
+
+// A window at or beyond kv_len covers every key: extend plans as without one (the widening by the
+// block's query rows overflowed for windows near 2^63 before: a planner-fuzzer finding).
+TEST(PagedCudaPlan, ExtendWindowsBeyondTheSequenceAreNoWindow) {
+  ExtendProblem e;
+  e.batch = 4, e.num_heads = 32, e.kv_heads = 8, e.head_dim = 128, e.max_q_len = 8, e.kv_len = 4096;
+  e.cache = {4 * 256 + 1, 16, 256, PageLayout::kHND};
+  const ExtendPlan none = plan_extend(e, known_target("h200"));
+  for (std::int64_t window : {std::int64_t{4096}, std::int64_t{1} << 40, std::numeric_limits<std::int64_t>::max()}) {
+    e.options.window = window;
+    const ExtendPlan wide = plan_extend(e, known_target("h200"));
+    EXPECT_EQ(wide.partition.sequence_splits, none.partition.sequence_splits) << window;
+    EXPECT_EQ(wide.partition.keys_per_split, none.partition.keys_per_split) << window;
+    EXPECT_EQ(wide.bounds.workspace_bytes, none.bounds.workspace_bytes) << window;
   }
 }
 
