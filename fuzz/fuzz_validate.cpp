@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "attnkit/paged.hpp"
 #include "fuzz_support.hpp"
 
 namespace attnkit::fuzz {
@@ -378,6 +379,93 @@ void fuzz_fused(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
              [&] { cpu::fused_rope_append_decode(plan, t, rope, ws); });
 }
 
+// The serving layouts (paged.hpp): paged decode, extend and paged append on arbitrary pools, page
+// tables, lengths, offsets and start positions (index contents mostly in range, sometimes not).
+void fuzz_paged(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
+  PagedCacheSpec c;
+  c.page_size = small(in, 1, 8);
+  c.max_pages_per_seq = small(in, 1, 6);
+  c.num_pages = small(in, 1, 12);
+  c.layout = in.ConsumeBool() ? PageLayout::kHND : PageLayout::kNHD;
+  const std::int64_t B = small(in, 1, 3), G = small(in, 1, 3), H = heads_for(in, G), D = head_dim(in);
+  const DType kv = storage(in), q = in.ConsumeBool() ? kv : storage(in), out = in.ConsumeBool() ? kv : storage(in);
+  const std::int64_t P = c.num_pages, S = c.page_size, W = c.max_pages_per_seq;
+  const std::vector<std::int64_t> pool = c.layout == PageLayout::kHND ? std::vector<std::int64_t>{P, G, S, D}
+                                                                      : std::vector<std::int64_t>{P, S, G, D};
+  auto index = [&](std::vector<std::int64_t> shape, std::int64_t max) {
+    return make_view(in, arena, rng, {std::move(shape), DType::kI32, true, max});
+  };
+  // Ranges for the fuzzer's choices stay valid whatever the sizes are (small() may return 0,
+  // negative or huge values, which the planner and the validation must reject).
+  const std::int64_t capacity = S >= 1 && S <= 1024 && W >= 1 && W <= 1024 ? S * W : 64;
+  const std::int64_t B1 = B < std::numeric_limits<std::int64_t>::max() ? B + 1 : B;  // cu_seqlens length
+  const int which = in.ConsumeIntegralInRange<int>(0, 2);
+  if (which == 2) {  // append
+    const std::int64_t rows = small(in, 0, 6);
+    PagedAppendTensors t;
+    t.k_new = maybe_absent(in, arena, rng, {{rows, G, D}, kv});
+    t.v_new = maybe_absent(in, arena, rng, {{rows, G, D}, kv});
+    t.cu_seqlens_new = index({B1}, rows);
+    t.start_positions = index({B}, capacity);
+    t.k_pages = maybe_absent(in, arena, rng, {pool, kv});
+    t.v_pages = maybe_absent(in, arena, rng, {pool, kv});
+    t.page_table = index({B, W}, P);
+    check_call(arena, [&] { validate_paged_append(c, t, DeviceKind::kCpu); }, [&] { cpu::paged_append_kv(c, t); });
+    return;
+  }
+  const std::int64_t kv_len = small(in, 1, capacity);
+  const AttentionOptions options = options_value(in);
+  PagedKvCache cache;
+  auto fill_cache = [&](std::int64_t max_len) {
+    cache.k_pages = make_view(in, arena, rng, {pool, kv});
+    cache.v_pages = make_view(in, arena, rng, {pool, kv});
+    cache.page_table = index({B, W}, P);
+    cache.lengths = index({B}, max_len);
+  };
+  if (which == 0) {
+    PagedDecodeProblem p;
+    p.batch = B, p.num_heads = H, p.kv_heads = G, p.head_dim = D, p.cache = c, p.kv_len = kv_len;
+    p.kv_dtype = kv, p.q_dtype = q, p.out_dtype = out, p.options = options;
+    if (in.ConsumeBool()) p.expected_total_keys = small(in, 0, std::clamp<std::int64_t>(B, 1, 8) * std::clamp<std::int64_t>(kv_len, 1, 1 << 20));
+    PagedDecodePlan plan;
+    try {
+      plan = plan_paged_decode(p, cpu_threads(in));
+    } catch (const Error& e) {
+      expect_fix(e);
+      return;
+    }
+    fill_cache(kv_len);
+    const PagedDecodeTensors t{make_view(in, arena, rng, {{B, H, D}, q}), cache, make_view(in, arena, rng, {{B, H, D}, out}),
+                               maybe_absent(in, arena, rng, {{B, H}, DType::kF32})};
+    const Workspace ws = workspace_for(in, arena, plan.bounds.workspace_bytes);
+    check_call(arena, [&] { validate_paged_decode(plan.problem, t, DeviceKind::kCpu); },
+               [&] { cpu::paged_decode(plan, t, ws); });
+    return;
+  }
+  ExtendProblem e;
+  e.batch = B, e.num_heads = H, e.kv_heads = G, e.head_dim = D, e.cache = c, e.kv_len = kv_len;
+  e.max_q_len = small(in, 1, 4);
+  if (in.ConsumeBool()) e.max_total_q = small(in, 1, 8);
+  e.kv_dtype = kv, e.q_dtype = q, e.out_dtype = out, e.options = options;
+  ExtendPlan plan;
+  try {
+    plan = plan_extend(e, cpu_threads(in));
+  } catch (const Error& err) {
+    expect_fix(err);
+    return;
+  }
+  fill_cache(kv_len);
+  const std::int64_t rows = plan.bounds.max_total_q;
+  ExtendTensors t;
+  t.q = make_view(in, arena, rng, {{rows, H, D}, q});
+  t.cu_seqlens_q = index({B1}, rows);
+  t.cache = cache;
+  t.out = make_view(in, arena, rng, {{rows, H, D}, out});
+  t.lse = maybe_absent(in, arena, rng, {{rows, H}, DType::kF32});
+  const Workspace ws = workspace_for(in, arena, plan.bounds.workspace_bytes);
+  check_call(arena, [&] { validate_extend(plan.problem, t, DeviceKind::kCpu); }, [&] { cpu::extend(plan, t, ws); });
+}
+
 }  // namespace
 }  // namespace attnkit::fuzz
 
@@ -386,7 +474,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FuzzedDataProvider in(data, size);
   Arena arena;
   std::mt19937 rng(in.ConsumeIntegral<std::uint32_t>());
-  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
+    case 6: fuzz_paged(in, arena, rng); break;
     case 0: fuzz_decode(in, arena, rng); break;
     case 1: fuzz_prefill(in, arena, rng); break;
     case 2: fuzz_append(in, arena, rng); break;
