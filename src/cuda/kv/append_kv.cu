@@ -15,6 +15,7 @@
 #include "attnkit/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_pointer.hpp"
+#include "cuda/common/row_alignment.hpp"
 
 namespace attnkit::cuda {
 namespace {
@@ -51,15 +52,6 @@ __global__ void append_kv_kernel(const __grid_constant__ AppendParams p) {
   }
 }
 
-bool aligned_rows(const TensorView& t, int bytes) {
-  if (t.empty()) return true;
-  if (reinterpret_cast<std::uintptr_t>(t.data) % bytes != 0) return false;
-  for (int d = 0; d + 1 < t.rank; ++d) {
-    if (static_cast<std::int64_t>(t.strides[d] * dtype_size(t.dtype)) % bytes != 0) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 void append_kv(const AppendTensors& t, Stream stream) {
@@ -89,8 +81,8 @@ void append_kv(const AppendTensors& t, Stream stream) {
   (void)row;
   const std::int64_t blocks = static_cast<std::int64_t>(batch) * p.kv_heads;
   if (blocks == 0) return;
-  const bool wide = aligned_rows(t.k_new, 16) && aligned_rows(t.v_new, 16) && aligned_rows(t.k_cache, 16) &&
-                    aligned_rows(t.v_cache, 16) && (p.head_dim * p.elem_bytes) % 16 == 0;
+  const bool wide = cuda_common::aligned_rows(t.k_new, 16) && cuda_common::aligned_rows(t.v_new, 16) && cuda_common::aligned_rows(t.k_cache, 16) &&
+                    cuda_common::aligned_rows(t.v_cache, 16) && (p.head_dim * p.elem_bytes) % 16 == 0;
   auto s = static_cast<cudaStream_t>(stream);
   if (wide) {
     append_kv_kernel<uint4><<<static_cast<unsigned>(blocks), 32, 0, s>>>(p);

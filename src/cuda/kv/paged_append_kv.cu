@@ -21,6 +21,8 @@
 #include "attnkit/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_pointer.hpp"
+#include "cuda/common/ragged_rows.cuh"
+#include "cuda/common/row_alignment.hpp"
 
 namespace attnkit::cuda {
 namespace {
@@ -50,16 +52,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) paged_append_kernel(const
   if (item >= static_cast<std::int64_t>(p.rows) * p.kv_heads) return;
   const int token = static_cast<int>(item / p.kv_heads), h = static_cast<int>(item % p.kv_heads);
   auto offset = [&](int b) { return min(max(p.cu[b], 0), p.rows); };
-  int lo = 0, hi = p.batch - 1;  // the last sequence whose first row is <= token
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (offset(mid) <= token) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int b = lo;
+  const int b = cuda_common::sequence_of_row(p.cu, p.batch, p.rows, token);
   const int first = offset(b), end = max(offset(b + 1), first);
   if (token < first || token >= end) return;  // past the last sequence's rows
   const std::int64_t pos = static_cast<std::int64_t>(p.starts[b]) + (token - first);
@@ -83,15 +76,6 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) paged_append_kernel(const
       dst[i] = src[i];
     }
   }
-}
-
-bool aligned_rows(const TensorView& t, int bytes) {
-  if (t.empty()) return true;
-  if (reinterpret_cast<std::uintptr_t>(t.data) % bytes != 0) return false;
-  for (int d = 0; d + 1 < t.rank; ++d) {
-    if (static_cast<std::int64_t>(t.strides[d] * dtype_size(t.dtype)) % bytes != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -140,8 +124,8 @@ void paged_append_kv(const PagedCacheSpec& cache, const PagedAppendTensors& t, S
           "the pool or the new rows exceed the kernel's 32-bit indices", "append in smaller calls");
   const std::int64_t items = static_cast<std::int64_t>(p.rows) * p.kv_heads;
   if (items == 0 || p.batch == 0) return;
-  const bool wide = aligned_rows(t.k_new, 16) && aligned_rows(t.v_new, 16) &&
-                    (t.k_new.empty() || aligned_rows(t.k_pages, 16)) && (t.v_new.empty() || aligned_rows(t.v_pages, 16)) &&
+  const bool wide = cuda_common::aligned_rows(t.k_new, 16) && cuda_common::aligned_rows(t.v_new, 16) &&
+                    (t.k_new.empty() || cuda_common::aligned_rows(t.k_pages, 16)) && (t.v_new.empty() || cuda_common::aligned_rows(t.v_pages, 16)) &&
                     (p.head_dim * p.elem_bytes) % 16 == 0;
   const bool even = (p.head_dim * p.elem_bytes) % 2 == 0;
   const auto blocks = static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock);

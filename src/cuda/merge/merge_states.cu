@@ -13,6 +13,7 @@
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/ragged_rows.cuh"
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/sequence_range.cuh"
@@ -22,23 +23,24 @@ namespace {
 
 constexpr int kMergeThreads = 128;
 
-__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __grid_constant__ DecodeParams p) {
-  __shared__ float weights[kMaxSplits];
+// One merged row, step 1 (every thread of the block calls it): warp 0 turns the active splits'
+// LSEs of state row `row` into weights w_s = exp(lse_s - max lse) in `weights` (shared); returns
+// 1 / sum w_s (0 when no split saw a key) and the merged LSE max + log(sum) (-inf then).
+struct MergedRow {
+  float inv;
+  float lse;
+};
+__device__ MergedRow merge_weights(const float* partial_lse, std::int64_t rows_total, std::int64_t row, int active,
+                                   float* weights) {
   __shared__ float total, max_lse;
-  const std::int64_t row = blockIdx.x;
-  const int b = static_cast<int>(row / p.num_heads), h = static_cast<int>(row % p.num_heads);
-  const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
-  const SequenceRange range = sequence_range(p, b);
-  const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
-
   if (threadIdx.x < 32) {
     float mx = -INFINITY;
-    for (int s = threadIdx.x; s < active; s += 32) mx = fmaxf(mx, p.partial_lse[s * rows_total + row]);
+    for (int s = threadIdx.x; s < active; s += 32) mx = fmaxf(mx, partial_lse[s * rows_total + row]);
     for (int off = 16; off >= 1; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     const float m_use = mx == -INFINITY ? 0.0f : mx;
     float sum = 0.0f;
     for (int s = threadIdx.x; s < active; s += 32) {
-      const float w = expf(p.partial_lse[s * rows_total + row] - m_use);
+      const float w = expf(partial_lse[s * rows_total + row] - m_use);
       weights[s] = w;
       sum += w;
     }
@@ -49,18 +51,33 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
     }
   }
   __syncthreads();
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  return {total > 0.0f ? 1.0f / total : 0.0f, total > 0.0f ? max_lse + logf(total) : -INFINITY};
+}
+
+// Step 2: element d of the merged row, before the 1 / sum scaling.
+__device__ float weighted_sum(const float* partial_out, std::int64_t rows_total, std::int64_t row, int head_dim,
+                              int active, const float* weights, int d) {
+  float o = 0.0f;
+  for (int s = 0; s < active; ++s) o = fmaf(weights[s], partial_out[(s * rows_total + row) * head_dim + d], o);
+  return o;
+}
+
+__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __grid_constant__ DecodeParams p) {
+  __shared__ float weights[kMaxSplits];
+  const std::int64_t row = blockIdx.x;
+  const int b = static_cast<int>(row / p.num_heads), h = static_cast<int>(row % p.num_heads);
+  const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
+  const SequenceRange range = sequence_range(p, b);
+  const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
+
+  const MergedRow merged = merge_weights(p.partial_lse, rows_total, row, active, weights);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < active; ++s) o = fmaf(weights[s], p.partial_out[(s * rows_total + row) * p.head_dim + d], o);
-    o *= inv;
+    float o = weighted_sum(p.partial_out, rows_total, row, p.head_dim, active, weights, d) * merged.inv;
     if (!range.valid) o = NAN;
     cuda_common::store_from_f32(p.out, p.out_dtype, b * p.out_stride_b + h * p.out_stride_h + d, o);
   }
   if (threadIdx.x == 0 && p.lse != nullptr) {
-    float lse = total > 0.0f ? max_lse + logf(total) : -INFINITY;
-    if (!range.valid) lse = NAN;
-    p.lse[b * p.lse_stride_b + h * p.lse_stride_h] = lse;
+    p.lse[b * p.lse_stride_b + h * p.lse_stride_h] = range.valid ? merged.lse : NAN;
   }
 }
 
@@ -70,20 +87,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
 // Rows past the last sequence's tokens are not written.
 __global__ void __launch_bounds__(kMergeThreads) merge_extend_kernel(const __grid_constant__ DecodeParams p) {
   __shared__ float weights[kMaxSplits];
-  __shared__ float total, max_lse;
   const std::int64_t row = blockIdx.x;
   const int token = static_cast<int>(row / p.num_heads), h = static_cast<int>(row % p.num_heads);
-  // The last sequence whose (clamped) first token is <= token.
-  int lo = 0, hi = p.batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (min(max(p.cu_seqlens_q[mid], 0), p.q_rows) <= token) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int b = lo;
+  const int b = cuda_common::sequence_of_row(p.cu_seqlens_q, p.batch, p.q_rows, token);
   const ExtendRows ext = extend_rows(p, b);
   const int i = token - ext.q_start;
   if (i < 0 || i >= ext.q_len) return;  // a padding row, or past a clamped q_len
@@ -95,33 +101,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_extend_kernel(const __gri
   const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
   const std::int64_t rows_total = static_cast<std::int64_t>(p.state_rows) * p.num_heads;
 
-  if (threadIdx.x < 32) {
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < active; s += 32) mx = fmaxf(mx, p.partial_lse[s * rows_total + row]);
-    for (int off = 16; off >= 1; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float m_use = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-    for (int s = threadIdx.x; s < active; s += 32) {
-      const float w = expf(p.partial_lse[s * rows_total + row] - m_use);
-      weights[s] = w;
-      sum += w;
-    }
-    for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (threadIdx.x == 0) {
-      total = sum;
-      max_lse = mx;
-    }
-  }
-  __syncthreads();
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  const MergedRow merged = merge_weights(p.partial_lse, rows_total, row, active, weights);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < active; ++s) o = fmaf(weights[s], p.partial_out[(s * rows_total + row) * p.head_dim + d], o);
-    cuda_common::store_from_f32(p.out, p.out_dtype, token * p.out_stride_b + h * p.out_stride_h + d, o * inv);
+    const float o = weighted_sum(p.partial_out, rows_total, row, p.head_dim, active, weights, d);
+    cuda_common::store_from_f32(p.out, p.out_dtype, token * p.out_stride_b + h * p.out_stride_h + d, o * merged.inv);
   }
-  if (threadIdx.x == 0 && p.lse != nullptr) {
-    p.lse[token * p.lse_stride_b + h * p.lse_stride_h] = total > 0.0f ? max_lse + logf(total) : -INFINITY;
-  }
+  if (threadIdx.x == 0 && p.lse != nullptr) p.lse[token * p.lse_stride_b + h * p.lse_stride_h] = merged.lse;
 }
 
 }  // namespace
