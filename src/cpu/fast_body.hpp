@@ -103,7 +103,7 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
   static_assert(kKeys * GC <= W || W == 1, "accumulators exceed the vector width");
   const std::int64_t d = t.head_dim;
   for (std::int64_t j = 0; j < n; j += kKeys) {
-    V acc[W];
+    typename Vec::Acc acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     std::int64_t key_offset[kKeys];
     for (int kk = 0; kk < kKeys; ++kk) {
@@ -122,10 +122,10 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
       for (int g = 0; g < GC; ++g) qv[g] = Vec::load(L.q + (g0 + g) * L.dp + c);
       for (int kk = 0; kk < kKeys; ++kk) {
         const V kv = load_chunk<Tag>(t.k.data, key_offset[kk] + c, m);
-        for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::fma(qv[g], kv, acc[kk * GC + g]);
+        for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::acc_fma(qv[g], kv, acc[kk * GC + g]);
       }
     }
-    Vec::store(L.lanes, Vec::transpose_sum(acc));
+    Vec::store(L.lanes, Vec::acc_transpose_sum(acc));
     const std::int64_t valid = imin(kKeys, n - j);
     for (std::int64_t kk = 0; kk < valid; ++kk) {
       for (int g = 0; g < GC; ++g) L.scores[(g0 + g) * L.tp + j + kk] = L.lanes[kk * GC + g];

@@ -73,6 +73,10 @@ struct VecAvx2 {
     const V e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
     return select_lt(x, set1(-87.0f), zero(), e);
   }
+  // Score accumulators (the QK^T dot): the lanes already split each dot into partial sums.
+  using Acc = V;
+  static Acc acc_fma(V a, V b, Acc c) { return fma(a, b, c); }
+  static V acc_transpose_sum(const Acc* acc) { return transpose_sum(acc); }
   static V transpose_sum(const V* acc) {
     V l1[4], l2[2];
     for (int i = 0; i < 4; ++i) {

@@ -60,6 +60,10 @@ struct VecAvx512 {
     return select_lt(x, set1(-87.0f), zero(), e);
   }
   // out[i] = sum of the lanes of acc[i], for kWidth accumulators (a transpose-and-add tree).
+  // Score accumulators (the QK^T dot): the lanes already split each dot into partial sums.
+  using Acc = V;
+  static Acc acc_fma(V a, V b, Acc c) { return fma(a, b, c); }
+  static V acc_transpose_sum(const Acc* acc) { return transpose_sum(acc); }
   static V transpose_sum(const V* acc) {
     V l1[8], l2[4], l3[2];
     for (int i = 0; i < 8; ++i) {

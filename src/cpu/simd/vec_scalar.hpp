@@ -32,6 +32,11 @@ struct VecScalar {
   static float reduce_max(V v) { return v; }
   static V exp(V x) { return x < -87.0f ? 0.0f : std::exp(x); }
   static V transpose_sum(const V* acc) { return acc[0]; }
+  // Score accumulators: one lane means one sequential chain over head_dim, so the dot is summed in
+  // double (in f32 it lost up to ~1e-5 relative on large scores: FastDecode.AdversarialScores).
+  using Acc = double;
+  static Acc acc_fma(V a, V b, Acc c) { return static_cast<double>(a) * b + c; }
+  static V acc_transpose_sum(const Acc* acc) { return static_cast<float>(acc[0]); }
 };
 
 }  // namespace attnkit::cpu::simd
