@@ -55,10 +55,14 @@ def test_decode_matches_golden(rng, dtype, family, batch, heads, kv_heads, head_
 
 
 def test_decode_adversarial_scores(rng):
-    """Large magnitudes and near-equal scores: the running max and sum must not overflow."""
+    """Large magnitudes (scores ~8x the usual spread: a few keys dominate) and near-equal scores:
+    the running max and sum must not overflow. Scores of ~900 (q and k both scaled by 30, as this
+    test first had) are ill-conditioned in f32, one rounding of a score moving the output by more
+    than 1e-5 on ~3% of seeds; docs/numerics.md says what holds there, tested in C++
+    (DecodeRandomScoresOfMagnitude1e4StayFiniteAndInsideTheValueRange)."""
     plan = attnkit.plan_decode(batch=2, num_heads=4, kv_heads=2, head_dim=32, max_seq=200, kv_dtype="f32")
-    q = randn(rng, (2, 4, 32), "f32", scale=30.0)
-    k = randn(rng, (2, 2, 200, 32), "f32", scale=30.0)
+    q = randn(rng, (2, 4, 32), "f32", scale=8.0)
+    k = randn(rng, (2, 2, 200, 32), "f32")
     k[:, :, 100:] = k[:, :, :1] + randn(rng, (2, 2, 100, 32), "f32", scale=1e-3)
     v = randn(rng, (2, 2, 200, 32), "f32")
     lengths = np.array([200, 157], np.int32)
