@@ -10,7 +10,7 @@
 //     f32 score (folding it into q would round q).
 //   P V: P is rounded to bf16 (as GPU flash kernels do), V is bf16 already; sums in f32. The
 //     softmax denominator l is summed from the unrounded f32 P.
-// Decode: as fast_body.hpp, with each 32-bf16 chunk of a K row dotted in one instruction per
+// Decode (groups that are not a multiple of 4; those take fast_body_bf16_rows4.hpp): as fast_body.hpp, with each 32-bf16 chunk of a K row dotted in one instruction per
 //   query row, and P V taking keys in pairs: two V rows interleaved (vpunpck*wd, no permute) times
 //   the broadcast (p_j, p_j+1) pair. Accumulator columns are in interleave order inside each
 //   32-column block; the final write puts them back (pair_column).

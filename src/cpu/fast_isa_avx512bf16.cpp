@@ -25,12 +25,13 @@
 #define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx512
 #include "cpu/fast_body.hpp"
 #include "cpu/fast_body_bf16.hpp"
+#include "cpu/fast_body_bf16_rows4.hpp"
 
 namespace attnkit::cpu::detail {
 
 const FastBodies& fast_bodies_avx512bf16() {
-  static const FastBodies bodies{"avx512bf16", isa_avx512bf16::W, isa_avx512bf16::decode_scratch_floats_any,
-                                 isa_avx512bf16::decode_bf16, isa_avx512bf16::prefill_scratch_floats_any,
+  static const FastBodies bodies{"avx512bf16", isa_avx512bf16::W, isa_avx512bf16::decode_scratch_floats_with_rows4,
+                                 isa_avx512bf16::decode_bf16_or_rows4, isa_avx512bf16::prefill_scratch_floats_any,
                                  isa_avx512bf16::prefill_bf16};
   return bodies;
 }

@@ -1,0 +1,279 @@
+// Internal: the bf16 decode body for groups that are a multiple of 4 (llama3-8b's group 4, and
+// 8, 12, ...): the query heads in blocks of 4, each block a register-resident pass over the tile.
+// Included by fast_isa_avx512bf16.cpp after fast_body_bf16.hpp (same namespace; split q, bf16
+// helpers and the pair-interleaved output order are shared with it).
+//
+// Inputs: a DecodeTask with bf16 K/V (head_dim contiguous, any row stride), q of any dtype.
+// Layout: scores of a tile as [key][4 heads] f32 (one 16-lane vector = 4 keys x 4 heads, the
+//   order the transposed score sums come out in, so no permute and no per-head stores); P as
+//   [key pair][4 heads] bf16 pairs (one vpermw per 4 keys); accumulators [head][head_dim] in
+//   32-column blocks of key-pair interleave order (PairColumn), as in fast_body_bf16.hpp.
+// Parallelism: one task per thread; per tile and block of 4 heads:
+//   Q K^T: 4 keys x 4 heads = 16 accumulators over head_dim (vdpbf16ps, q from L1), one
+//     transpose-and-add tree per 4 keys (11 shuffle/add ops per key instead of per-key sums);
+//   softmax over the tile in the [key][head] layout, the rescale of the accumulators once per tile;
+//   P V: 4 heads x 64 columns = 16 accumulators in registers, two V rows interleaved per key pair
+//     and reused by the 4 heads, head_dim taken in 64-column passes (each V element is loaded and
+//     interleaved once).
+// Bound: vdpbf16ps issue (32 per key at group 4: 16 for Q K^T, 16 for P V; one per cycle on
+//   Zen 4), then the shuffles of the score tree and the interleave; memory when the host's read
+//   rate per core is below ~512 bytes per (body time per key). See docs/perf-notes.md, CPU round 5.
+
+namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+struct DecodeLayoutRows4 {
+  std::int64_t dp, tp;  // head_dim padded to 32; tile padded to 8 keys
+  std::uint16_t *qh, *ql;
+  std::uint32_t* pp;  // [tp / 2][4]
+  float *acc, *s, *m, *l;  // acc [group][dp], s [tp][4], m and l [group]
+};
+
+inline DecodeLayoutRows4 decode_layout_rows4(std::int64_t head_dim, std::int64_t group, std::int64_t tile, float* base) {
+  DecodeLayoutRows4 L{};
+  L.dp = round_up(head_dim, kPairChunk);
+  L.tp = round_up(tile, 8);
+  float* f = base;
+  L.qh = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.dp / 2);
+  L.ql = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.dp / 2);
+  L.pp = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * 4);
+  L.acc = f; f += floats_for(group * L.dp);
+  L.s = f; f += floats_for(L.tp * 4);
+  L.m = f; f += floats_for(group);
+  L.l = f;
+  return L;
+}
+
+inline std::size_t decode_scratch_floats_rows4(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
+  const std::int64_t dp = round_up(head_dim, kPairChunk), tp = round_up(tile, 8);
+  return 2 * floats_for(group * dp / 2) + floats_for(tp / 2 * 4) + floats_for(group * dp) + floats_for(tp * 4) +
+         2 * floats_for(group) + 16;
+}
+
+inline bool uses_rows4(const DecodeTask& t) {
+  return t.group % 4 == 0 && t.k.dtype == DType::kBF16 && t.v.dtype == DType::kBF16;
+}
+
+// Prefetch `bytes` of the rows [row, row + rows) of a bf16 source, clamped to row `last`.
+template <int kLocality>
+inline void prefetch_rows_bf16(const RowSource& s, std::int64_t row, std::int64_t rows, std::int64_t last,
+                               std::int64_t from, std::int64_t bytes) {
+  const auto* base = static_cast<const char*>(s.data) + s.offset * 2 + from;
+  for (std::int64_t r = row; r < row + rows; ++r) {
+    const char* p = base + (r < last ? r : last) * s.row_stride * 2;
+    for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+  }
+}
+
+// Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head], unscaled. Keys past
+// n (up to a multiple of 4) repeat the last key; the softmax masks them.
+template <bool kSplit>
+void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+                  bool prefetch) {
+  const std::int64_t d = t.head_dim, stride = t.k.row_stride, last = t.key_end - 1;
+  const auto* kbase = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset;
+  const std::uint16_t* qh = L.qh + h0 * L.dp;
+  const std::uint16_t* ql = L.ql + h0 * L.dp;
+  const std::int64_t row_bytes = d * 2;
+  for (std::int64_t j = 0; j < n; j += 4) {
+    if (prefetch) {
+      prefetch_rows_bf16<3>(t.k, j0 + j + kDecodePrefetchRows, 4, last, 0, row_bytes);
+      prefetch_rows_bf16<2>(t.v, j0 + j, 4, last, 0, row_bytes);
+    }
+    const std::uint16_t* kr[4];
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; ++kk) kr[kk] = kbase + (j0 + imin(j + kk, n - 1)) * stride;
+    V acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = Vec::zero();
+    for (std::int64_t c = 0; c < d; c += kPairChunk) {
+      const __mmask32 mask = B16::tail32(static_cast<int>(imin(kPairChunk, d - c)));
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        const P16 kv = _mm512_maskz_loadu_epi16(mask, kr[kk] + c);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          acc[kk * 4 + g] = B16::dot(acc[kk * 4 + g], _mm512_loadu_si512(qh + g * L.dp + c), kv);
+          if constexpr (kSplit) acc[kk * 4 + g] = B16::dot(acc[kk * 4 + g], _mm512_loadu_si512(ql + g * L.dp + c), kv);
+        }
+      }
+    }
+    // Lane kk * 4 + g = (key j + kk, head g): the [key][head] layout itself.
+    Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
+  }
+}
+
+// Lanes 4q + g of v (q = 0..3) reduced into every lane 4q + g: one value per head.
+inline V max_over_keys(V v) {
+  v = Vec::max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  return Vec::max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+inline V sum_over_keys(V v) {
+  v = Vec::add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  return Vec::add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+// The tile's online softmax for heads [h0, h0 + 4): P into L.pp as key pairs, m and l updated,
+// the heads' accumulators rescaled once.
+inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t n) {
+  const std::int64_t vectors = (n + 3) / 4;
+  const V scale = Vec::set1(t.scale);
+  // Lane 4q + g holds key 4v + q: keys >= n get -inf (p = 0).
+  alignas(64) static constexpr int kKeyOfLane[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+  const __m512i key_of_lane = _mm512_load_si512(kKeyOfLane);
+  V mx = Vec::set1(kNegInf);
+  for (std::int64_t v = 0; v < vectors; ++v) {
+    V x = Vec::mul(Vec::load(L.s + v * 16), scale);
+    if (t.softcap > 0) x = softcap_v(x, t.softcap);
+    if (4 * v + 4 > n) {
+      const __mmask16 past = _mm512_cmpge_epi32_mask(key_of_lane, _mm512_set1_epi32(static_cast<int>(n - 4 * v)));
+      x = _mm512_mask_mov_ps(x, past, Vec::set1(kNegInf));
+    }
+    Vec::store(L.s + v * 16, x);
+    mx = Vec::max(mx, x);
+  }
+  alignas(64) float tile_max[16];
+  Vec::store(tile_max, max_over_keys(mx));
+  alignas(16) float m_new[4], alpha[4];
+  for (int g = 0; g < 4; ++g) {
+    const RaisedMax r = raise_max(L.m[h0 + g], tile_max[g], L.acc + (h0 + g) * L.dp, L.dp);
+    m_new[g] = r.m_new;
+    alpha[g] = r.alpha;
+  }
+  const V mv = _mm512_broadcast_f32x4(_mm_load_ps(m_new));
+  // Word 2g + t of each 4-word group b -> key 2b + t, head g: (p_j, p_j+1) pairs per head.
+  alignas(32) static constexpr std::int16_t kPairOrder[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+  const __m256i pair_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairOrder));
+  V sum = Vec::zero();
+  for (std::int64_t v = 0; v < vectors; ++v) {
+    const V e = Vec::exp(Vec::sub(Vec::load(L.s + v * 16), mv));
+    sum = Vec::add(sum, e);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(L.pp + v * 8), _mm256_permutexvar_epi16(pair_order, B16::to_bf16(e)));
+  }
+  alignas(64) float sums[16];
+  Vec::store(sums, sum_over_keys(sum));
+  for (int g = 0; g < 4; ++g) {
+    L.l[h0 + g] = L.l[h0 + g] * alpha[g] + sums[g];
+    L.m[h0 + g] = m_new[g];
+  }
+}
+
+// acc[h0..h0+4) += P V over keys [j0, j0 + n) for the 32-column blocks [b0, b0 + CB): 4 x 2CB
+// accumulators in registers, key pairs interleaved once and used by the 4 heads.
+template <int CB>
+void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t b0, std::int64_t j0,
+              std::int64_t n, bool prefetch) {
+  const std::int64_t d = t.head_dim, stride = t.v.row_stride, last = t.key_end - 1;
+  __mmask32 mask[CB];
+#pragma GCC unroll 4
+  for (int b = 0; b < CB; ++b) mask[b] = B16::tail32(static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk)));
+  V acc[4][2 * CB];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 8
+    for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W);
+  const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
+  const std::uint32_t* pp = L.pp;
+  const std::int64_t pf_from = b0 * kPairChunk * 2, pf_bytes = imin(CB * kPairChunk, d - b0 * kPairChunk) * 2;
+  const std::int64_t row_bytes = d * 2;
+  std::int64_t j = 0;
+  for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
+    if (prefetch) {
+      prefetch_rows_bf16<3>(t.v, j0 + j + kDecodePrefetchRows, 2, last, pf_from, pf_bytes);
+      if (b0 == 0) prefetch_rows_bf16<2>(t.k, j0 + n + j, 2, last, 0, row_bytes);
+    }
+    P16 lo[CB], hi[CB];
+#pragma GCC unroll 4
+    for (int b = 0; b < CB; ++b) {
+      B16::interleave(_mm512_maskz_loadu_epi16(mask[b], ra + b * kPairChunk),
+                      _mm512_maskz_loadu_epi16(mask[b], ra + stride + b * kPairChunk), lo[b], hi[b]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const P16 pb = B16::broadcast_pair(pp[g]);
+#pragma GCC unroll 4
+      for (int b = 0; b < CB; ++b) {
+        acc[g][2 * b] = B16::dot(acc[g][2 * b], pb, lo[b]);
+        acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pb, hi[b]);
+      }
+    }
+  }
+  if (j < n) {  // a lone last key: its pair partner is a zero row (and its p is 0)
+    P16 lo[CB], hi[CB];
+#pragma GCC unroll 4
+    for (int b = 0; b < CB; ++b) {
+      B16::interleave(_mm512_maskz_loadu_epi16(mask[b], ra + b * kPairChunk), _mm512_setzero_si512(), lo[b], hi[b]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const P16 pb = B16::broadcast_pair(pp[g]);
+#pragma GCC unroll 4
+      for (int b = 0; b < CB; ++b) {
+        acc[g][2 * b] = B16::dot(acc[g][2 * b], pb, lo[b]);
+        acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pb, hi[b]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 8
+    for (int v = 0; v < 2 * CB; ++v) Vec::store(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W, acc[g][v]);
+}
+
+template <bool kSplit>
+void decode_rows4_typed(const DecodeTask& t) {
+  const DecodeLayoutRows4 L = decode_layout_rows4(t.head_dim, t.group, t.tile, t.scratch);
+  const std::int64_t G = t.group, d = t.head_dim, blocks = L.dp / kPairChunk;
+  for (std::int64_t g = 0; g < G; ++g) {
+    const std::int64_t row = t.q.offset + g * t.q.head_stride;
+    for (std::int64_t c = 0; c < L.dp; ++c) {
+      std::uint16_t hi = 0, lo = 0;
+      if (c < d) split_q(t.q, row + c, hi, lo);
+      L.qh[g * L.dp + c] = hi;
+      L.ql[g * L.dp + c] = lo;
+      L.acc[g * L.dp + c] = 0.0f;
+    }
+    L.m[g] = kNegInf;
+    L.l[g] = 0.0f;
+  }
+  for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
+    const std::int64_t n = imin(t.tile, t.key_end - j0);
+    for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
+      const bool prefetch = h0 == 0;  // later blocks of the group read the tile from cache
+      scores_rows4<kSplit>(t, L, h0, j0, n, prefetch);
+      softmax_rows4(t, L, h0, n);
+      std::int64_t b0 = 0;
+      for (; b0 + 2 <= blocks; b0 += 2) pv_rows4<2>(t, L, h0, b0, j0, n, prefetch);
+      if (b0 < blocks) pv_rows4<1>(t, L, h0, b0, j0, n, prefetch);
+    }
+  }
+  write_decode_result(t, L.acc, L.dp, L.m, L.l, PairColumn{});
+}
+
+inline void decode_rows4(const DecodeTask& t) {
+  if (t.q.dtype == DType::kBF16) {
+    decode_rows4_typed<false>(t);
+  } else {
+    decode_rows4_typed<true>(t);
+  }
+}
+
+}  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS
+
+namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+// The decode entry of this ISA level: groups of 4k heads with bf16 K/V here, the rest as before.
+inline void decode_bf16_or_rows4(const DecodeTask& t) {
+  if (uses_rows4(t)) {
+    decode_rows4(t);
+  } else {
+    decode_bf16(t);
+  }
+}
+
+inline std::size_t decode_scratch_floats_with_rows4(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
+  const std::size_t a = decode_scratch_floats_any(head_dim, group, tile);
+  const std::size_t b = group % 4 == 0 ? decode_scratch_floats_rows4(head_dim, group, tile) : 0;
+  return a > b ? a : b;
+}
+
+}  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS
