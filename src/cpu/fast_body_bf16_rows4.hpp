@@ -1,7 +1,9 @@
 // Internal: the bf16 decode body for groups that are a multiple of 4 (llama3-8b's group 4, and
 // 8, 12, ...): the query heads in blocks of 4, each block a register-resident pass over the tile.
-// Included by fast_isa_avx512bf16.cpp after fast_body_bf16.hpp (same namespace; split q, bf16
-// helpers and the pair-interleaved output order are shared with it).
+// Included by fast_isa_avx512bf16.cpp after fast_body_bf16.hpp and fast_body_rows4.hpp (same
+// namespace; split q, the bf16 helpers and the pair-interleaved output order come from the first,
+// prefetch, the [key][head] softmax steps and the f32-arithmetic body for other dtypes from the
+// second).
 //
 // Inputs: a DecodeTask with bf16 K/V (head_dim contiguous, any row stride), q of any dtype.
 // Layout: scores of a tile as [key][4 heads] f32 (one 16-lane vector = 4 keys x 4 heads, the
@@ -53,30 +55,6 @@ inline bool uses_rows4(const DecodeTask& t) {
   return t.group % 4 == 0 && t.k.dtype == DType::kBF16 && t.v.dtype == DType::kBF16;
 }
 
-// Prefetch of kRows consecutive rows of a bf16 source, `bytes` of each from byte `from`. Rows
-// past `last` are skipped (they were prefetched already or are not the task's). Issued per key
-// step, so the addressing is kept to one multiply and adds: the instructions of the prefetches
-// were a quarter of the body's time when written per row with a clamp.
-struct PrefetchRows {
-  const char* base;  // row 0, byte `from`
-  std::int64_t stride, bytes, last;
-  PrefetchRows(const RowSource& s, std::int64_t from, std::int64_t bytes_, std::int64_t last_)
-      : base(static_cast<const char*>(s.data) + s.offset * 2 + from), stride(s.row_stride * 2), bytes(bytes_),
-        last(last_) {}
-  template <int kLocality, int kRows>
-  inline __attribute__((always_inline)) void rows(std::int64_t row) const {
-    const char* p = base + row * stride;
-    if (row + kRows - 1 <= last) {
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r, p += stride)
-        for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-    } else {
-      for (std::int64_t r = row; r <= last; ++r, p += stride)
-        for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-    }
-  }
-};
-
 // acc[kk * 4 + g] += K[key kk][c, c + 32) . q[head g][c, c + 32) (masked to `tail` if kTail).
 template <bool kSplit, bool kTail>
 inline __attribute__((always_inline)) void score_chunk_rows4(V* acc, const std::uint16_t* const* kr,
@@ -103,7 +81,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   const std::uint16_t* qh = L.qh + h0 * L.dp;
   const std::uint16_t* ql = L.ql + h0 * L.dp;
   const std::int64_t full = d / kPairChunk * kPairChunk;
-  const PrefetchRows pk(t.k, 0, d * 2, last), pv(t.v, 0, d * 2, last);
+  const PrefetchRows pk(t.k, 2, 0, d * 2, last), pv(t.v, 2, 0, d * 2, last);
   const __mmask32 tail = B16::tail32(static_cast<int>(d - full));
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
@@ -125,44 +103,15 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   }
 }
 
-// Lanes 4q + g of v (q = 0..3) reduced into every lane 4q + g: one value per head.
-inline V max_over_keys(V v) {
-  v = Vec::max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  return Vec::max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-inline V sum_over_keys(V v) {
-  v = Vec::add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  return Vec::add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-
 // The tile's online softmax for heads [h0, h0 + 4): P into L.pp as key pairs, m and l updated,
 // the heads' accumulators rescaled once.
 inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t n) {
   const std::int64_t vectors = (n + 3) / 4;
-  const V scale = Vec::set1(t.scale);
-  // Lane 4q + g holds key 4v + q: keys >= n get -inf (p = 0).
-  alignas(64) static constexpr int kKeyOfLane[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
-  const __m512i key_of_lane = _mm512_load_si512(kKeyOfLane);
-  V mx = Vec::set1(kNegInf);
   for (std::int64_t v = 0; v < vectors; ++v) {
-    V x = Vec::mul(Vec::load(L.s + v * 16), scale);
-    if (t.softcap > 0) x = softcap_v(x, t.softcap);
-    if (4 * v + 4 > n) {
-      const __mmask16 past = _mm512_cmpge_epi32_mask(key_of_lane, _mm512_set1_epi32(static_cast<int>(n - 4 * v)));
-      x = _mm512_mask_mov_ps(x, past, Vec::set1(kNegInf));
-    }
-    Vec::store(L.s + v * 16, x);
-    mx = Vec::max(mx, x);
+    Vec::store(L.s + v * 16, finish_scores_rows4(Vec::load(L.s + v * 16), t.scale, t.softcap, v, n));
   }
-  alignas(64) float tile_max[16];
-  Vec::store(tile_max, max_over_keys(mx));
-  alignas(16) float m_new[4], alpha[4];
-  for (int g = 0; g < 4; ++g) {
-    const RaisedMax r = raise_max(L.m[h0 + g], tile_max[g], L.acc + (h0 + g) * L.dp, L.dp);
-    m_new[g] = r.m_new;
-    alpha[g] = r.alpha;
-  }
-  const V mv = _mm512_broadcast_f32x4(_mm_load_ps(m_new));
+  float alpha[4];
+  const V mv = raise_max_rows4(L.s, vectors, L.m + h0, L.acc + h0 * L.dp, L.dp, alpha);
   // Word 2g + t of each 4-word group b -> key 2b + t, head g: (p_j, p_j+1) pairs per head.
   alignas(32) static constexpr std::int16_t kPairOrder[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
   const __m256i pair_order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairOrder));
@@ -172,12 +121,7 @@ inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::
     sum = Vec::add(sum, e);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(L.pp + v * 8), _mm256_permutexvar_epi16(pair_order, B16::to_bf16(e)));
   }
-  alignas(64) float sums[16];
-  Vec::store(sums, sum_over_keys(sum));
-  for (int g = 0; g < 4; ++g) {
-    L.l[h0 + g] = L.l[h0 + g] * alpha[g] + sums[g];
-    L.m[h0 + g] = m_new[g];
-  }
+  fold_sums_rows4(sum, alpha, L.l + h0);
 }
 
 // acc[h0..h0+4) += P V over keys [j0, j0 + n) for the 32-column blocks [b0, b0 + CB): 4 x 2CB
@@ -196,8 +140,8 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W);
   const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
   const std::uint32_t* pp = L.pp;
-  const PrefetchRows pv(t.v, b0 * kPairChunk * 2, imin(CB * kPairChunk, d - b0 * kPairChunk) * 2, last),
-      pk(t.k, 0, d * 2, last);
+  const PrefetchRows pv(t.v, 2, b0 * kPairChunk * 2, imin(CB * kPairChunk, d - b0 * kPairChunk) * 2, last),
+      pk(t.k, 2, 0, d * 2, last);
   std::int64_t j = 0;
   for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
     if (prefetch) {
@@ -293,10 +237,13 @@ inline void decode_rows4(const DecodeTask& t) {
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
-// The decode entry of this ISA level: groups of 4k heads with bf16 K/V here, the rest as before.
+// The decode entry of this ISA level: groups of 4k heads here (bf16 K/V with vdpbf16ps, f32 and
+// f16 K/V with FMA), the rest as before.
 inline void decode_bf16_or_rows4(const DecodeTask& t) {
   if (uses_rows4(t)) {
     decode_rows4(t);
+  } else if (uses_rows4_f(t)) {
+    decode_or_rows4(t);  // f32 / f16 K/V
   } else {
     decode_bf16(t);
   }
@@ -305,7 +252,8 @@ inline void decode_bf16_or_rows4(const DecodeTask& t) {
 inline std::size_t decode_scratch_floats_with_rows4(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
   const std::size_t a = decode_scratch_floats_any(head_dim, group, tile);
   const std::size_t b = group % 4 == 0 ? decode_scratch_floats_rows4(head_dim, group, tile) : 0;
-  return a > b ? a : b;
+  const std::size_t c = group % 4 == 0 ? decode_scratch_floats_rows4_f(head_dim, group, tile) : 0;
+  return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
 
 }  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS

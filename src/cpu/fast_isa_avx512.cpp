@@ -1,4 +1,5 @@
-// The fast CPU kernel bodies (fast_body.hpp) compiled for AVX-512 (F, BW, VL, DQ).
+// The fast CPU kernel bodies (fast_body.hpp, and fast_body_rows4.hpp for groups of 4k heads)
+// compiled for AVX-512 (F, BW, VL, DQ).
 // Only this translation unit is compiled for that target, and only fast_isa.cpp's runtime
 // check decides whether it runs, so the library still starts on CPUs without it.
 #include <cmath>
@@ -23,11 +24,13 @@
 #define ATTNKIT_ISA_NS isa_avx512
 #define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx512
 #include "cpu/fast_body.hpp"
+#include "cpu/fast_body_rows4.hpp"
 
 namespace attnkit::cpu::detail {
 
 const FastBodies& fast_bodies_avx512() {
-  static const FastBodies bodies{"avx512", isa_avx512::W, isa_avx512::decode_scratch_floats, isa_avx512::decode,
+  static const FastBodies bodies{"avx512", isa_avx512::W, isa_avx512::decode_scratch_floats_or_rows4,
+                                 isa_avx512::decode_or_rows4,
                                  isa_avx512::prefill_scratch_floats, isa_avx512::prefill};
   return bodies;
 }

@@ -25,6 +25,7 @@
 #define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx512
 #include "cpu/fast_body.hpp"
 #include "cpu/fast_body_bf16.hpp"
+#include "cpu/fast_body_rows4.hpp"
 #include "cpu/fast_body_bf16_rows4.hpp"
 
 namespace attnkit::cpu::detail {

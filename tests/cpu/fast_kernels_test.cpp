@@ -316,31 +316,34 @@ TEST(FastBf16, DecodePairTailsAndSplitQ) {
   }
 }
 
-// Groups of 4k heads on bf16 K/V take the row-block body (fast_body_bf16_rows4.hpp): 4 keys per
+// Groups of 4k heads take the row-block bodies (fast_body_bf16_rows4.hpp for bf16 K/V with
+// vdpbf16ps, fast_body_rows4.hpp for f32/f16 K/V and for bf16 K/V on plain AVX-512): 4 keys per
 // score step, [key][head] scores, 64-column P V passes. Lengths around its steps (4 keys), key
-// pairs and the tiles (256 keys at group 4 and 8, 32 at group 16), head_dim with partial
-// 32-column blocks and a lone 32-column pass, 1-3 head blocks, soft-cap, window, split q.
-TEST(FastBf16, DecodeRowBlocksOfFour) {
-  for (std::int64_t kv_len : {1, 2, 3, 5, 255, 256, 257, 513}) {
-    run_decode(decode_problem(1, 8, 2, 128, kv_len, DType::kBF16), {static_cast<std::int32_t>(kv_len)});
+// pairs and the tiles (256 keys at group 4 and 8, 32 at group 16), head_dim with partial vectors
+// and a lone last pass, 1-3 head blocks, soft-cap, window, split q; every storage dtype.
+TEST(FastDecode, RowBlocksOfFour) {
+  for (DType t : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (std::int64_t kv_len : {1, 2, 3, 5, 255, 256, 257, 513}) {
+      run_decode(decode_problem(1, 8, 2, 128, kv_len, t), {static_cast<std::int32_t>(kv_len)});
+    }
+    for (std::int64_t d : {8, 40, 64, 96, 136, 200}) run_decode(decode_problem(2, 8, 2, d, 301, t), {301, 6});
+    for (std::int64_t heads : {16, 24, 32}) run_decode(decode_problem(1, heads, 2, 72, 97, t), {97});
+    run_decode(decode_problem(1, 16, 1, 128, 70, t), {70});  // group 16: 32-key tiles
+    DecodeProblem cap = decode_problem(2, 8, 2, 96, 133, t);
+    cap.options.softcap = 5.0f;
+    cap.options.scale = 0.3f;
+    run_decode(cap, {133, 7}, 3.0f);
+    DecodeProblem window = decode_problem(2, 8, 2, 64, 700, t);
+    window.options.window = 301;
+    run_decode(window, {700, 150});
+    run_decode(decode_problem(1, 8, 2, 128, 400, t), {400}, 8.0f);  // a few keys dominate
   }
-  for (std::int64_t d : {8, 40, 64, 96, 136, 200}) run_decode(decode_problem(2, 8, 2, d, 301, DType::kBF16), {301, 6});
-  for (std::int64_t heads : {16, 24, 32}) run_decode(decode_problem(1, heads, 2, 72, 97, DType::kBF16), {97});
-  run_decode(decode_problem(1, 16, 1, 128, 70, DType::kBF16), {70});  // group 16: 32-key tiles
-  DecodeProblem cap = decode_problem(2, 8, 2, 96, 133, DType::kBF16);
-  cap.options.softcap = 5.0f;
-  cap.options.scale = 0.3f;
-  run_decode(cap, {133, 7}, 3.0f);
-  DecodeProblem window = decode_problem(2, 8, 2, 64, 700, DType::kBF16);
-  window.options.window = 301;
-  run_decode(window, {700, 150});
-  for (DType q : {DType::kF32, DType::kF16}) {
+  for (DType q : {DType::kF32, DType::kF16}) {  // split q on the bf16 cache
     DecodeProblem p = decode_problem(2, 8, 2, 104, 131, DType::kBF16);
     p.q_dtype = q;
     p.out_dtype = DType::kF32;
     run_decode(p, {131, 1});
   }
-  run_decode(decode_problem(1, 8, 2, 128, 400, DType::kBF16), {400}, 8.0f);  // a few keys dominate
 }
 
 TEST(FastBf16, PrefillPairTails) {

@@ -1,0 +1,259 @@
+// Internal: the f32-arithmetic decode body for groups that are a multiple of 4 (llama3-8b's
+// group 4, and 8, 12, ...) on AVX-512, for f32, f16 and bf16 K/V (bf16 K/V on CPUs without
+// AVX512_BF16; with it they take fast_body_bf16_rows4.hpp, which shares the helpers here).
+// Included after fast_body.hpp by the AVX-512 translation units only (a 16-lane vector holds
+// 4 keys x 4 heads).
+//
+// Inputs: a DecodeTask, head_dim contiguous, any row stride.
+// Layout: q scaled and in f32 ([group][dp], as fast_body.hpp); scores of a tile as [key][4 heads]
+//   f32, the order the transposed score sums come out in (no per-head stores), then P in place;
+//   accumulators [group][dp] in head_dim order.
+// Parallelism: one task per thread; per tile and block of 4 heads:
+//   Q K^T: 4 keys x 4 heads = 16 accumulators over head_dim (FMA, each K chunk widened once for
+//     the 4 heads), one transpose-and-add tree per 4 keys;
+//   softmax over the tile in the [key][head] layout, the accumulators rescaled once per tile;
+//   P V: 4 heads x 64 columns = 16 accumulators in registers, each V chunk widened once for the 4
+//     heads and p broadcast from L1, head_dim in 64-column passes.
+// Bound: FMA issue (64 per key at group 4 and head_dim 128, one per cycle on Zen 4) on a quiet
+//   core; memory (1 KiB per key for f32) when a core reads less than ~1 KiB per body time per key.
+//   See docs/perf-notes.md, CPU round 5.
+
+namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+// Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
+// `last` are skipped (they were prefetched already or are not the task's). Issued per key step,
+// so the addressing is one multiply and adds: written per row with a clamp, the prefetches'
+// instructions were a quarter of the bf16 body's time.
+struct PrefetchRows {
+  const char* base;  // row 0, byte `from`
+  std::int64_t stride, bytes, last;
+  PrefetchRows(const RowSource& s, std::int64_t elem, std::int64_t from, std::int64_t bytes_, std::int64_t last_)
+      : base(static_cast<const char*>(s.data) + s.offset * elem + from), stride(s.row_stride * elem), bytes(bytes_),
+        last(last_) {}
+  template <int kLocality, int kRows>
+  inline __attribute__((always_inline)) void rows(std::int64_t row) const {
+    const char* p = base + row * stride;
+    if (row + kRows - 1 <= last) {
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r, p += stride)
+        for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+    } else {
+      for (std::int64_t r = row; r <= last; ++r, p += stride)
+        for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+    }
+  }
+};
+
+// Lanes 4q + g of v (q = 0..3) reduced into every lane 4q + g: one value per head.
+inline V max_over_keys(V v) {
+  v = Vec::max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  return Vec::max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+inline V sum_over_keys(V v) {
+  v = Vec::add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  return Vec::add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+// Scores x of keys 4v.. 4v + 3 ([key][head] lanes) after scale and soft-cap, -inf for keys >= n.
+inline V finish_scores_rows4(V x, float scale, float softcap, std::int64_t v, std::int64_t n) {
+  if (scale != 1.0f) x = Vec::mul(x, Vec::set1(scale));
+  if (softcap > 0) x = softcap_v(x, softcap);
+  if (4 * v + 4 > n) {
+    const __m512i key_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __mmask16 past = _mm512_cmpge_epi32_mask(key_of_lane, _mm512_set1_epi32(static_cast<int>(n - 4 * v)));
+    x = _mm512_mask_mov_ps(x, past, Vec::set1(kNegInf));
+  }
+  return x;
+}
+
+// The tile's max per head of s ([key][head], `vectors` vectors) joins the running state of heads
+// [h0, h0 + 4): m_new per head (as a [key][head] broadcast) and alpha (acc rescaled here).
+inline V raise_max_rows4(const float* s, std::int64_t vectors, float* m, float* acc, std::int64_t dp,
+                         float alpha[4]) {
+  V mx = Vec::set1(kNegInf);
+  for (std::int64_t v = 0; v < vectors; ++v) mx = Vec::max(mx, Vec::load(s + v * 16));
+  alignas(64) float tile_max[16];
+  Vec::store(tile_max, max_over_keys(mx));
+  alignas(16) float m_new[4];
+  for (int g = 0; g < 4; ++g) {
+    const RaisedMax r = raise_max(m[g], tile_max[g], acc + g * dp, dp);
+    m_new[g] = r.m_new;
+    alpha[g] = r.alpha;
+    m[g] = r.m_new;
+  }
+  return _mm512_broadcast_f32x4(_mm_load_ps(m_new));
+}
+
+// l[g] = l[g] * alpha[g] + the lanes of sum that belong to head g.
+inline void fold_sums_rows4(V sum, const float alpha[4], float* l) {
+  alignas(64) float sums[16];
+  Vec::store(sums, sum_over_keys(sum));
+  for (int g = 0; g < 4; ++g) l[g] = l[g] * alpha[g] + sums[g];
+}
+
+// ---------------------------------------------------------------------------------------------
+// f32 arithmetic
+
+struct DecodeLayoutRows4F {
+  std::int64_t dp, tp;  // head_dim padded to W; tile padded to 4 keys
+  float *q, *acc, *s, *m, *l;  // q and acc [group][dp], s [tp][4], m and l [group]
+};
+
+inline DecodeLayoutRows4F decode_layout_rows4_f(std::int64_t head_dim, std::int64_t group, std::int64_t tile,
+                                                float* base) {
+  DecodeLayoutRows4F L{};
+  L.dp = round_up(head_dim, W);
+  L.tp = round_up(tile, 4);
+  float* f = base;
+  L.q = f; f += floats_for(group * L.dp);
+  L.acc = f; f += floats_for(group * L.dp);
+  L.s = f; f += floats_for(L.tp * 4);
+  L.m = f; f += floats_for(group);
+  L.l = f;
+  return L;
+}
+
+inline std::size_t decode_scratch_floats_rows4_f(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
+  const std::int64_t dp = round_up(head_dim, W), tp = round_up(tile, 4);
+  return 2 * floats_for(group * dp) + floats_for(tp * 4) + 2 * floats_for(group) + 16;
+}
+
+template <class Tag>
+constexpr std::int64_t tag_bytes() {
+  return __is_same(Tag, F32) ? 4 : 2;
+}
+
+// Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head] (q is pre-scaled).
+template <class Tag>
+void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+                    bool prefetch) {
+  constexpr std::int64_t eb = tag_bytes<Tag>();
+  const std::int64_t d = t.head_dim, stride = t.k.row_stride, last = t.key_end - 1;
+  const PrefetchRows pk(t.k, eb, 0, d * eb, last), pv(t.v, eb, 0, d * eb, last);
+  const float* q = L.q + h0 * L.dp;
+  for (std::int64_t j = 0; j < n; j += 4) {
+    if (prefetch) {
+      pk.rows<3, 4>(j0 + j + kDecodePrefetchRows);
+      pv.rows<2, 4>(j0 + j);
+    }
+    std::int64_t kr[4];
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; ++kk) kr[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * stride;
+    V acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = Vec::zero();
+    for (std::int64_t c = 0; c < d; c += W) {
+      const int m = static_cast<int>(imin(W, d - c));
+      V qv[4];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) qv[g] = Vec::load(q + g * L.dp + c);
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        const V kv = load_chunk<Tag>(t.k.data, kr[kk] + c, m);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) acc[kk * 4 + g] = Vec::fma(qv[g], kv, acc[kk * 4 + g]);
+      }
+    }
+    Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
+  }
+}
+
+// acc[h0..h0+4) += P V over keys [j0, j0 + n), head_dim vectors [c0, c0 + NV) (NV <= 4).
+template <class Tag, int NV>
+void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
+                std::int64_t n, bool prefetch) {
+  constexpr std::int64_t eb = tag_bytes<Tag>();
+  const std::int64_t d = t.head_dim, last = t.key_end - 1;
+  const PrefetchRows pv(t.v, eb, c0 * W * eb, imin(NV * W, d - c0 * W) * eb, last), pk(t.k, eb, 0, d * eb, last);
+  int width[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
+  V acc[4][NV];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + (c0 + v) * W);
+  std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+    if (prefetch) {
+      pv.rows<3, 1>(j0 + j + kDecodePrefetchRows);
+      if (c0 == 0) pk.rows<2, 1>(j0 + n + j);
+    }
+    V vv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const V pb = Vec::set1(L.s[j * 4 + g]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) Vec::store(L.acc + (h0 + g) * L.dp + (c0 + v) * W, acc[g][v]);
+}
+
+template <class Tag>
+void decode_rows4_f(const DecodeTask& t) {
+  const DecodeLayoutRows4F L = decode_layout_rows4_f(t.head_dim, t.group, t.tile, t.scratch);
+  const std::int64_t G = t.group, d = t.head_dim, vecs = L.dp / W;
+  for (std::int64_t g = 0; g < G; ++g) {
+    const std::int64_t row = t.q.offset + g * t.q.head_stride;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
+    L.m[g] = kNegInf;
+    L.l[g] = 0.0f;
+  }
+  for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
+    const std::int64_t n = imin(t.tile, t.key_end - j0), vectors = (n + 3) / 4;
+    for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
+      const bool prefetch = h0 == 0;  // later blocks of the group read the tile from cache
+      scores_rows4_f<Tag>(t, L, h0, j0, n, prefetch);
+      for (std::int64_t v = 0; v < vectors; ++v) {
+        Vec::store(L.s + v * 16, finish_scores_rows4(Vec::load(L.s + v * 16), 1.0f, t.softcap, v, n));
+      }
+      float alpha[4];
+      const V mv = raise_max_rows4(L.s, vectors, L.m + h0, L.acc + h0 * L.dp, L.dp, alpha);
+      V sum = Vec::zero();
+      for (std::int64_t v = 0; v < vectors; ++v) {
+        const V p = Vec::exp(Vec::sub(Vec::load(L.s + v * 16), mv));
+        Vec::store(L.s + v * 16, p);
+        sum = Vec::add(sum, p);
+      }
+      fold_sums_rows4(sum, alpha, L.l + h0);
+      std::int64_t c0 = 0;
+      for (; c0 + 4 <= vecs; c0 += 4) pv_rows4_f<Tag, 4>(t, L, h0, c0, j0, n, prefetch);
+      if (vecs - c0 >= 2) {
+        pv_rows4_f<Tag, 2>(t, L, h0, c0, j0, n, prefetch);
+        c0 += 2;
+      }
+      if (c0 < vecs) pv_rows4_f<Tag, 1>(t, L, h0, c0, j0, n, prefetch);
+    }
+  }
+  write_decode_result(t, L.acc, L.dp, L.m, L.l);
+}
+
+inline bool uses_rows4_f(const DecodeTask& t) { return t.group % 4 == 0; }
+
+// The f32-arithmetic decode entry of an AVX-512 level: groups of 4k heads here, the rest as before.
+inline void decode_or_rows4(const DecodeTask& t) {
+  if (!uses_rows4_f(t)) {
+    decode(t);
+    return;
+  }
+  switch (t.k.dtype) {
+    case DType::kF32: decode_rows4_f<F32>(t); break;
+    case DType::kF16: decode_rows4_f<F16>(t); break;
+    default: decode_rows4_f<BF16>(t); break;
+  }
+}
+
+inline std::size_t decode_scratch_floats_or_rows4(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
+  const std::size_t a = decode_scratch_floats(head_dim, group, tile);
+  const std::size_t b = group % 4 == 0 ? decode_scratch_floats_rows4_f(head_dim, group, tile) : 0;
+  return a > b ? a : b;
+}
+
+}  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS
