@@ -140,13 +140,16 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W);
   const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
   const std::uint32_t* pp = L.pp;
-  const PrefetchRows pv(t.v, 2, b0 * kPairChunk * 2, imin(CB * kPairChunk, d - b0 * kPairChunk) * 2, last),
-      pk(t.k, 2, 0, d * 2, last);
+  // This pass's columns of the V rows ahead into L1 and of the next tile's K rows into L2: every
+  // pass keeps the DRAM stream going (only the first pass fetching whole K rows left it idle
+  // during the others).
+  const std::int64_t pf_from = b0 * kPairChunk * 2, pf_bytes = imin(CB * kPairChunk, d - b0 * kPairChunk) * 2;
+  const PrefetchRows pv(t.v, 2, pf_from, pf_bytes, last), pk(t.k, 2, pf_from, pf_bytes, last);
   std::int64_t j = 0;
   for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
     if (prefetch) {
       pv.rows<3, 2>(j0 + j + kDecodePrefetchRows);
-      if (b0 == 0) pk.rows<2, 2>(j0 + n + j);
+      pk.rows<2, 2>(j0 + n + j);
     }
     P16 lo[CB], hi[CB];
 #pragma GCC unroll 4

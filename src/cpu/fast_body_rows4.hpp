@@ -164,7 +164,10 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
                 std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>();
   const std::int64_t d = t.head_dim, last = t.key_end - 1;
-  const PrefetchRows pv(t.v, eb, c0 * W * eb, imin(NV * W, d - c0 * W) * eb, last), pk(t.k, eb, 0, d * eb, last);
+  // This pass's columns of the V rows ahead into L1 and of the next tile's K rows into L2, so
+  // every pass keeps the DRAM stream going.
+  const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
+  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, pf_from, pf_bytes, last);
   int width[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
@@ -177,7 +180,7 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (prefetch) {
       pv.rows<3, 1>(j0 + j + kDecodePrefetchRows);
-      if (c0 == 0) pk.rows<2, 1>(j0 + n + j);
+      pk.rows<2, 1>(j0 + n + j);
     }
     V vv[NV];
 #pragma GCC unroll 4
