@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "attnkit/cuda.hpp"
@@ -12,6 +13,7 @@
 #include "attnkit/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_pointer.hpp"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
 
@@ -32,14 +34,16 @@ void check_plan(const DecodePlan& plan, const char* ctx) {
           "plan with attnkit::cuda::target() (or known_target(\"h200\"))");
   require(w.family == KernelFamily::kSplitKvDecode, ctx, "the plan's family is " + to_string(w.family),
           "plan the CUDA decode with KernelFamily::kSplitKvDecode (or no family)");
-  const std::int64_t rows = std::min<std::int64_t>(plan.problem.group_size(), geo::kMaxRowsPerBlock);
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(plan.problem.kv_dtype));
+  const std::int64_t rows = std::min<std::int64_t>(plan.problem.group_size(), geo::max_rows_per_block(kv_bytes));
   const int chunks = geo::head_chunks(rows, kv_bytes);
-  const bool consistent = w.rows_per_block == rows && w.warps_per_block % chunks == 0 && w.sequence_splits >= 1 &&
+  const bool consistent = w.rows_per_block == rows && w.warps_per_block > geo::kProducerWarps &&
+                          (w.warps_per_block - geo::kProducerWarps) % chunks == 0 && w.sequence_splits >= 1 &&
                           w.sequence_splits <= static_cast<unsigned>(geo::kMaxSplits) && w.keys_per_split > 0 &&
                           w.pipeline_stages >= 2 && w.pipeline_stages <= static_cast<unsigned>(geo::kMaxStages) &&
                           w.tile_size == static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(plan.problem.head_dim),
-                                                                              w.warps_per_block / chunks, kv_bytes)) &&
+                                                                              geo::key_warps_of(w.warps_per_block, chunks),
+                                                                              kv_bytes)) &&
                           w.keys_per_split % w.tile_size == 0;
   require(consistent, ctx, "the plan's partition does not match this build's decode kernel",
           "make the plan with attnkit::plan_decode of this build and do not edit its partition");
@@ -62,7 +66,7 @@ DecodeParams base_params(const DecodePlan& plan) {
   p.q_scale = pr.options.softcap > 0 ? scale : scale * 1.44269504088896340736f;
   p.rows_per_block = static_cast<int>(w.rows_per_block);
   p.head_chunks = geo::head_chunks(w.rows_per_block, static_cast<std::int64_t>(dtype_size(pr.kv_dtype)));
-  p.key_warps = static_cast<int>(w.warps_per_block) / p.head_chunks;
+  p.key_warps = geo::key_warps_of(w.warps_per_block, p.head_chunks);
   p.tile = static_cast<int>(w.tile_size);
   p.stages = static_cast<int>(w.pipeline_stages);
   p.splits = static_cast<int>(w.sequence_splits);
@@ -74,6 +78,37 @@ DecodeParams base_params(const DecodePlan& plan) {
   return p;
 }
 
+// The TMA descriptor of a [batch, kv_heads, max_seq, head_dim] cache: boxes of one padded row
+// segment (decode_geometry.hpp: the columns past the row read as zeros) x tile rows. A size-1
+// dimension may carry any stride; TMA wants multiples of 16 bytes below 2^40, so it gets the span
+// of the dimensions inside it (its stride is never used).
+void set_kv_map(unsigned char (&dst)[128], const TensorView& kv, const DecodeParams& p, const char* ctx,
+                const char* name) {
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(kv.dtype));
+  cuda_common::TensorMapSpec spec;
+  spec.dtype = kv.dtype == DType::kF32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+               : kv.dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  spec.data = kv.data;
+  spec.dims = {static_cast<std::uint64_t>(kv.shape[3]), static_cast<std::uint64_t>(kv.shape[2]),
+               static_cast<std::uint64_t>(kv.shape[1]), static_cast<std::uint64_t>(kv.shape[0])};
+  std::int64_t span = kv.shape[3];
+  for (int d = 2; d >= 0; --d) {
+    const std::int64_t stride = kv.shape[d] == 1 ? span : kv.strides[d];
+    require(stride > 0 && stride * elem < (std::int64_t{1} << 40), ctx,
+            std::string(name) + " " + kv.describe() + " has a stride the TMA unit cannot use (" + std::to_string(stride) +
+                " elements)",
+            "pass a cache whose head and batch strides are positive and below 2^40 bytes");
+    spec.byte_strides[static_cast<std::size_t>(2 - d)] = static_cast<std::uint64_t>(stride * elem);
+    span = std::max<std::int64_t>(span, stride * kv.shape[d]);
+  }
+  const int capacity = geo::head_dim_capacity(p.head_dim);
+  spec.box = {static_cast<std::uint32_t>(geo::row_stride_elems(capacity, elem)), static_cast<std::uint32_t>(p.tile), 1, 1};
+  const CUtensorMap map = cuda_common::make_tensor_map_4d(spec, ctx, name);
+  static_assert(sizeof(map) == sizeof(dst), "DecodeParams holds one CUtensorMap per cache");
+  std::memcpy(dst, &map, sizeof(map));
+}
+
 void set_io(DecodeParams& p, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
             const TensorView& lse) {
   p.q = q.data, p.q_dtype = q.dtype, p.q_stride_b = q.strides[0], p.q_stride_h = q.strides[1];
@@ -81,6 +116,10 @@ void set_io(DecodeParams& p, const TensorView& q, const TensorView& k, const Ten
   p.v = v.data, p.v_stride_b = v.strides[0], p.v_stride_h = v.strides[1], p.v_stride_s = v.strides[2];
   p.out = out.data, p.out_dtype = out.dtype, p.out_stride_b = out.strides[0], p.out_stride_h = out.strides[1];
   if (!lse.empty()) p.lse = lse.as<float>(), p.lse_stride_b = lse.strides[0], p.lse_stride_h = lse.strides[1];
+  if (p.batch > 0) {
+    set_kv_map(p.k_map, k, p, "cuda::decode", "k_cache");
+    set_kv_map(p.v_map, v, p, "cuda::decode", "v_cache");
+  }
 }
 
 // Split states in the caller's workspace: exactly what the plan reported, never more.

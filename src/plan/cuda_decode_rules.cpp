@@ -1,7 +1,7 @@
 // The CUDA decode partition rules: GQA-packed split-KV flash-decoding (KernelFamily::kSplitKvDecode).
 //
 // A block serves one (sequence, KV head, head pass, key split) and all query heads of its GQA group
-// (rows_per_block = group size, up to kMaxRowsPerBlock; larger groups take several passes), so each
+// (rows_per_block = group size, up to max_rows_per_block; larger groups take several passes), so each
 // K/V element is read from device memory once per pass. The thread geometry (threads per key, keys
 // per tile) comes from decode_geometry.hpp, shared with the kernel. The key range is split across
 // blocks only when batch x kv_heads blocks cannot keep every SM streaming; the split count is the
@@ -21,10 +21,11 @@ namespace {
 namespace geo = attnkit::cuda_decode;
 
 constexpr std::int64_t kMinTilesPerSplit = 1;
-// The ring budget per block. Tensor-core blocks (16-bit K/V) are bound by bytes in flight: three
-// tiles of 64 keys x 128 dims (two in flight while one is consumed), two blocks per SM. CUDA-core
-// blocks (f32) are bound by instruction latency: two tiles, three blocks (12 warps) per SM.
-// Measured on the H200 (docs/perf-notes.md): f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8.
+// The ring budget per block. Tensor-core blocks (16-bit K/V): three tiles of 64 keys x 128 dims,
+// two blocks per SM (registers allow no third); with TMA the whole ring is in flight, and 2, 3 or 4
+// stages measured within 1% of each other at large points (docs/perf-notes.md), so the ring is
+// not the limit. CUDA-core blocks (f32) are bound by instruction latency: two tiles, three blocks
+// per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
 // Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
@@ -70,29 +71,30 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
 
   // GQA packing: the whole group in one block, in chunks of heads_per_warp heads per warp.
   const std::int64_t group = pr.group_size();
-  const std::int64_t rows = std::min<std::int64_t>(group, geo::kMaxRowsPerBlock);
+  const std::int64_t rows = std::min<std::int64_t>(group, geo::max_rows_per_block(kv_bytes));
   const std::int64_t passes = div_up(group, rows);
   const int hpw = geo::heads_per_warp(rows, kv_bytes);
   const int chunks = geo::head_chunks(rows, kv_bytes);
   const int key_warps = geo::key_warps_for(chunks);
   const int capacity = geo::head_dim_capacity(pr.head_dim);
   const int tile = geo::tile_keys(capacity, key_warps, kv_bytes);
-  const int threads = 32 * chunks * key_warps;
+  const int threads = 32 * geo::block_warps(chunks, key_warps);
   reasons.push_back("rows_per_block " + std::to_string(rows) + ": the GQA group (" + std::to_string(group) +
                     " query heads per KV head) shares one block, so each K/V element is read once" +
                     (passes > 1 ? " per pass (" + std::to_string(passes) + " passes: groups above " +
-                                      std::to_string(geo::kMaxRowsPerBlock) + " heads)"
+                                      std::to_string(geo::max_rows_per_block(kv_bytes)) + " heads)"
                                 : std::string{}));
   if (geo::uses_mma(kv_bytes)) {
     reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
                       std::to_string(hpw) + " heads (the 16 rows of an mma.sync m16n8k16 tile; 16-bit K/V on tensor "
-                      "cores) x " + std::to_string(key_warps) + " key warps");
+                      "cores) x " + std::to_string(key_warps) + " key warps, and one producer warp issuing the K/V copies");
     reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
                       std::to_string(geo::kMmaKeysPerWarp) + " keys (one P.V k-step each)");
   } else {
     reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
                       std::to_string(hpw) + " heads x " + std::to_string(key_warps) +
-                      " key warps on CUDA cores (f32 K/V: f32 arithmetic keeps the f32 parity rule); a thread owns 8 "
+                      " key warps on CUDA cores (f32 K/V: f32 arithmetic keeps the f32 parity rule), and one producer "
+                      "warp issuing the K/V copies; a thread owns 8 "
                       "elements of head_dim per key (" + std::to_string(geo::threads_per_key(capacity)) +
                       " threads per key row, head_dim capacity " + std::to_string(capacity) + ")");
     reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
@@ -102,19 +104,22 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
 
   // Pipeline: as many tiles in flight as the ring budget holds (2..kMaxStages).
   const std::int64_t stage_bytes = geo::ring_bytes(capacity, tile, 1, kv_bytes);
-  const std::int64_t budget = std::min(geo::uses_mma(kv_bytes) ? kRingBudgetBytesMma : kRingBudgetBytesSimt, smem_block - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
+  const std::int64_t budget =
+      std::min(geo::uses_mma(kv_bytes) ? kRingBudgetBytesMma : kRingBudgetBytesSimt,
+               smem_block - geo::kStaticSharedBytes - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
   const int stages = static_cast<int>(std::clamp<std::int64_t>(budget / stage_bytes, 2, geo::kMaxStages));
   const std::int64_t smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
-  require(smem <= smem_block, ctx,
-          "the block needs " + std::to_string(smem) + " bytes of shared memory, the target allows " +
+  require(smem + geo::kStaticSharedBytes <= smem_block, ctx,
+          "the block needs " + std::to_string(smem + geo::kStaticSharedBytes) + " bytes of shared memory, the target allows " +
               std::to_string(smem_block),
           "use a smaller head_dim or fewer query heads per KV head");
-  reasons.push_back("pipeline_stages " + std::to_string(stages) + ": cp.async ring of " + std::to_string(stages) +
-                    " K/V tiles (" + std::to_string(stage_bytes / 1024) + " KiB each), " +
+  reasons.push_back("pipeline_stages " + std::to_string(stages) + ": a ring of " + std::to_string(stages) +
+                    " K/V tiles (contiguous caches: TMA boxes from a producer warp, the whole ring in flight; "
+                    "paged: 16-byte copies, stages - 1 tiles ahead) (" + std::to_string(stage_bytes / 1024) + " KiB each), " +
                     std::to_string(smem / 1024) + " KiB shared memory per block");
 
   // Residency: blocks per SM by shared memory, threads and registers.
-  const std::int64_t by_smem = smem_sm / (smem + 1024);
+  const std::int64_t by_smem = smem_sm / (smem + geo::kStaticSharedBytes + 1024);
   const std::int64_t by_threads = threads_sm / threads;
   const std::int64_t by_regs = kRegistersPerSm / (threads * registers_per_thread(hpw, capacity));
   const std::int64_t per_sm = std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));

@@ -72,7 +72,7 @@ std::uint64_t cuda_state_bytes(std::uint32_t splits, std::int64_t state_rows, st
       ctx);
 }
 
-// CUDA: the paged kernels' shared memory (decode's plus the (page, slot) ring and the row ranges)
+// CUDA: the paged kernels' shared memory (decode's plus extend's row ranges)
 // must fit the target's block limit.
 void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DType kv_dtype, const Target& t,
                                const char* ctx) {
@@ -81,8 +81,8 @@ void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DT
   const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
   const std::int64_t bytes =
       geo::shared_bytes(geo::head_dim_capacity(head_dim), static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages),
-                        kv_bytes, p.rows_per_block, static_cast<int>(p.warps_per_block) / chunks) +
-      geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
+                        kv_bytes, p.rows_per_block, geo::key_warps_of(p.warps_per_block, chunks)) +
+      geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block) + geo::kStaticSharedBytes;
   const std::int64_t limit = t.shared_bytes_per_block > 0 ? t.shared_bytes_per_block : std::int64_t{227} << 10;
   require(bytes <= limit, ctx,
           "the paged kernel needs " + std::to_string(bytes) + " bytes of shared memory per block, the target allows " +
@@ -121,12 +121,12 @@ void split_for_ragged_batches(const PagedDecodeProblem& pr, const Target& t, Wor
   const std::int64_t smem =
       geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), static_cast<int>(p.tile_size),
                         static_cast<int>(p.pipeline_stages), kv_bytes, p.rows_per_block,
-                        static_cast<int>(p.warps_per_block) / chunks) +
+                        geo::key_warps_of(p.warps_per_block, chunks)) +
       geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
   const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : std::int64_t{228} << 10;
   const std::int64_t threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : 2048;
   const std::int64_t per_sm =
-      std::max<std::int64_t>(1, std::min(smem_sm / (smem + 1024), threads_sm / (32 * std::int64_t{p.warps_per_block})));
+      std::max<std::int64_t>(1, std::min(smem_sm / (smem + geo::kStaticSharedBytes + 1024), threads_sm / (32 * std::int64_t{p.warps_per_block})));
   const std::int64_t wave = per_sm * (t.sm_count > 0 ? t.sm_count : 132);
   const std::int64_t passes = (pr.group_size() + p.rows_per_block - 1) / p.rows_per_block;
   const std::int64_t base = pr.batch * pr.kv_heads * passes;
@@ -188,7 +188,8 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
   // A block's rows span up to rows / group + 1 query rows, so with a window its keys span that many
   // more than the window.
   const std::int64_t packed = e.group_size() * e.max_q_len;
-  const std::int64_t rows = std::min<std::int64_t>(packed, cuda_decode::kMaxRowsPerBlock);
+  const std::int64_t rows =
+      std::min<std::int64_t>(packed, cuda_decode::max_rows_per_block(static_cast<std::int64_t>(dtype_size(e.kv_dtype))));
   // (A window of kv_len or more covers every key already; comparing first keeps the sum from
   // overflowing for windows near 2^63, which the planner fuzzer passes.)
   if (d.options.window > 0) {

@@ -167,8 +167,9 @@ TEST(DecodeCudaPaths, UnsplitLargeBatchMatchesGolden) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(fresh_seed());
   std::uniform_int_distribution<int> len(0, 300);
-  DecodeSpec s{"unsplit_batch40_bf16", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {}};
-  for (int b = 0; b < 40; ++b) s.lengths.push_back(len(rng));
+  // 264 x 8 KV heads = 2112 blocks: four waves of up to 4 resident blocks per SM on 132 SMs.
+  DecodeSpec s{"unsplit_batch264_bf16", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {}};
+  for (int b = 0; b < 264; ++b) s.lengths.push_back(len(rng));
   s.lengths[0] = 300;
   DecodeRun r = make_run(s);
   const DecodePlan plan = plan_decode(r.problem, cuda::target());

@@ -1,4 +1,5 @@
-// Raising a kernel's dynamic shared-memory limit to the device's opt-in maximum. The attribute
+// Raising a kernel's dynamic shared-memory limit to the device's opt-in maximum (less the kernel's
+// static shared memory: the two together may not exceed it). The attribute
 // belongs to the (kernel, device) pair: a process that drives several GPUs (context-parallel decode)
 // must raise it on each device it launches on, so "once" is remembered per pair, not per kernel.
 #pragma once
@@ -22,7 +23,13 @@ inline cudaError_t raise_shared_memory_limit(const void* kernel) {
   if (const auto it = raised.find(key); it != raised.end()) return it->second;
   int optin = 0;
   cudaError_t status = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (status == cudaSuccess) status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+  cudaFuncAttributes attributes{};
+  if (status == cudaSuccess) status = cudaFuncGetAttributes(&attributes, kernel);
+  if (status == cudaSuccess) {
+    const int dynamic_limit = optin - static_cast<int>(attributes.sharedSizeBytes);
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_limit);
+  }
+  if (status != cudaSuccess) (void)cudaGetLastError();  // the status is returned, not left for the next launch
   raised.emplace(key, status);
   return status;
 }

@@ -2,9 +2,9 @@
 // (src/plan/cuda_decode_rules.cpp, pure host code) and the kernel (split_kv_decode.cuh), so the
 // two cannot disagree. Plain C++: no CUDA include.
 //
-// One block serves one (sequence, KV head, head pass, key split). Its warps form a grid of
+// One block serves one (sequence, KV head, head pass, key split). Its consumer warps form a grid of
 // head_chunks x key_warps: a warp scores heads_per_warp query heads of the GQA group against its
-// share of each shared-memory key tile. A thread owns kSliceElems consecutive-by-chunk elements of
+// share of each shared-memory key tile; one more warp, the producer, copies the tiles in. A thread owns kSliceElems consecutive-by-chunk elements of
 // head_dim for one key, so threads_per_key = head_dim_capacity / kSliceElems threads read one key
 // row and a warp covers 32 / threads_per_key keys per step; a warp takes kStepsPerTile steps per tile.
 #pragma once
@@ -15,10 +15,10 @@ namespace attnkit::cuda_decode {
 
 inline constexpr int kSliceElems = 8;        // head_dim elements a thread owns per key
 inline constexpr int kStepsPerTile = 4;      // key steps a warp takes per shared-memory tile
-inline constexpr int kMaxRowsPerBlock = 64;  // query heads one block serves (larger groups: passes)
-inline constexpr int kMaxThreads = 256;    // keeps 255 registers per thread available
+inline constexpr int kMaxThreads = 256;      // keeps 255 registers per thread available
+inline constexpr int kProducerWarps = 1;     // the warp that issues the K/V tile copies
 inline constexpr int kMaxSplits = 256;       // the merge kernel stages one weight per split
-inline constexpr int kMaxStages = 4;
+inline constexpr int kMaxStages = 8;
 
 // head_dim is compiled for three capacities; any multiple of 8 up to 256 runs on the next one up.
 constexpr int head_dim_capacity(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
@@ -38,29 +38,50 @@ constexpr int head_chunks(std::int64_t rows_per_block, std::int64_t kv_elem_byte
   const int hpw = heads_per_warp(rows_per_block, kv_elem_bytes);
   return static_cast<int>((rows_per_block + hpw - 1) / hpw);
 }
-// Key warps: 4 while the block stays within kMaxThreads, fewer for very large groups.
-constexpr int key_warps_for(int chunks) { return std::max(1, std::min(4, kMaxThreads / 32 / chunks)); }
+// Query heads one block serves (larger groups take several passes): as many head chunks as fit
+// beside the producer warp within kMaxThreads (tensor cores: 4 chunks of 16; CUDA cores: 7 of 8).
+constexpr int kConsumerWarpLimit = kMaxThreads / 32 - kProducerWarps;
+constexpr std::int64_t max_rows_per_block(std::int64_t kv_elem_bytes) {
+  return uses_mma(kv_elem_bytes) ? 4 * kMmaRows : kConsumerWarpLimit * 8;
+}
+// Key warps: 4 while the block stays within kMaxThreads, fewer for large groups.
+constexpr int key_warps_for(int chunks) { return std::max(1, std::min(4, kConsumerWarpLimit / chunks)); }
+// A block's warps (the plan's warps_per_block): the consumers and the producer.
+constexpr int block_warps(int chunks, int key_warps) { return chunks * key_warps + kProducerWarps; }
+constexpr int key_warps_of(std::int64_t warps_per_block, int chunks) {
+  return static_cast<int>((warps_per_block - kProducerWarps) / chunks);
+}
 constexpr int tile_keys(int capacity, int key_warps, std::int64_t kv_elem_bytes) {
   return key_warps * (uses_mma(kv_elem_bytes) ? kMmaKeysPerWarp : kStepsPerTile * keys_per_warp_step(capacity));
 }
-// Shared-memory rows are padded by 16 bytes so 8 consecutive rows start in different banks
-// (conflict-free ldmatrix and 16-byte loads).
+// A key's row is kept in shared memory as capacity / box_width segments of box_width columns, each
+// padded by 16 bytes so 8 consecutive rows start in different banks (conflict-free ldmatrix and
+// 16-byte loads); a tile stores segment 0 of all its rows, then segment 1, ... (one TMA box of
+// rows per segment: a box row is at most 256 elements). row_stride_elems is the padded segment.
+constexpr int box_width(int capacity) { return capacity < 128 ? capacity : 128; }
 constexpr int row_stride_elems(int capacity, std::int64_t kv_elem_bytes) {
-  return capacity + static_cast<int>(16 / kv_elem_bytes);
+  return box_width(capacity) + static_cast<int>(16 / kv_elem_bytes);
 }
+constexpr int row_segments(int capacity) { return capacity / box_width(capacity); }
 
-// Dynamic shared memory of one block (bytes): the K/V ring, the f32 query staging (reused as the
+// Static shared memory of the kernel: the full and empty mbarrier of each ring slot.
+inline constexpr std::int64_t kStaticSharedBytes = 2 * kMaxStages * 8;
+// The dynamic part starts with the ring, aligned up to 128 bytes (TMA destinations).
+inline constexpr std::int64_t kRingAlignment = 128;
+
+// Dynamic shared memory of one block (bytes): alignment slack, the K/V ring, the f32 query staging (reused as the
 // cross-warp reduction), the (max, sum) pairs of each key warp and of the block, and the fused
 // kernel's new-key scratch.
 constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
-  return std::int64_t{2} * stages * tile * row_stride_elems(capacity, kv_elem_bytes) * kv_elem_bytes;
+  return std::int64_t{2} * stages * tile * row_segments(capacity) * row_stride_elems(capacity, kv_elem_bytes) *
+         kv_elem_bytes;
 }
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {
   const std::int64_t staging = rows_per_block * capacity * 4;  // f32 q rows, later the reduction
   const std::int64_t stats = std::int64_t{2} * (key_warps + 1) * rows_per_block * 4;  // per warp, per row
   const std::int64_t fused_scratch = std::int64_t{2} * capacity * 4;
-  return ring_bytes(capacity, tile, stages, kv_elem_bytes) + staging + stats + fused_scratch;
+  return kRingAlignment + ring_bytes(capacity, tile, stages, kv_elem_bytes) + staging + stats + fused_scratch;
 }
 
 // Paged kernels (src/cuda/paged/) add, after the fused scratch: the K and V element offsets of the

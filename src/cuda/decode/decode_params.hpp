@@ -10,6 +10,12 @@
 namespace attnkit::cuda_decode {
 
 struct DecodeParams {
+  // Contiguous caches: TMA descriptors (CUtensorMap, 128 opaque bytes each) of K and V as
+  // (head_dim, max_seq, kv_heads, batch) with boxes of one row segment x tile rows (made on the
+  // host by the backend; the paged kernels address rows themselves and leave them empty).
+  alignas(64) unsigned char k_map[128] = {};
+  alignas(64) unsigned char v_map[128] = {};
+
   // q [batch, num_heads, head_dim]
   const void* q = nullptr;
   DType q_dtype = DType::kF32;

@@ -62,8 +62,18 @@ struct MmaEngine {
   static constexpr int kNBlocks = kCap / 8;  // P.V n-blocks over head_dim
   static constexpr unsigned kFull = 0xffffffffu;
 
+  static constexpr int kBoxWidth = box_width(kCap);
+
   std::uint32_t qa[kKSteps][4];
   float o[kNBlocks][4];
+  int segment_stride = 0;  // elements between a tile's row segments (decode_geometry.hpp)
+
+  __device__ void set_tile(int tile) { segment_stride = tile * kStride; }
+  // Shared-memory offset of column d within a key row.
+  __device__ int col(int d) const {
+    if constexpr (kCap <= kBoxWidth) return d;
+    return (d / kBoxWidth) * segment_stride + d % kBoxWidth;
+  }
   float m[2], l[2];  // rows lane/4 and lane/4 + 8
   float score_scale;
   int lane;
@@ -121,7 +131,7 @@ struct MmaEngine {
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
         std::uint32_t b[4];
-        ldmatrix_x4(b, ks + (key0 + nb * 8 + (lane % 8)) * kStride + kk * 32 + (lane / 8) * 8);
+        ldmatrix_x4(b, ks + (key0 + nb * 8 + (lane % 8)) * kStride + col(kk * 32 + (lane / 8) * 8));
         mma_16816<T>(s[nb], qa[2 * kk], b[0], b[1]);
         mma_16816<T>(s[nb], qa[2 * kk + 1], b[2], b[3]);
       }
@@ -166,13 +176,26 @@ struct MmaEngine {
         o[nb][2 * h + 1] *= alpha;
       }
     }
-    // O += P V: the S accumulators of the two key blocks are the A fragment of one k-step.
+    // O += P V: the S accumulators of the two key blocks are the A fragment of one k-step. V rows
+    // past n_valid may hold anything (a TMA tile reads past the sequence): their B fragment halves
+    // (keys kq, kq + 1 in b[0], b[2]; kq + 8, kq + 9 in b[1], b[3]) are zeroed, so 0 * inf never
+    // makes a NaN.
     const std::uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
                                  pack2<T>(s[1][2], s[1][3])};
+    const bool partial = n_valid < key0 + kMmaKeysPerWarp;
+    const int kq = key0 + 2 * (lane % 4);
+    const std::uint32_t keep_lo = (kq < n_valid ? 0x0000ffffu : 0u) | (kq + 1 < n_valid ? 0xffff0000u : 0u);
+    const std::uint32_t keep_hi = (kq + 8 < n_valid ? 0x0000ffffu : 0u) | (kq + 9 < n_valid ? 0xffff0000u : 0u);
 #pragma unroll
     for (int dn = 0; dn < kNBlocks; dn += 2) {
       std::uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + (key0 + ((lane / 8) & 1) * 8 + (lane % 8)) * kStride + dn * 8 + (lane / 16) * 8);
+      ldmatrix_x4_trans(b, vs + (key0 + ((lane / 8) & 1) * 8 + (lane % 8)) * kStride + col(dn * 8 + (lane / 16) * 8));
+      if (partial) {
+        b[0] &= keep_lo;
+        b[1] &= keep_hi;
+        b[2] &= keep_lo;
+        b[3] &= keep_hi;
+      }
       mma_16816<T>(o[dn], pa, b[0], b[1]);
       mma_16816<T>(o[dn + 1], pa, b[2], b[3]);
     }

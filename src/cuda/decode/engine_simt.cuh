@@ -18,8 +18,18 @@ struct SimtEngine {
   static constexpr int kStride = row_stride_elems(kCap, sizeof(T));
   static constexpr unsigned kFull = 0xffffffffu;
 
+  static constexpr int kBoxWidth = box_width(kCap);
+
   float q[kHpw][kSliceElems], m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
   int lane, key_group, slice;
+  int segment_stride = 0;  // elements between a tile's row segments (decode_geometry.hpp)
+
+  __device__ void set_tile(int tile) { segment_stride = tile * kStride; }
+  // Shared-memory offset of column d within a key row.
+  __device__ int col(int d) const {
+    if constexpr (kCap <= kBoxWidth) return d;
+    return (d / kBoxWidth) * segment_stride + d % kBoxWidth;
+  }
 
   __device__ int dim_of(int j, int e) const { return (slice + j * kTpk) * kVecElems + e; }
 
@@ -45,7 +55,7 @@ struct SimtEngine {
   __device__ void load_row(const T* rows, int r, float (&x)[kSliceElems]) const {
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(rows + r * kStride + (slice + j * kTpk) * kVecElems);
+      const uint4 raw = *reinterpret_cast<const uint4*>(rows + r * kStride + col((slice + j * kTpk) * kVecElems));
       cuda_common::vec16_to_f32(raw, x + j * kVecElems, T{});
     }
   }
@@ -122,7 +132,13 @@ struct SimtEngine {
 #pragma unroll
     for (int st = 0; st < kStepsPerTile; ++st) {
       float vx[kSliceElems];
-      load_row(vs, warp_key0 + st * kKps + key_group, vx);
+      const int key = warp_key0 + st * kKps + key_group;
+      load_row(vs, key, vx);
+      // V rows past n_valid may hold anything (a TMA tile reads past the sequence): 0 * inf is NaN.
+      if (key >= n_valid) {
+#pragma unroll
+        for (int e = 0; e < kSliceElems; ++e) vx[e] = 0.0f;
+      }
 #pragma unroll
       for (int g = 0; g < kHpw; ++g) {
 #pragma unroll

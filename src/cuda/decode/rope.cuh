@@ -6,10 +6,12 @@
 
 namespace attnkit::cuda_decode {
 
-// rows x head_dim values at buf[row * row_stride + dim]; every thread of the block takes part.
-__device__ inline void rope_rows(float* buf, int rows, int row_stride, const DecodeParams& p, int pos) {
+// rows x head_dim values at buf[row * row_stride + dim]; threads thread, thread + 1, ... of a group
+// of `threads` take part.
+__device__ inline void rope_rows(float* buf, int rows, int row_stride, const DecodeParams& p, int pos, int thread,
+                                 int threads) {
   const int half = p.head_dim / 2;
-  for (int i = threadIdx.x; i < rows * half; i += blockDim.x) {
+  for (int i = thread; i < rows * half; i += threads) {
     const int row = i / half, pair = i % half;
     double c, s;
     if (p.cos_table != nullptr) {

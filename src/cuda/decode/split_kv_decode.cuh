@@ -4,29 +4,33 @@
 // Inputs: q [batch, num_heads, head_dim] (kv dtype or f32), K/V caches [batch, kv_heads, max_seq,
 //   head_dim] (f32, f16 or bf16, 16-byte aligned rows), lengths i32 [batch] on the device (or, fused,
 //   positions i32 [batch] and the new k/v rows).
-// Parallelism: one block per (sequence, KV head, head pass, key split). The block's warps form
-//   head_chunks x key_warps (decode_geometry.hpp): every warp of a head chunk serves heads_per_warp
-//   query heads of the GQA group, so one shared-memory K/V tile serves the whole group and each
-//   K/V element leaves device memory once. The per-warp math is an engine: tensor cores for f16 and
-//   bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32 (engine_simt.cuh). Tiles stream
-//   through a cp.async ring of `stages` slots with 16-byte copies, the first ones requested before
-//   the q load; out-of-window tiles are never loaded (the key range starts at the window). Softmax
-//   is online in f32 (log2 domain); splits write normalised partial (output, LSE) states to the
-//   caller's workspace and merge_states.cu combines them.
+// Parallelism: one block per (sequence, KV head, head pass, key split). The block's consumer warps
+//   form head_chunks x key_warps (decode_geometry.hpp): every warp of a head chunk serves
+//   heads_per_warp query heads of the GQA group, so one shared-memory K/V tile serves the whole
+//   group and each K/V element leaves device memory once. The per-warp math is an engine: tensor
+//   cores for f16 and bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32
+//   (engine_simt.cuh). One more warp, the producer, streams the tiles into a ring of `stages`
+//   slots with coalesced 16-byte cp.async copies, guarded by mbarriers (full: every producer lane's
+//   copies into the slot have landed, via cp.async.mbarrier.arrive; empty: every consumer warp is
+//   done with it), so copies run `stages` tiles ahead with no block-wide barrier per tile; its
+//   first copies start while the consumers load q. (One 1-D bulk copy per row was tried: the copy
+//   engine's per-copy cost capped 256-byte rows at ~1.8 TB/s; docs/perf-notes.md.) Out-of-window
+//   tiles are never loaded (the key range starts at the window). Softmax is online in f32 (log2
+//   domain); splits write normalised partial (output, LSE) states to the caller's workspace and
+//   merge_states.cu combines them (launched as a programmatic dependent, so its launch and prologue
+//   overlap this kernel). Needs sm_90 (mbarrier try_wait, griddepcontrol).
 // Lengths: read on the device and clamped to [0, plan kv_len] (sequence_range.cuh); a sequence of
 //   length 0 writes zeros and LSE -inf.
 // Row addressing is a compile-time policy: kPaged = false reads row j of (b, kvh) at
-//   k + b*stride_b + kvh*stride_h + j*stride_s (contiguous decode, the loop exactly as before);
-//   kPaged = true reads it from page page_table[b][j / page_size], slot j % page_size (paged decode,
-//   extend). A tile's rows are looked up once per row, one tile ahead of its copies (the table load
-//   is in flight while the previous tile is processed), and their K/V element offsets stored in a
-//   shared-memory ring beside the K/V ring; a page index outside [0, num_pages) reads zeros (device indices cannot be checked on
-//   the host), so no copy ever leaves the pool.
+//   k + b*stride_b + kvh*stride_h + j*stride_s (contiguous decode); kPaged = true reads it from page
+//   page_table[b][j / page_size], slot j % page_size (paged decode, extend). The producer looks up
+//   the next tile's pages while it issues the current one; a page index outside [0, num_pages)
+//   (device indices cannot be checked on the host) zero-fills its row, so no copy leaves the pool.
 // kExtend packs (query row, head of the group) pairs into the engine's rows: sequence b's q_len_b
 //   tokens (cu_seqlens_q) times the group, rows_per_block of them per pass, each row masked to its
 //   own causal/window key range (bottom-right aligned) inside the block's union range.
 // Bound: device-memory reads of K and V (2 * keys * head_dim * sizeof(kv) per KV head); measured
-//   within 0.4% of that by ncu. Time is lost to latency (docs/perf-notes.md), not to extra bytes.
+//   within 0.4% of that by ncu (docs/perf-notes.md).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -35,6 +39,7 @@
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/sm90_primitives.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/shared_memory_limit.hpp"
 #include "cuda/decode/decode_geometry.hpp"
@@ -53,10 +58,14 @@ template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = f
 __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kPaged || !kExtend, "extend reads a paged cache");
   using Traits = cuda_common::StorageTraits<T>;
-  constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
-  constexpr int kRowVecs = kCap / kVecElems;
   constexpr int kStride = Engine::kStride;  // padded shared-memory row (elements)
+  constexpr int kBoxWidth = box_width(kCap);        // columns of one row segment (one TMA box row)
+  constexpr int kBoxes = kCap / kBoxWidth;           // row segments per key
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ std::uint64_t full_bar[kMaxStages], empty_bar[kMaxStages];
+
+  // A merge launched after this grid (programmatic dependent launch) may start its prologue now.
+  cuda_common::launch_dependents();
 
   // Block -> (split, pass, kv head, sequence); the split index varies fastest.
   std::int64_t block = blockIdx.x;
@@ -92,31 +101,37 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   const int cache_end = owns_new ? new_pos : k_end;              // keys read from the cache
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int consumer_warps = p.head_chunks * p.key_warps;
+  const bool producer = warp == consumer_warps;  // the last warp copies tiles in; the others compute
   const int head_chunk = warp / p.key_warps, key_warp = warp % p.key_warps;
   const int row0 = pass * p.rows_per_block;  // first packed row of this block (a head of the group in decode)
   const int rows_here = min(p.rows_per_block, rows_in_sequence - row0);
   const int hpw = (p.rows_per_block + p.head_chunks - 1) / p.head_chunks;
   const int g_base = head_chunk * hpw;
-  const int n_mine = max(0, min(hpw, rows_here - g_base));
+  const int n_mine = producer ? 0 : max(0, min(hpw, rows_here - g_base));
   const int h0 = kvh * p.group + row0;  // first query head of this block
 
-  // Shared memory: [K/V ring] [q staging, later the cross-warp reduction] [stats] [fused scratch].
-  const int ring_elems = p.stages * p.tile * kStride;
+  // Shared memory: [K/V ring: stages x boxes x tile x kStride each] [q staging, later the
+  // cross-warp reduction] [stats] [fused scratch] [paged: row offsets] [extend: row key ranges].
+  // The ring is 128-byte aligned (TMA destinations).
+  const int ring_elems = p.stages * kBoxes * p.tile * kStride;
   const int ring_bytes = 2 * ring_elems * static_cast<int>(sizeof(T));
-  T* k_ring = reinterpret_cast<T*>(smem);
+  unsigned char* aligned =
+      reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem) + kRingAlignment - 1) / kRingAlignment *
+                                       kRingAlignment);
+  T* k_ring = reinterpret_cast<T*>(aligned);
   T* v_ring = k_ring + ring_elems;
-  float* staging = reinterpret_cast<float*>(smem + ring_bytes);  // [rows_per_block][kCap]
+  float* staging = reinterpret_cast<float*>(aligned + ring_bytes);  // [rows_per_block][kCap]
   float* warp_m = staging + p.rows_per_block * kCap;             // [key_warps][rows_per_block]
   float* warp_l = warp_m + p.key_warps * p.rows_per_block;
   float* row_m = warp_l + p.key_warps * p.rows_per_block;       // [rows_per_block]
   float* row_l = row_m + p.rows_per_block;
   float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
-  // Paged: [stages][tile] element offsets (K, V) of the tiles' rows, 16-byte aligned; extend:
-  // [rows] visible key ranges.
-  auto* row_offsets = reinterpret_cast<longlong2*>(
-      (reinterpret_cast<std::uintptr_t>(new_v + kCap) + 15) / 16 * 16);
-  int2* row_keys = reinterpret_cast<int2*>(row_offsets + p.stages * p.tile);
+  // Paged: the K/V element offsets of the rows of `stages` tiles (16-byte aligned); extend: each
+  // packed row's key range.
+  auto* row_offsets = reinterpret_cast<longlong2*>((reinterpret_cast<std::uintptr_t>(new_v + kCap) + 15) / 16 * 16);
+  int2* row_keys = reinterpret_cast<int2*>(row_offsets + (kPaged ? p.stages * p.tile : 0));
 
   // Packed row r of this block -> its token (q/out/lse row) and query head.
   auto token_of = [&](int r) {
@@ -128,129 +143,168 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     return h0 + r;
   };
 
-  const std::int64_t seq_offset_k = kPaged ? 0 : b * p.k_stride_b;  // paged: the page stride is per row
-  const std::int64_t seq_offset_v = kPaged ? 0 : b * p.v_stride_b;
-  const T* k_base = static_cast<const T*>(p.k) + seq_offset_k + kvh * p.k_stride_h;
-  const T* v_base = static_cast<const T*>(p.v) + seq_offset_v + kvh * p.v_stride_h;
   const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
-  const std::int32_t* table_row = kPaged ? p.page_table + b * p.table_stride_b : nullptr;
 
-  // Paged: the table index of a key row (one fast division), and the K and V element offsets of
-  // the row once its page is known; -1 marks a row past cache_end or whose page is out of the pool.
-  auto page_index = [&](int key) {
-    return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
-                            p.page_div_shift);
-  };
-  auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
-  auto offsets_of = [&](int key, int page) {
-    if (key >= cache_end || page < 0 || page >= p.num_pages) return make_longlong2(-1, -1);
-    const int slot = key - page_index(key) * p.page_size;
-    return make_longlong2(page * p.k_stride_b + slot * p.k_stride_s, page * p.v_stride_b + slot * p.v_stride_s);
-  };
-
-  // Copies tile t into ring slot `slot`; keys past cache_end and vectors past head_dim are zeros.
-  // Paged: the tile's row offsets are in row_offsets[slot] (written one tile ahead).
-  auto load_tile = [&](int t, int slot) {
-    const int key0 = k_begin + t * p.tile;
-    T* ks = k_ring + slot * p.tile * kStride;
-    T* vs = v_ring + slot * p.tile * kStride;
-    for (int i = tid; i < p.tile * kRowVecs; i += blockDim.x) {
-      const int r = i / kRowVecs, vec = i % kRowVecs;
-      const int key = key0 + r;
-      std::int64_t k_off = 0, v_off = 0;
-      bool ok;
-      if constexpr (kPaged) {
-        const longlong2 row = row_offsets[slot * p.tile + r];
-        ok = row.x >= 0 && vec * kVecElems < p.head_dim;
-        if (ok) {
-          k_off = row.x + vec * kVecElems;
-          v_off = row.y + vec * kVecElems;
-        }
-      } else {
-        ok = key < cache_end && vec * kVecElems < p.head_dim;
-        k_off = ok ? key * p.k_stride_s + vec * kVecElems : 0;
-        v_off = ok ? key * p.v_stride_s + vec * kVecElems : 0;
+  // Query rows of the block -> f32 staging (zeros past head_dim), by `threads` threads from
+  // `thread`; loads go out in batches so their latencies overlap.
+  auto stage_q = [&](int thread, int threads) {
+    constexpr int kBatch = 8;
+    const int q_elems = rows_here * kCap;
+    for (int base = thread; base < q_elems; base += kBatch * threads) {
+      float x[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = base + j * threads, r = i / kCap, d = i % kCap;
+        x[j] = (i < q_elems && d < p.head_dim && range.valid)
+                   ? cuda_common::load_as_f32(p.q, p.q_dtype, token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h + d)
+                   : 0.0f;
       }
-      cuda_common::cp_async_16(ks + r * kStride + vec * kVecElems, k_base + k_off, ok);
-      cuda_common::cp_async_16(vs + r * kStride + vec * kVecElems, v_base + v_off, ok);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = base + j * threads;
+        if (i < q_elems) staging[i] = x[j];
+      }
     }
   };
-
-  // 1. The first tiles are requested before anything else, so their latency covers the q load.
-  //    Paged: the rows of the first `stages` tiles are looked up first, all in parallel (one table
-  //    latency and one barrier before the first copies).
-  if constexpr (kPaged) {
-    const int rows = min(p.stages, n_tiles) * p.tile;
-    for (int i = tid; i < rows; i += blockDim.x) {
-      const int key = k_begin + i;
-      row_offsets[i] = offsets_of(key, lookup_page(key));
-    }
-    __syncthreads();
-  }
-  for (int st = 0; st < p.stages - 1; ++st) {
-    if (st < n_tiles) load_tile(st, st);
-    cuda_common::cp_async_commit();
-  }
-  if constexpr (kExtend) {
-    // Each packed row's own key range (padding rows up to whole engine warps: empty).
-    const int entries = static_cast<int>(row_keys_entries(p.rows_per_block));
-    for (int r = tid; r < entries; r += blockDim.x) {
-      row_keys[r] = r < rows_here ? extend_row_keys(p, seq_len, ext.q_len, (row0 + r) / p.group)
-                                  : make_int2(0, 0);
-    }
-  }
-
-  // 2. Query rows of the block -> f32 staging (zeros past head_dim), RoPE for the fused step.
-  for (int i = tid; i < rows_here * kCap; i += blockDim.x) {
-    const int r = i / kCap, d = i % kCap;
-    float x = 0.0f;
-    if (d < p.head_dim && range.valid) {
-      x = cuda_common::load_as_f32(p.q, p.q_dtype, token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h + d);
-    }
-    staging[i] = x;
-  }
-  __syncthreads();
-  if constexpr (!kPaged) {
-    if (new_pos >= 0) {
-      rope_rows(staging, rows_here, kCap, p, new_pos);
-      __syncthreads();
-    }
-  }
-  Engine engine;
-  engine.init(staging, g_base, n_mine, p.q_scale, lane);
-  if constexpr (kExtend) engine.set_row_keys(row_keys, g_base, n_mine);
-
-  // 3. Stream the block's key range through the ring.
-  for (int t = 0; t < n_tiles; ++t) {
-    cuda_common::cp_async_wait_dynamic(p.stages - 2);  // tile t has landed (one group per tile)
-    __syncthreads();                                   // ...for every thread; slot t-1 is free
-    const int next = t + p.stages - 1;
-    if (next < n_tiles) load_tile(next, next % p.stages);
-    cuda_common::cp_async_commit();
-    // Paged: the page of the tile after `next` is loaded now and stored after this tile's math.
-    int ahead_page = -1;
-    const int ahead_key = k_begin + (next + 1) * p.tile + tid;
-    if constexpr (kPaged) {
-      if (tid < p.tile && next + 1 < n_tiles) ahead_page = lookup_page(ahead_key);
-    }
-    const int slot = t % p.stages;
+  const int tile_elems = kBoxes * p.tile * kStride;  // one ring slot of K (or V)
+  auto process_tile = [&](Engine& engine, int t, int slot) {
     const int tile_key0 = k_begin + t * p.tile;
     if constexpr (kExtend) {
-      engine.process_rows(k_ring + slot * p.tile * kStride, v_ring + slot * p.tile * kStride,
-                          min(p.tile, cache_end - tile_key0), key_warp, p.softcap, tile_key0);
+      engine.process_rows(k_ring + slot * tile_elems, v_ring + slot * tile_elems, min(p.tile, cache_end - tile_key0),
+                          key_warp, p.softcap, tile_key0);
     } else {
-      engine.process(k_ring + slot * p.tile * kStride, v_ring + slot * p.tile * kStride,
-                     min(p.tile, cache_end - tile_key0), key_warp, p.softcap);
+      engine.process(k_ring + slot * tile_elems, v_ring + slot * tile_elems, min(p.tile, cache_end - tile_key0),
+                     key_warp, p.softcap);
     }
-    if constexpr (kPaged) {
+  };
+  Engine engine;
+  engine.set_tile(p.tile);
+
+  if constexpr (!kPaged) {
+    // Contiguous cache: TMA. The producer warp's lane 0 copies each tile as kBoxes boxes of K and of
+    // V (box_width columns plus the padding columns, which lie past the row and read as zeros, as
+    // do rows past the cache), into a ring of `stages` slots guarded by mbarriers: full[s] completes
+    // when slot s holds its tile (the arrival plus the boxes' bytes), empty[s] when every consumer
+    // warp is done with it. Rows past cache_end are copied too and masked by the engines.
+    if (tid == 0) {
+      for (int s = 0; s < p.stages; ++s) {
+        cuda_common::mbar_init(&full_bar[s], 1);
+        cuda_common::mbar_init(&empty_bar[s], static_cast<std::uint32_t>(consumer_warps));
+      }
+      cuda_common::mbar_init_fence();
+    }
+    __syncthreads();
+    if (producer) {
+      if (lane == 0) {
+        const auto* k_map = reinterpret_cast<const CUtensorMap*>(p.k_map);
+        const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
+        const std::uint32_t bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
+        for (int t = 0; t < n_tiles; ++t) {
+          const int slot = t % p.stages;
+          if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
+          cuda_common::mbar_arrive_expect_tx(&full_bar[slot], bytes);
+          const int key0 = k_begin + t * p.tile;
+#pragma unroll
+          for (int box = 0; box < kBoxes; ++box) {
+            const int offset = slot * tile_elems + box * p.tile * kStride;
+            cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
+            cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
+          }
+        }
+      }
+    } else {
+      const int consumer_threads = 32 * consumer_warps;
+      stage_q(tid, consumer_threads);
+      cuda_common::named_barrier_sync(1, consumer_threads);
+      if (new_pos >= 0) {
+        rope_rows(staging, rows_here, kCap, p, new_pos, tid, consumer_threads);
+        cuda_common::named_barrier_sync(1, consumer_threads);
+      }
+      engine.init(staging, g_base, n_mine, p.q_scale, lane);
+      for (int t = 0; t < n_tiles; ++t) {
+        const int slot = t % p.stages;
+        cuda_common::mbar_wait(&full_bar[slot], (t / p.stages) & 1);
+        process_tile(engine, t, slot);
+        __syncwarp();
+        if (lane == 0) cuda_common::mbar_arrive(&empty_bar[slot]);
+      }
+    }
+  } else {
+    // Paged cache: a cp.async ring that every thread fills with 16-byte copies (rows past cache_end,
+    // vectors past head_dim and rows whose page lies outside the pool are zero-filled), one block
+    // barrier per tile. A tile's rows are looked up once per row, one tile ahead of its copies (the
+    // table load is in flight while the previous tile is processed), their K/V element offsets kept
+    // in a shared ring beside the K/V ring.
+    constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));
+    constexpr int kRowVecs = kCap / kVecElems;
+    const T* k_base = static_cast<const T*>(p.k) + kvh * p.k_stride_h;
+    const T* v_base = static_cast<const T*>(p.v) + kvh * p.v_stride_h;
+    const std::int32_t* table_row = p.page_table + b * p.table_stride_b;
+    auto page_index = [&](int key) {
+      return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
+                              p.page_div_shift);
+    };
+    auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
+    auto offsets_of = [&](int key, int page) {
+      if (key >= cache_end || page < 0 || page >= p.num_pages) return make_longlong2(-1, -1);
+      const int slot = key - page_index(key) * p.page_size;
+      return make_longlong2(page * p.k_stride_b + slot * p.k_stride_s, page * p.v_stride_b + slot * p.v_stride_s);
+    };
+    auto load_tile = [&](int slot) {
+      T* ks = k_ring + slot * tile_elems;
+      T* vs = v_ring + slot * tile_elems;
+      for (int i = tid; i < p.tile * kRowVecs; i += blockDim.x) {
+        const int r = i / kRowVecs, vec = i % kRowVecs;
+        const longlong2 row = row_offsets[slot * p.tile + r];
+        const int c = vec * kVecElems;  // column of the key row -> its segment's shared-memory offset
+        const int dst = (c / kBoxWidth) * p.tile * kStride + r * kStride + c % kBoxWidth;
+        const bool ok = row.x >= 0 && c < p.head_dim;
+        cuda_common::cp_async_16(ks + dst, k_base + (ok ? row.x + c : 0), ok);
+        cuda_common::cp_async_16(vs + dst, v_base + (ok ? row.y + c : 0), ok);
+      }
+    };
+    // The rows of the first `stages` tiles are looked up first, all in parallel (one table latency
+    // and one barrier), then the first tiles are requested before the q load.
+    for (int i = tid; i < min(p.stages, n_tiles) * p.tile; i += blockDim.x) {
+      row_offsets[i] = offsets_of(k_begin + i, lookup_page(k_begin + i));
+    }
+    __syncthreads();
+    for (int st = 0; st < p.stages - 1; ++st) {
+      if (st < n_tiles) load_tile(st);
+      cuda_common::cp_async_commit();
+    }
+    if constexpr (kExtend) {
+      // Each packed row's own key range (padding rows up to whole engine warps: empty).
+      const int entries = static_cast<int>(row_keys_entries(p.rows_per_block));
+      for (int r = tid; r < entries; r += blockDim.x) {
+        row_keys[r] = r < rows_here ? extend_row_keys(p, seq_len, ext.q_len, (row0 + r) / p.group) : make_int2(0, 0);
+      }
+    }
+    stage_q(tid, blockDim.x);
+    __syncthreads();
+    if (!producer) {
+      engine.init(staging, g_base, n_mine, p.q_scale, lane);
+      if constexpr (kExtend) engine.set_row_keys(row_keys, g_base, n_mine);
+    }
+    for (int t = 0; t < n_tiles; ++t) {
+      cuda_common::cp_async_wait_dynamic(p.stages - 2);  // tile t has landed (one group per tile)
+      __syncthreads();                                   // ...for every thread; slot t-1 is free
+      const int next = t + p.stages - 1;
+      if (next < n_tiles) load_tile(next % p.stages);
+      cuda_common::cp_async_commit();
+      // The page of the tile after `next` is loaded now and stored after this tile's math.
+      int ahead_page = -1;
+      const int ahead_key = k_begin + (next + 1) * p.tile + tid;
+      if (tid < p.tile && next + 1 < n_tiles) ahead_page = lookup_page(ahead_key);
+      if (!producer) process_tile(engine, t, t % p.stages);
       // Slot (next + 1) % stages held tile t's rows, whose copies were issued stages - 1 tiles ago.
       if (tid < p.tile && next + 1 < n_tiles) {
         row_offsets[((next + 1) % p.stages) * p.tile + tid] = offsets_of(ahead_key, ahead_page);
       }
     }
+    cuda_common::cp_async_wait<0>();
   }
-  cuda_common::cp_async_wait<0>();
-  __syncthreads();
+  __syncthreads();  // every tile consumed: every copy has landed, the ring is free
 
   // 4. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
   //    to that key from shared memory (no other block reads or writes that cache row).
@@ -262,13 +316,15 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
       new_v[d] = d < p.head_dim ? Traits::to_f32(vn[d]) : 0.0f;
     }
     __syncthreads();
-    rope_rows(new_k, 1, kCap, p, new_pos);
+    rope_rows(new_k, 1, kCap, p, new_pos, tid, blockDim.x);
     __syncthreads();
     T* k_dst = static_cast<T*>(p.k_cache_out) + b * p.k_stride_b + kvh * p.k_stride_h + new_pos * p.k_stride_s;
     T* v_dst = static_cast<T*>(p.v_cache_out) + b * p.v_stride_b + kvh * p.v_stride_h + new_pos * p.v_stride_s;
-    for (int i = tid; i < p.tile * kStride; i += blockDim.x) {
-      const int r = i / kStride, d = i % kStride;
-      const bool row0_elem = r == 0 && d < kCap;
+    const int segment_elems = p.tile * kStride;
+    for (int i = tid; i < tile_elems; i += blockDim.x) {
+      const int rest = i % segment_elems, r = rest / kStride, c = rest % kStride;
+      const int d = (i / segment_elems) * kBoxWidth + c;  // column of the key row
+      const bool row0_elem = r == 0 && c < kBoxWidth;
       const T kv = Traits::from_f32(row0_elem ? new_k[d] : 0.0f);
       const T vv = Traits::from_f32(row0_elem ? new_v[d] : 0.0f);
       k_ring[i] = kv;
@@ -279,13 +335,15 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
       }
     }
     __syncthreads();
-    engine.process(k_ring, v_ring, 1, key_warp, p.softcap);
+    if (!producer) engine.process(k_ring, v_ring, 1, key_warp, p.softcap);
     __syncthreads();
   }
 
   // 5. Combine: within each warp (engine), then key warps (shared memory, in warp order).
-  engine.finish();
-  engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
+  if (!producer) {
+    engine.finish();
+    engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
+  }
   __syncthreads();
   for (int r = tid; r < rows_here; r += blockDim.x) {
     float mx = -INFINITY;
@@ -301,7 +359,7 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   __syncthreads();
   float* reduced = staging;  // [rows_per_block][kCap]; every engine read its q before the barriers above
   for (int w = 0; w < p.key_warps; ++w) {
-    if (key_warp == w) engine.add_output(reduced, row_m, g_base, n_mine, w == 0);
+    if (!producer && key_warp == w) engine.add_output(reduced, row_m, g_base, n_mine, w == 0);
     __syncthreads();
   }
 
@@ -344,7 +402,7 @@ void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
   cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
                      "raising the kernel's shared-memory limit");
   const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits;
-  const int threads = 32 * p.head_chunks * p.key_warps;
+  const int threads = 32 * block_warps(p.head_chunks, p.key_warps);
   kernel<<<static_cast<unsigned>(blocks), threads, p.shared_bytes, stream>>>(p);
   cuda_common::check_launch("cuda::decode", "split_kv_decode_kernel");
 }

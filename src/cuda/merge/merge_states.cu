@@ -4,7 +4,7 @@
 //   keys, and partial_lse [splits, batch * num_heads] f32 (natural log), in the caller's workspace.
 // Parallelism: one block per query row; a sequence's active split count is recomputed from its
 //   length exactly as the decode kernel did (sequence_range.cuh), so no split state is read that
-//   was not written this step.
+//   was not written this step. Launched as a programmatic dependent of the decode grid (below).
 // Output: out = sum_s w_s * out_s / sum_s w_s with w_s = exp(lse_s - max lse); lse = max + log(sum).
 //   A row with no visible key writes zeros and LSE -inf; an invalid fused position writes NaN.
 // Bound: tiny next to the K/V read (splits * head_dim * 4 bytes per row).
@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/convert.cuh"
+#include "cuda/common/sm90_primitives.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/ragged_rows.cuh"
 #include "cuda/decode/decode_geometry.hpp"
@@ -25,24 +26,37 @@ constexpr int kMergeThreads = 128;
 
 // One merged row, step 1 (every thread of the block calls it): warp 0 turns the active splits'
 // LSEs of state row `row` into weights w_s = exp(lse_s - max lse) in `weights` (shared); returns
-// 1 / sum w_s (0 when no split saw a key) and the merged LSE max + log(sum) (-inf then).
+// 1 / sum w_s (0 when no split saw a key) and the merged LSE max + log(sum) (-inf then). Each lane
+// loads its splits' LSEs at once (one memory latency, not one per split).
 struct MergedRow {
   float inv;
   float lse;
 };
 __device__ MergedRow merge_weights(const float* partial_lse, std::int64_t rows_total, std::int64_t row, int active,
                                    float* weights) {
+  constexpr int kPerLane = kMaxSplits / 32;
   __shared__ float total, max_lse;
   if (threadIdx.x < 32) {
+    float lse[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int s = threadIdx.x + 32 * j;
+      lse[j] = s < active ? partial_lse[s * rows_total + row] : -INFINITY;
+    }
     float mx = -INFINITY;
-    for (int s = threadIdx.x; s < active; s += 32) mx = fmaxf(mx, partial_lse[s * rows_total + row]);
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) mx = fmaxf(mx, lse[j]);
     for (int off = 16; off >= 1; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     const float m_use = mx == -INFINITY ? 0.0f : mx;
     float sum = 0.0f;
-    for (int s = threadIdx.x; s < active; s += 32) {
-      const float w = expf(partial_lse[s * rows_total + row] - m_use);
-      weights[s] = w;
-      sum += w;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int s = threadIdx.x + 32 * j;
+      if (s < active) {
+        const float w = expf(lse[j] - m_use);
+        weights[s] = w;
+        sum += w;
+      }
     }
     for (int off = 16; off >= 1; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     if (threadIdx.x == 0) {
@@ -54,11 +68,23 @@ __device__ MergedRow merge_weights(const float* partial_lse, std::int64_t rows_t
   return {total > 0.0f ? 1.0f / total : 0.0f, total > 0.0f ? max_lse + logf(total) : -INFINITY};
 }
 
-// Step 2: element d of the merged row, before the 1 / sum scaling.
+// Step 2: element d of the merged row, before the 1 / sum scaling. Loads go out in batches of
+// kBatch splits so their latencies overlap.
 __device__ float weighted_sum(const float* partial_out, std::int64_t rows_total, std::int64_t row, int head_dim,
                               int active, const float* weights, int d) {
+  constexpr int kBatch = 8;
   float o = 0.0f;
-  for (int s = 0; s < active; ++s) o = fmaf(weights[s], partial_out[(s * rows_total + row) * head_dim + d], o);
+  for (int s0 = 0; s0 < active; s0 += kBatch) {
+    float x[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      x[j] = s0 + j < active ? partial_out[((s0 + j) * rows_total + row) * head_dim + d] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j < active) o = fmaf(weights[s0 + j], x[j], o);
+    }
+  }
   return o;
 }
 
@@ -70,6 +96,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
   const SequenceRange range = sequence_range(p, b);
   const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
 
+  cuda_common::grid_dependency_wait();  // the decode grid's states are written and visible
   const MergedRow merged = merge_weights(p.partial_lse, rows_total, row, active, weights);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float o = weighted_sum(p.partial_out, rows_total, row, p.head_dim, active, weights, d) * merged.inv;
@@ -101,6 +128,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_extend_kernel(const __gri
   const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
   const std::int64_t rows_total = static_cast<std::int64_t>(p.state_rows) * p.num_heads;
 
+  cuda_common::grid_dependency_wait();  // the extend grid's states are written and visible
   const MergedRow merged = merge_weights(p.partial_lse, rows_total, row, active, weights);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     const float o = weighted_sum(p.partial_out, rows_total, row, p.head_dim, active, weights, d);
@@ -111,17 +139,34 @@ __global__ void __launch_bounds__(kMergeThreads) merge_extend_kernel(const __gri
 
 }  // namespace
 
+// The merges are programmatic dependents of the decode/extend grid before them on the stream: they
+// launch while it runs (it calls launch_dependents at its start), do their prologue, and wait for
+// its states in grid_dependency_wait. Graph capture keeps the programmatic edge.
+template <class Kernel>
+void launch_dependent(Kernel kernel, std::int64_t rows, const DecodeParams& p, void* stream, const char* ctx,
+                      const char* name) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(rows));
+  config.blockDim = dim3(kMergeThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cuda_common::check(cudaLaunchKernelEx(&config, kernel, p), ctx, name);
+}
+
 void launch_merge_extend(const DecodeParams& p, void* stream) {
   const std::int64_t rows = static_cast<std::int64_t>(p.q_rows) * p.num_heads;
   if (rows == 0) return;
-  merge_extend_kernel<<<static_cast<unsigned>(rows), kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  cuda_common::check_launch("cuda::extend", "merge_extend_kernel");
+  launch_dependent(merge_extend_kernel, rows, p, stream, "cuda::extend", "launching merge_extend_kernel");
 }
 
 void launch_merge_splits(const DecodeParams& p, void* stream) {
   const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.num_heads;
-  merge_splits_kernel<<<static_cast<unsigned>(rows), kMergeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  cuda_common::check_launch("cuda::decode", "merge_splits_kernel");
+  launch_dependent(merge_splits_kernel, rows, p, stream, "cuda::decode", "launching merge_splits_kernel");
 }
 
 }  // namespace attnkit::cuda_decode

@@ -31,15 +31,16 @@ void check_partition(const Target& target, const WorkPartition& w, std::int64_t 
           std::string("plan with ") + planner + "(problem, cuda::target()) (or known_target(\"h200\"))");
   require(w.family == KernelFamily::kSplitKvDecode, ctx, "the plan's family is " + to_string(w.family),
           std::string("plan with ") + planner + " of this build for the CUDA target");
-  const std::int64_t rows = std::min<std::int64_t>(packed_rows, geo::kMaxRowsPerBlock);
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
+  const std::int64_t rows = std::min<std::int64_t>(packed_rows, geo::max_rows_per_block(kv_bytes));
   const int chunks = geo::head_chunks(rows, kv_bytes);
   const bool consistent =
-      w.rows_per_block == rows && w.warps_per_block % chunks == 0 && w.sequence_splits >= 1 &&
+      w.rows_per_block == rows && w.warps_per_block > geo::kProducerWarps &&
+      (w.warps_per_block - geo::kProducerWarps) % chunks == 0 && w.sequence_splits >= 1 &&
       w.sequence_splits <= static_cast<unsigned>(geo::kMaxSplits) && w.keys_per_split > 0 && w.pipeline_stages >= 2 &&
       w.pipeline_stages <= static_cast<unsigned>(geo::kMaxStages) &&
       w.tile_size ==
-          static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(head_dim), w.warps_per_block / chunks, kv_bytes)) &&
+          static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(head_dim), geo::key_warps_of(w.warps_per_block, chunks), kv_bytes)) &&
       w.keys_per_split % w.tile_size == 0;
   require(consistent, ctx, "the plan's partition does not match this build's paged kernel",
           std::string("make the plan with attnkit::") + planner + " of this build and do not edit its partition");
@@ -63,7 +64,7 @@ DecodeParams base_params(std::int64_t batch, std::int64_t num_heads, std::int64_
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
   p.rows_per_block = static_cast<int>(w.rows_per_block);
   p.head_chunks = geo::head_chunks(w.rows_per_block, kv_bytes);
-  p.key_warps = static_cast<int>(w.warps_per_block) / p.head_chunks;
+  p.key_warps = geo::key_warps_of(w.warps_per_block, p.head_chunks);
   p.tile = static_cast<int>(w.tile_size);
   p.stages = static_cast<int>(w.pipeline_stages);
   p.splits = static_cast<int>(w.sequence_splits);

@@ -1,6 +1,6 @@
 // Launcher of the Hopper warp-specialized prefill kernel (hopper_prefill.cuh): TMA descriptors
-// made on the host with cuTensorMapEncodeTiled, reached through the runtime's driver entry point
-// (so nothing links libcuda), and one instantiation per kHopperConfigs entry x {f16, bf16}.
+// made on the host (cuda/common/tensor_map.hpp), and one instantiation per kHopperConfigs entry x
+// {f16, bf16}.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "attnkit/error.hpp"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/prefill_hopper/hopper_launch.hpp"
 #include "cuda/prefill_hopper/hopper_prefill.cuh"
 
@@ -16,23 +17,6 @@ namespace attnkit::cuda_prefill_hopper {
 namespace {
 
 constexpr const char* kContext = "cuda::prefill (hopper)";
-
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
-    return (err == cudaSuccess && status == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiled>(ptr) : nullptr;
-  }();
-  require(fn != nullptr, kContext, "the driver does not provide cuTensorMapEncodeTiled",
-          "use a CUDA 12+ driver on a Hopper GPU, or plan the cooperative_tiled family");
-  return fn;
-}
 
 // A 4-D map (D, rows, heads, batch) of a [batch, heads, rows, D] view with 16-bit elements, boxes
 // of 64 columns x box_rows rows, 128-byte swizzle; rows past the end read as zeros.
@@ -53,17 +37,14 @@ CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char*
   }
   require(reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0, kContext, std::string(name) + " is not 16-byte aligned",
           "pass 16-byte aligned tensors");
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kSwizzleElements), static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map{};
-  const CUresult r = encode_tiled()(&map, dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                    4, v.data, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, kContext,
-          std::string("cuTensorMapEncodeTiled failed for ") + name + " " + v.describe() + " (CUresult " +
-              std::to_string(static_cast<int>(r)) + ")",
-          "pass 16-byte aligned tensors with strides that are multiples of 8 elements");
+  cuda_common::TensorMapSpec spec;
+  spec.dtype = dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  spec.data = v.data;
+  spec.dims = {dims[0], dims[1], dims[2], dims[3]};
+  spec.byte_strides = {strides[0], strides[1], strides[2]};
+  spec.box = {static_cast<std::uint32_t>(kSwizzleElements), static_cast<std::uint32_t>(box_rows), 1, 1};
+  spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  const CUtensorMap map = cuda_common::make_tensor_map_4d(spec, kContext, name);
   return map;
 }
 

@@ -1,6 +1,6 @@
-// PTX wrappers of the Hopper (sm_90a) features the warp-specialized prefill kernel uses:
-// mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads into shared memory,
-// wgmma fences/commit/wait, shared-memory matrix descriptors (128-byte swizzle) and setmaxnreg.
+// PTX wrappers of the Hopper (sm_90a) features the warp-specialized prefill kernel uses (mbarriers
+// and the TMA tensor load come from cuda/common/sm90_primitives.cuh): wgmma
+// fences/commit/wait, shared-memory matrix descriptors (128-byte swizzle) and setmaxnreg.
 // Each wrapper is one PTX instruction (or a wait loop on one), written from the PTX ISA.
 #pragma once
 #include <cuda.h>
@@ -8,58 +8,25 @@
 
 #include <cstdint>
 
+#include "cuda/common/sm90_primitives.cuh"
 #include "cuda/prefill_hopper/wgmma_ops.cuh"
 
 namespace attnkit::cuda_prefill_hopper {
 
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ---- mbarrier -----------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(std::uint64_t* bar, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (TMA) before first use.
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-// One arrival that also announces `bytes` of TMA traffic the phase must wait for.
-__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(std::uint64_t* bar, std::uint32_t parity) {
-  std::uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-// Waits until the phase with this parity has completed.
-__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
+// mbarriers: the shared wrappers (cuda/common/sm90_primitives.cuh).
+using cuda_common::mbar_arrive;
+using cuda_common::mbar_arrive_expect_tx;
+using cuda_common::mbar_init;
+using cuda_common::mbar_init_fence;
+using cuda_common::mbar_try_wait;
+using cuda_common::mbar_wait;
+using cuda_common::smem_u32;
+using cuda_common::tma_load_4d;
 
 // ---- TMA ----------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }
-// A 4-D box (coordinates innermost first) into shared memory; completion counted on `bar`.
-__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, std::uint64_t* bar, int c0, int c1,
-                                            int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-
 // ---- wgmma --------------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
