@@ -48,6 +48,9 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 
 // ---- TMA ----------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
+}
 // A 4-D box (coordinates innermost first) into shared memory; completion counted on `bar`.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, std::uint64_t* bar, int c0, int c1,
                                             int c2, int c3) {

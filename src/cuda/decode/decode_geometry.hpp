@@ -81,7 +81,10 @@ constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int
   const std::int64_t staging = rows_per_block * capacity * 4;  // f32 q rows, later the reduction
   const std::int64_t stats = std::int64_t{2} * (key_warps + 1) * rows_per_block * 4;  // per warp, per row
   const std::int64_t fused_scratch = std::int64_t{2} * capacity * 4;
-  return kRingAlignment + ring_bytes(capacity, tile, stages, kv_elem_bytes) + staging + stats + fused_scratch;
+  // The ring region also holds the key warps' f32 output slices in the epilogue.
+  const std::int64_t ring_region =
+      std::max(ring_bytes(capacity, tile, stages, kv_elem_bytes), key_warps * rows_per_block * capacity * 4);
+  return kRingAlignment + ring_region + staging + stats + fused_scratch;
 }
 
 // Paged kernels (src/cuda/paged/) add, after the fused scratch: the K and V element offsets of the

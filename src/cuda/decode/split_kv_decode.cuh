@@ -66,6 +66,12 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
 
   // A merge launched after this grid (programmatic dependent launch) may start its prologue now.
   cuda_common::launch_dependents();
+  if constexpr (!kPaged) {
+    if (threadIdx.x == 0) {  // the TMA descriptors travel while the lengths are read
+      cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.k_map));
+      cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.v_map));
+    }
+  }
 
   // Block -> (split, pass, kv head, sequence); the split index varies fastest.
   std::int64_t block = blockIdx.x;
@@ -115,7 +121,8 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   // cross-warp reduction] [stats] [fused scratch] [paged: row offsets] [extend: row key ranges].
   // The ring is 128-byte aligned (TMA destinations).
   const int ring_elems = p.stages * kBoxes * p.tile * kStride;
-  const int ring_bytes = 2 * ring_elems * static_cast<int>(sizeof(T));
+  // The ring region also holds the key warps' output slices once the ring is idle (epilogue).
+  const int ring_bytes = max(2 * ring_elems * static_cast<int>(sizeof(T)), p.key_warps * p.rows_per_block * kCap * 4);
   unsigned char* aligned =
       reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem) + kRingAlignment - 1) / kRingAlignment *
                                        kRingAlignment);
@@ -339,7 +346,9 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     __syncthreads();
   }
 
-  // 5. Combine: within each warp (engine), then key warps (shared memory, in warp order).
+  // 5. Combine: within each warp (engine), then the key warps: each writes its rows' output, scaled
+  //    to the block's row max, into its own slice of the (now idle) ring region, and the writers
+  //    below sum the slices (three block barriers, whatever the number of key warps).
   if (!producer) {
     engine.finish();
     engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
@@ -357,11 +366,9 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
     row_l[r] = sum;
   }
   __syncthreads();
-  float* reduced = staging;  // [rows_per_block][kCap]; every engine read its q before the barriers above
-  for (int w = 0; w < p.key_warps; ++w) {
-    if (!producer && key_warp == w) engine.add_output(reduced, row_m, g_base, n_mine, w == 0);
-    __syncthreads();
-  }
+  float* slices = reinterpret_cast<float*>(aligned);  // [key_warps][rows_per_block][kCap]
+  if (!producer) engine.add_output(slices + key_warp * p.rows_per_block * kCap, row_m, g_base, n_mine, true);
+  __syncthreads();
 
   // 6. Write the normalised output and LSE (final when unsplit, else this split's partial state).
   //    Split states are indexed by (token, head): [splits, state rows * num_heads, head_dim].
@@ -369,7 +376,9 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
   for (int i = tid; i < rows_here * p.head_dim; i += blockDim.x) {
     const int r = i / p.head_dim, d = i % p.head_dim;
     const float sum = row_l[r];
-    float o = sum > 0.0f ? reduced[r * kCap + d] / sum : 0.0f;
+    float acc = 0.0f;
+    for (int w = 0; w < p.key_warps; ++w) acc += slices[(w * p.rows_per_block + r) * kCap + d];
+    float o = sum > 0.0f ? acc / sum : 0.0f;
     const std::int64_t token = token_of(r);
     const int head = head_of(r);
     if (p.splits == 1) {

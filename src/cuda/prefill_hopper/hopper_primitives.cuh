@@ -22,11 +22,8 @@ using cuda_common::mbar_try_wait;
 using cuda_common::mbar_wait;
 using cuda_common::smem_u32;
 using cuda_common::tma_load_4d;
+using cuda_common::tma_prefetch_descriptor;
 
-// ---- TMA ----------------------------------------------------------------------------------
-__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
-}
 // ---- wgmma --------------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
