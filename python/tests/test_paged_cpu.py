@@ -352,13 +352,15 @@ def test_paged_plans_reject_bad_problems_with_a_fix():
         attnkit.plan_paged_decode(batch=1, num_heads=2, kv_heads=1, head_dim=16, num_pages=4)  # no width, no kv_len
 
 
-# ---------------------------------------------------------------- CUDA (not built yet)
+# ---------------------------------------------------------------- CUDA rejections
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("call", ["paged_decode", "extend", "paged_append_kv"])
-def test_cuda_paged_calls_raise_with_a_fix_until_the_kernels_exist(call):
-    """The CUDA paged kernels are declared but not built (docs/paged.md): a call on CUDA tensors
-    reaches cuda::* and raises attnkit.Error with a Fix, leaving the pools unchanged."""
+def test_cuda_paged_calls_reject_bad_shapes_with_a_fix_and_leave_pools_unchanged(call):
+    """A CUDA paged call with a host-visible error (a page table narrower than the plan's
+    max_pages_per_seq; new rows with the wrong KV head count) raises attnkit.Error with a Fix before
+    anything is launched: the pools are byte-for-byte unchanged. (The kernels themselves are checked
+    against float64 in test_gpu.py.)"""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible to torch")
@@ -366,20 +368,21 @@ def test_cuda_paged_calls_raise_with_a_fix_until_the_kernels_exist(call):
     k_pages = torch.randn(4, kvh, page_size, d, device=dev)
     v_pages = torch.randn_like(k_pages)
     k_before, v_before = k_pages.clone(), v_pages.clone()
-    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=dev)
+    narrow_table = torch.tensor([[0], [2]], dtype=torch.int32, device=dev)  # the plan covers 2 pages per sequence
     lengths = torch.tensor([20, 5], dtype=torch.int32, device=dev)
     common = dict(batch=2, num_heads=4, kv_heads=kvh, head_dim=d, num_pages=4, page_size=page_size,
                   max_pages_per_seq=2, kv_dtype="f32", target=attnkit.known_target("h200"))
     with pytest.raises(attnkit.Error, match="Fix:"):
         if call == "paged_decode":
             q = torch.randn(2, 4, d, device=dev)
-            attnkit.paged_decode(attnkit.plan_paged_decode(**common), q, k_pages, v_pages, table, lengths)
+            attnkit.paged_decode(attnkit.plan_paged_decode(**common), q, k_pages, v_pages, narrow_table, lengths)
         elif call == "extend":
             q = torch.randn(3, 4, d, device=dev)
             cu = torch.tensor([0, 2, 3], dtype=torch.int32, device=dev)
-            attnkit.extend(attnkit.plan_extend(max_q_len=2, **common), q, cu, k_pages, v_pages, table, lengths)
+            attnkit.extend(attnkit.plan_extend(max_q_len=2, **common), q, cu, k_pages, v_pages, narrow_table, lengths)
         else:
-            rows = torch.randn(2, kvh, d, device=dev)
+            table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=dev)
+            rows = torch.randn(2, kvh + 1, d, device=dev)  # one KV head too many
             attnkit.paged_append_kv(k_pages, v_pages, rows, rows, table, torch.tensor([20, 5], dtype=torch.int32,
                                                                                        device=dev))
     torch.cuda.synchronize()
