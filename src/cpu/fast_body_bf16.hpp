@@ -14,9 +14,8 @@
 //   query row, and P V taking keys in pairs: two V rows interleaved (vpunpck*wd, no permute) times
 //   the broadcast (p_j, p_j+1) pair. Accumulator columns are in interleave order inside each
 //   32-column block; the final write puts them back (pair_column).
-//   K and V prefetched as in fast_body.hpp (L1 32 rows ahead, the other stream into L2). Bound: vdpbf16ps issue for group >= 4 (32 per key at
-//   group 4, measured 23 ns per key per core against a 17.7 ns floor), memory for group 1-2; on
-//   the development VM the two barely overlap (docs/perf-notes.md, CPU round 2).
+//   K and V prefetched as in fast_body.hpp (L1 32 rows ahead, the other stream into L2). Bound: memory for group 1-2, vdpbf16ps issue and
+//   the per-key score sums for larger groups (docs/perf-notes.md, CPU rounds 2 and 5).
 // Prefill: as fast_body.hpp with Q^T stored as pairs of head_dim (rows in the lanes), K read as
 //   a broadcast pair, V tiles interleaved into key pairs once per tile, P written as key pairs by
 //   the softmax. Bound: vdpbf16ps rate (two products per lane per instruction; one core measured

@@ -17,9 +17,11 @@
 //   P V: 4 heads x 64 columns = 16 accumulators in registers, two V rows interleaved per key pair
 //     and reused by the 4 heads, head_dim taken in 64-column passes (each V element is loaded and
 //     interleaved once).
-// Bound: vdpbf16ps issue (32 per key at group 4: 16 for Q K^T, 16 for P V; one per cycle on
-//   Zen 4), then the shuffles of the score tree and the interleave; memory when the host's read
-//   rate per core is below ~512 bytes per (body time per key). See docs/perf-notes.md, CPU round 5.
+// Bound: memory on the development VM (two threads: within 0-7% of the multi-head rows). The body
+//   alone: 16.4 ns per key per KV head at group 4 on one Zen 4 core, cache-resident, against a
+//   vdpbf16ps floor of 8.7 ns (32 per key, one per cycle); the instruction mixes without memory
+//   operands run 5.2 (Q K^T with its tree) + 4.5 ns (P V with its interleave), the rest is loads,
+//   prefetches and loop control. See docs/perf-notes.md, CPU round 5.
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 

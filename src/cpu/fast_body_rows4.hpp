@@ -14,9 +14,9 @@
 //   softmax over the tile in the [key][head] layout, the accumulators rescaled once per tile;
 //   P V: 4 heads x 64 columns = 16 accumulators in registers, each V chunk widened once for the 4
 //     heads and p broadcast from L1, head_dim in 64-column passes.
-// Bound: FMA issue (64 per key at group 4 and head_dim 128, one per cycle on Zen 4) on a quiet
-//   core; memory (1 KiB per key for f32) when a core reads less than ~1 KiB per body time per key.
-//   See docs/perf-notes.md, CPU round 5.
+// Bound: memory (1 KiB per key for f32) at two threads on the development VM. The body alone: 30 ns
+//   per key per KV head at group 4, head_dim 128, f32 K/V, one Zen 4 core, cache-resident, against
+//   an FMA floor of 17.5 ns (64 per key, one per cycle). See docs/perf-notes.md, CPU round 5.
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
