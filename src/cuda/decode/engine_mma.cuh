@@ -63,6 +63,7 @@ struct MmaEngine {
   static constexpr unsigned kFull = 0xffffffffu;
 
   static constexpr int kBoxWidth = box_width(kCap);
+  static constexpr int kMinBlocksPerSm = 1;  // registers: up to 255 (head_dim 256)
 
   std::uint32_t qa[kKSteps][4];
   float o[kNBlocks][4];

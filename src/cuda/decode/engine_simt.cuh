@@ -19,6 +19,9 @@ struct SimtEngine {
   static constexpr unsigned kFull = 0xffffffffu;
 
   static constexpr int kBoxWidth = box_width(kCap);
+  // 4 heads per warp fit in 128 registers, so three blocks share an SM (this latency-bound engine
+  // needs the warps; decode_geometry.hpp); 8 heads need up to 255.
+  static constexpr int kMinBlocksPerSm = kHpw <= 4 ? 2 : 1;
 
   float q[kHpw][kSliceElems], m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
   int lane, key_group, slice;

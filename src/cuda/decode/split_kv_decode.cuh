@@ -55,7 +55,7 @@ inline constexpr float kLn2 = 0.69314718055994530942f;
 inline constexpr float kLog2e = 1.44269504088896340736f;
 
 template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = false>
-__global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kPaged || !kExtend, "extend reads a paged cache");
   using Traits = cuda_common::StorageTraits<T>;
   constexpr int kStride = Engine::kStride;  // padded shared-memory row (elements)
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kMaxThreads) split_kv_decode_kernel(const __gr
         const int r = i / kRowVecs, vec = i % kRowVecs;
         const longlong2 row = row_offsets[slot * p.tile + r];
         const int c = vec * kVecElems;  // column of the key row -> its segment's shared-memory offset
-        const int dst = (c / kBoxWidth) * p.tile * kStride + r * kStride + c % kBoxWidth;
+        const int dst = kBoxes == 1 ? r * kStride + c : (c / kBoxWidth) * p.tile * kStride + r * kStride + c % kBoxWidth;
         const bool ok = row.x >= 0 && c < p.head_dim;
         cuda_common::cp_async_16(ks + dst, k_base + (ok ? row.x + c : 0), ok);
         cuda_common::cp_async_16(vs + dst, v_base + (ok ? row.y + c : 0), ok);
