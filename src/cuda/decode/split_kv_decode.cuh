@@ -219,6 +219,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
           }
         }
       }
+      __syncwarp();  // the warp reaches the block barriers below converged (bar.sync is warp-aligned)
     } else {
       const int consumer_threads = 32 * consumer_warps;
       stage_q(tid, consumer_threads);
