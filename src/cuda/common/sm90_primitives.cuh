@@ -1,5 +1,4 @@
-// Shared device helpers (sm_90): mbarriers (init, arrive, expect-tx, parity wait), named barriers,
-// TMA tensor loads completed on an mbarrier, and programmatic dependent launch controls. Each wrapper is one PTX instruction (or a wait loop on one), written
+// Shared device helpers (sm_90): mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads completed on an mbarrier, and programmatic dependent launch controls. Each wrapper is one PTX instruction (or a wait loop on one), written
 // from the PTX ISA. Used by the decode pipeline and the Hopper prefill kernel.
 #pragma once
 #include <cuda.h>
@@ -38,13 +37,6 @@ __device__ __forceinline__ bool mbar_try_wait(std::uint64_t* bar, std::uint32_t 
 __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
-}
-
-// ---- named barrier ------------------------------------------------------------------------
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32), so a group
-// of warps can synchronise without the block's other warps.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- TMA ----------------------------------------------------------------------------------

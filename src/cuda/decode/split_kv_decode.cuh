@@ -201,33 +201,43 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
       cuda_common::mbar_init_fence();
     }
     __syncthreads();
+    // The producer's lane 0 issues tile t into its slot (waiting for the slot to be released
+    // first from the second round on).
+    const std::uint32_t tile_bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
+    auto issue_tile = [&](int t) {
+      const int slot = t % p.stages;
+      if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
+      cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
+      const int key0 = k_begin + t * p.tile;
+#pragma unroll
+      for (int box = 0; box < kBoxes; ++box) {
+        const int offset = slot * tile_elems + box * p.tile * kStride;
+        cuda_common::tma_load_4d(k_ring + offset, reinterpret_cast<const CUtensorMap*>(p.k_map), &full_bar[slot],
+                                 box * kBoxWidth, key0, kvh, b);
+        cuda_common::tma_load_4d(v_ring + offset, reinterpret_cast<const CUtensorMap*>(p.v_map), &full_bar[slot],
+                                 box * kBoxWidth, key0, kvh, b);
+      }
+    };
+    // The first `stages` tiles go out before anything else (their slots are free), then every
+    // thread stages q while they travel; only then do the roles split, so the block barriers are
+    // all whole-block (no named barrier for a subset of warps).
+    const int first_tiles = min(p.stages, n_tiles);
+    if (producer && lane == 0) {
+      for (int t = 0; t < first_tiles; ++t) issue_tile(t);
+    }
+    __syncwarp();
+    stage_q(tid, blockDim.x);
+    __syncthreads();
+    if (new_pos >= 0) {
+      rope_rows(staging, rows_here, kCap, p, new_pos, tid, blockDim.x);
+      __syncthreads();
+    }
     if (producer) {
       if (lane == 0) {
-        const auto* k_map = reinterpret_cast<const CUtensorMap*>(p.k_map);
-        const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
-        const std::uint32_t bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
-        for (int t = 0; t < n_tiles; ++t) {
-          const int slot = t % p.stages;
-          if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
-          cuda_common::mbar_arrive_expect_tx(&full_bar[slot], bytes);
-          const int key0 = k_begin + t * p.tile;
-#pragma unroll
-          for (int box = 0; box < kBoxes; ++box) {
-            const int offset = slot * tile_elems + box * p.tile * kStride;
-            cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
-            cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
-          }
-        }
+        for (int t = first_tiles; t < n_tiles; ++t) issue_tile(t);
       }
       __syncwarp();  // the warp reaches the block barriers below converged (bar.sync is warp-aligned)
     } else {
-      const int consumer_threads = 32 * consumer_warps;
-      stage_q(tid, consumer_threads);
-      cuda_common::named_barrier_sync(1, consumer_threads);
-      if (new_pos >= 0) {
-        rope_rows(staging, rows_here, kCap, p, new_pos, tid, consumer_threads);
-        cuda_common::named_barrier_sync(1, consumer_threads);
-      }
       engine.init(staging, g_base, n_mine, p.q_scale, lane);
       for (int t = 0; t < n_tiles; ++t) {
         const int slot = t % p.stages;
