@@ -1,5 +1,7 @@
-// Shared device helpers (sm_90): mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads completed on an mbarrier, and programmatic dependent launch controls. Each wrapper is one PTX instruction (or a wait loop on one), written
-// from the PTX ISA. Used by the decode pipeline and the Hopper prefill kernel.
+// Shared device helpers (sm_90): mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads
+// completed on an mbarrier, and programmatic dependent launch controls. Each wrapper is one PTX
+// instruction (or a wait loop on one), written from the PTX ISA. Used by the decode pipeline and
+// the Hopper prefill kernel.
 #pragma once
 #include <cuda.h>
 
