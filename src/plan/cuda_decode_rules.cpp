@@ -155,7 +155,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                     " keys: " + split_reason);
   if (splits > 1) {
     reasons.push_back("merge: partial (output, LSE) states of the splits go to the caller's workspace and a merge "
-                      "kernel combines them; a sequence shorter than the plan uses fewer splits");
+                      "kernel (launched as a programmatic dependent of the decode grid) combines them; a sequence shorter "
+                      "than the plan uses fewer splits");
   }
 
   p = WorkPartition{};
