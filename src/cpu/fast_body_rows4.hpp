@@ -12,13 +12,21 @@
 //   Q K^T: 4 keys x 4 heads = 16 accumulators over head_dim (FMA, each K chunk widened once for
 //     the 4 heads), one transpose-and-add tree per 4 keys;
 //   softmax over the tile in the [key][head] layout, the accumulators rescaled once per tile;
-//   P V: 4 heads x 64 columns = 16 accumulators in registers, each V chunk widened once for the 4
-//     heads and p broadcast from L1, head_dim in 64-column passes.
+//   P V: 2 heads x 128 columns = 16 accumulators in registers, whole V rows per pass (two head
+//     passes, the second reads the tile's V from L2), p broadcast from L1.
+// Prefetch: K and V rows kRows4PrefetchRows ahead into L1 from L2; the DRAM stream is the L2
+//   prefetch of V during Q K^T and of the next tile's K, as whole rows spread over the P V passes.
 // Bound: memory (1 KiB per key for f32) at two threads on the development VM. The body alone: 30 ns
 //   per key per KV head at group 4, head_dim 128, f32 K/V, one Zen 4 core, cache-resident, against
-//   an FMA floor of 17.5 ns (64 per key, one per cycle). See docs/perf-notes.md, CPU round 5.
+//   an FMA floor of 17.5 ns (64 per key, one per cycle). See docs/perf-notes.md, CPU rounds 5-6.
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+// L1 prefetch distance of the f32-arithmetic row-block body, in rows. The rows come from L2 (the
+// L2 prefetches below fetched them from DRAM), so a short distance covers the latency; at the
+// shared 32 (32 KiB of f32 K and V rows between prefetch and use, an L1's worth) the f32 group-4
+// decode read 10-15% slower at two threads (docs/perf-notes.md, CPU round 6).
+constexpr std::int64_t kRows4PrefetchRows = 8;
 
 // Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
 // `last` are skipped (they were prefetched already or are not the task's). Issued per key step,
@@ -133,7 +141,7 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
-      pk.rows<3, 4>(j0 + j + kDecodePrefetchRows);
+      pk.rows<3, 4>(j0 + j + kRows4PrefetchRows);
       pv.rows<2, 4>(j0 + j);
     }
     std::int64_t kr[4];
@@ -158,50 +166,69 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
   }
 }
 
-// acc[h0..h0+4) += P V over keys [j0, j0 + n), head_dim vectors [c0, c0 + NV) (NV <= 4).
+// acc of heads [h, h + 2) += P V over keys [j0, j0 + n), head_dim vectors [c0, c0 + NV) (NV <= 8:
+// whole rows up to head_dim 128). Pass `pass` of `passes` over the tile also prefetches its share
+// of the next tile's K rows into L2, whole rows in key order, spread over its keys: every pass
+// keeps the DRAM stream going, and each row is fetched in one piece (column-split prefetches
+// fetched each DRAM page once per pass).
 template <class Tag, int NV>
-void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
-                std::int64_t n, bool prefetch) {
+void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h, int s_lane, std::int64_t c0,
+                std::int64_t j0, std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes) {
   constexpr std::int64_t eb = tag_bytes<Tag>();
   const std::int64_t d = t.head_dim, last = t.key_end - 1;
-  // This pass's columns of the V rows ahead into L1 and of the next tile's K rows into L2, so
-  // every pass keeps the DRAM stream going.
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
-  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, pf_from, pf_bytes, last);
+  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, 0, d * eb, last);
+  const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
+  std::int64_t k_next = j0 + n + pass * n / passes, k_credit = 0;
+  const std::int64_t k_rows = k_end - k_next;
   int width[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
-  V acc[4][NV];
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + (c0 + v) * W);
+  V acc[2][NV];
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h + g) * L.dp + (c0 + v) * W);
   std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
-  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+  const float* p = L.s + s_lane;
+  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride, p += 4) {
     if (prefetch) {
-      pv.rows<3, 1>(j0 + j + kDecodePrefetchRows);
-      pk.rows<2, 1>(j0 + n + j);
+      pv.rows<3, 1>(j0 + j + kRows4PrefetchRows);
+      // k_rows rows over n keys: one whenever the credit reaches n.
+      k_credit += k_rows;
+      if (k_credit >= n) {
+        pk.rows<2, 1>(k_next++);
+        k_credit -= n;
+      }
     }
     V vv[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const V pb = Vec::set1(L.s[j * 4 + g]);
-#pragma GCC unroll 4
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+      const V pb = Vec::set1(p[g]);
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
     }
   }
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) Vec::store(L.acc + (h0 + g) * L.dp + (c0 + v) * W, acc[g][v]);
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) Vec::store(L.acc + (h + g) * L.dp + (c0 + v) * W, acc[g][v]);
+}
+
+// Passes of at most 8 vectors of head_dim: how many, and the width of the one starting at c0.
+inline std::int64_t pv_chunk_vectors(std::int64_t left) { return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+inline std::int64_t pv_chunks(std::int64_t vecs) {
+  std::int64_t chunks = 0;
+  for (std::int64_t c0 = 0; c0 < vecs; c0 += pv_chunk_vectors(vecs - c0)) ++chunks;
+  return chunks;
 }
 
 template <class Tag>
 void decode_rows4_f(const DecodeTask& t) {
   const DecodeLayoutRows4F L = decode_layout_rows4_f(t.head_dim, t.group, t.tile, t.scratch);
-  const std::int64_t G = t.group, d = t.head_dim, vecs = L.dp / W;
+  const std::int64_t G = t.group, d = t.head_dim, vecs = L.dp / W, chunks = pv_chunks(vecs);
   for (std::int64_t g = 0; g < G; ++g) {
     const std::int64_t row = t.q.offset + g * t.q.head_stride;
     for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
@@ -226,13 +253,20 @@ void decode_rows4_f(const DecodeTask& t) {
         sum = Vec::add(sum, p);
       }
       fold_sums_rows4(sum, alpha, L.l + h0);
-      std::int64_t c0 = 0;
-      for (; c0 + 4 <= vecs; c0 += 4) pv_rows4_f<Tag, 4>(t, L, h0, c0, j0, n, prefetch);
-      if (vecs - c0 >= 2) {
-        pv_rows4_f<Tag, 2>(t, L, h0, c0, j0, n, prefetch);
-        c0 += 2;
+      // P V: head pairs x chunks of head_dim; the pair's 16 accumulators stay in registers.
+      const std::int64_t passes = 2 * chunks;
+      std::int64_t pass = 0;
+      for (int hp = 0; hp < 4; hp += 2) {
+        for (std::int64_t c0 = 0; c0 < vecs; c0 += pv_chunk_vectors(vecs - c0), ++pass) {
+          const std::int64_t h = h0 + hp;
+          switch (pv_chunk_vectors(vecs - c0)) {
+            case 8: pv_rows2_f<Tag, 8>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            case 4: pv_rows2_f<Tag, 4>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            case 2: pv_rows2_f<Tag, 2>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            default: pv_rows2_f<Tag, 1>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+          }
+        }
       }
-      if (c0 < vecs) pv_rows4_f<Tag, 1>(t, L, h0, c0, j0, n, prefetch);
     }
   }
   write_decode_result(t, L.acc, L.dp, L.m, L.l);

@@ -318,15 +318,17 @@ TEST(FastBf16, DecodePairTailsAndSplitQ) {
 
 // Groups of 4k heads take the row-block bodies (fast_body_bf16_rows4.hpp for bf16 K/V with
 // vdpbf16ps, fast_body_rows4.hpp for f32/f16 K/V and for bf16 K/V on plain AVX-512): 4 keys per
-// score step, [key][head] scores, 64-column P V passes. Lengths around its steps (4 keys), key
-// pairs and the tiles (256 keys at group 4 and 8, 32 at group 16), head_dim with partial vectors
-// and a lone last pass, 1-3 head blocks, soft-cap, window, split q; every storage dtype.
+// score step, [key][head] scores, P V in 64-column passes (bf16) or head pairs x passes of up to
+// 128 columns (f32 arithmetic; 232 = passes of 8, 4, 2 and a partial vector). Lengths around its
+// steps (4 keys), key pairs and the tiles (256 keys at group 4 and 8, 32 at group 16), head_dim
+// with partial vectors and a lone last pass, 1-3 head blocks, soft-cap, window, split q; every
+// storage dtype.
 TEST(FastDecode, RowBlocksOfFour) {
   for (DType t : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (std::int64_t kv_len : {1, 2, 3, 5, 255, 256, 257, 513}) {
       run_decode(decode_problem(1, 8, 2, 128, kv_len, t), {static_cast<std::int32_t>(kv_len)});
     }
-    for (std::int64_t d : {8, 40, 64, 96, 136, 200}) run_decode(decode_problem(2, 8, 2, d, 301, t), {301, 6});
+    for (std::int64_t d : {8, 40, 64, 96, 136, 200, 232, 256}) run_decode(decode_problem(2, 8, 2, d, 301, t), {301, 6});
     for (std::int64_t heads : {16, 24, 32}) run_decode(decode_problem(1, heads, 2, 72, 97, t), {97});
     run_decode(decode_problem(1, 16, 1, 128, 70, t), {70});  // group 16: 32-key tiles
     DecodeProblem cap = decode_problem(2, 8, 2, 96, 133, t);
