@@ -254,6 +254,12 @@ void decode_rows4_f(const DecodeTask& t) {
       }
       fold_sums_rows4(sum, alpha, L.l + h0);
       // P V: head pairs x chunks of head_dim; the pair's 16 accumulators stay in registers.
+      // head_dim 128 (one chunk) is called with constants: 2-4% faster in alternating runs.
+      if (vecs == 8) {
+        pv_rows2_f<Tag, 8>(t, L, h0, 0, 0, j0, n, prefetch, 0, 2);
+        pv_rows2_f<Tag, 8>(t, L, h0 + 2, 2, 0, j0, n, prefetch, 1, 2);
+        continue;
+      }
       const std::int64_t passes = 2 * chunks;
       std::int64_t pass = 0;
       for (int hp = 0; hp < 4; hp += 2) {
