@@ -24,8 +24,9 @@ namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
 // L1 prefetch distance of the f32-arithmetic row-block body, in rows. The rows come from L2 (the
 // L2 prefetches below fetched them from DRAM), so a short distance covers the latency; at the
-// shared 32 (32 KiB of f32 K and V rows between prefetch and use, an L1's worth) the f32 group-4
-// decode read 10-15% slower at two threads (docs/perf-notes.md, CPU round 6).
+// shared 32 (16 KiB of f32 K rows ahead, half the L1, and the last 32 rows of each tile reaching
+// into the next tile, not yet in L2) the f32 group-4 decode read 6-8% slower at two threads
+// (docs/perf-notes.md, CPU round 6).
 constexpr std::int64_t kRows4PrefetchRows = 8;
 
 // Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
