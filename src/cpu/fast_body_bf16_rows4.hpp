@@ -17,11 +17,13 @@
 //   P V: 4 heads x 64 columns = 16 accumulators in registers, two V rows interleaved per key pair
 //     and reused by the 4 heads, head_dim taken in 64-column passes (each V element is loaded and
 //     interleaved once).
+// Prefetch as the f32 row-block body (fast_body_rows4.hpp): rows kRows4PrefetchRows ahead into
+//   L1, V during Q K^T and the next tile's K (whole rows, spread over the P V passes) into L2.
 // Bound: memory on the development VM (two threads: within 0-7% of the multi-head rows). The body
 //   alone: 16.4 ns per key per KV head at group 4 on one Zen 4 core, cache-resident, against a
 //   vdpbf16ps floor of 8.7 ns (32 per key, one per cycle); the instruction mixes without memory
 //   operands run 5.2 (Q K^T with its tree) + 4.5 ns (P V with its interleave), the rest is loads,
-//   prefetches and loop control. See docs/perf-notes.md, CPU round 5.
+//   prefetches and loop control. See docs/perf-notes.md, CPU rounds 5-6.
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
@@ -87,7 +89,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   const __mmask32 tail = B16::tail32(static_cast<int>(d - full));
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
-      pk.rows<3, 4>(j0 + j + kDecodePrefetchRows);
+      pk.rows<3, 4>(j0 + j + kRows4PrefetchRows);
       pv.rows<2, 4>(j0 + j);
     }
     const std::uint16_t* kr[4];
@@ -130,7 +132,7 @@ inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::
 // accumulators in registers, key pairs interleaved once and used by the 4 heads.
 template <int CB, bool kTail>
 void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t b0, std::int64_t j0,
-              std::int64_t n, bool prefetch) {
+              std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes) {
   const std::int64_t d = t.head_dim, stride = t.v.row_stride, last = t.key_end - 1;
   __mmask32 mask[CB];
 #pragma GCC unroll 4
@@ -142,16 +144,25 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W);
   const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
   const std::uint32_t* pp = L.pp;
-  // This pass's columns of the V rows ahead into L1 and of the next tile's K rows into L2: every
-  // pass keeps the DRAM stream going (only the first pass fetching whole K rows left it idle
-  // during the others).
+  // This pass's columns of the V rows ahead into L1, and its share of the next tile's K rows into
+  // L2 as whole rows in key order: every pass keeps the DRAM stream going (only the first pass
+  // fetching K left it idle during the others), and each row is fetched in one piece (3-8% faster
+  // than each pass fetching its columns of every row; docs/perf-notes.md, CPU round 6).
   const std::int64_t pf_from = b0 * kPairChunk * 2, pf_bytes = imin(CB * kPairChunk, d - b0 * kPairChunk) * 2;
-  const PrefetchRows pv(t.v, 2, pf_from, pf_bytes, last), pk(t.k, 2, pf_from, pf_bytes, last);
+  const PrefetchRows pv(t.v, 2, pf_from, pf_bytes, last), pk(t.k, 2, 0, d * 2, last);
+  const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
+  std::int64_t k_next = j0 + n + pass * n / passes, k_credit = 0;
+  const std::int64_t k_rows = k_end - k_next;
   std::int64_t j = 0;
   for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
     if (prefetch) {
-      pv.rows<3, 2>(j0 + j + kDecodePrefetchRows);
-      pk.rows<2, 2>(j0 + n + j);
+      pv.rows<3, 2>(j0 + j + kRows4PrefetchRows);
+      // k_rows rows over n keys, two keys per step: one whenever the credit reaches n.
+      k_credit += 2 * k_rows;
+      while (k_credit >= n && k_next < k_end) {
+        pk.rows<2, 1>(k_next++);
+        k_credit -= n;
+      }
     }
     P16 lo[CB], hi[CB];
 #pragma GCC unroll 4
@@ -216,14 +227,16 @@ void decode_rows4_typed(const DecodeTask& t) {
       scores_rows4<kSplit>(t, L, h0, j0, n, prefetch);
       softmax_rows4(t, L, h0, n);
       std::int64_t b0 = 0;
+      const std::int64_t passes = blocks / 2 + blocks % 2;
+      std::int64_t pass = 0;
       // Passes of 64 columns (the last may be 32); only a pass that reaches past head_dim masks.
       for (; b0 + 2 <= blocks; b0 += 2) {
-        if ((b0 + 2) * kPairChunk <= d) pv_rows4<2, false>(t, L, h0, b0, j0, n, prefetch);
-        else pv_rows4<2, true>(t, L, h0, b0, j0, n, prefetch);
+        if ((b0 + 2) * kPairChunk <= d) pv_rows4<2, false>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        else pv_rows4<2, true>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
       }
       if (b0 < blocks) {
-        if ((b0 + 1) * kPairChunk <= d) pv_rows4<1, false>(t, L, h0, b0, j0, n, prefetch);
-        else pv_rows4<1, true>(t, L, h0, b0, j0, n, prefetch);
+        if ((b0 + 1) * kPairChunk <= d) pv_rows4<1, false>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        else pv_rows4<1, true>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
       }
     }
   }
