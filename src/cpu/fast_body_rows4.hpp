@@ -12,22 +12,29 @@
 //   Q K^T: 4 keys x 4 heads = 16 accumulators over head_dim (FMA, each K chunk widened once for
 //     the 4 heads), one transpose-and-add tree per 4 keys;
 //   softmax over the tile in the [key][head] layout, the accumulators rescaled once per tile;
-//   P V: 2 heads x 128 columns = 16 accumulators in registers, whole V rows per pass (two head
-//     passes, the second reads the tile's V from L2), p broadcast from L1.
-// Prefetch: K and V rows kRows4PrefetchRows ahead into L1 from L2; the DRAM stream is the L2
-//   prefetch of V during Q K^T and of the next tile's K, as whole rows spread over the P V passes.
+//   P V, f32 K/V: 2 heads x 128 columns = 16 accumulators in registers, whole V rows per pass
+//     (two head passes, the second reads the tile's V from L2), p broadcast from L1; f16/bf16
+//     K/V: 4 heads x 64 columns (each V chunk widened once for the 4 heads).
+// Prefetch (f32 K/V): K and V rows kRows4PrefetchRows ahead into L1 from L2; the DRAM stream is
+//   the L2 prefetch of V during Q K^T and of the next tile's K, as whole rows spread over the P V
+//   passes. f16/bf16 K/V: round 5's pattern (32 rows ahead, each pass its columns of the next K).
 // Bound: memory (1 KiB per key for f32) at two threads on the development VM. The body alone: 30 ns
 //   per key per KV head at group 4, head_dim 128, f32 K/V, one Zen 4 core, cache-resident, against
 //   an FMA floor of 17.5 ns (64 per key, one per cycle). See docs/perf-notes.md, CPU rounds 5-6.
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
-// L1 prefetch distance of the f32-arithmetic row-block body, in rows. The rows come from L2 (the
-// L2 prefetches below fetched them from DRAM), so a short distance covers the latency; at the
-// shared 32 (16 KiB of f32 K rows ahead, half the L1, and the last 32 rows of each tile reaching
-// into the next tile, not yet in L2) the f32 group-4 decode read 6-8% slower at two threads
-// (docs/perf-notes.md, CPU round 6).
+// L1 prefetch distance of the row-block bodies for f32 K/V (and the vdpbf16ps body), in rows. The
+// rows come from L2 (the L2 prefetches below fetched them from DRAM), so a short distance covers
+// the latency; at the shared 32 (16 KiB of f32 K rows ahead, half the L1, and the last 32 rows of
+// each tile reaching into the next tile, not yet in L2) the f32 group-4 decode read 6-8% slower at
+// two threads. f16 K/V (widened in the body) keep round 5's prefetch: both changes made f16 b1
+// 5-15% slower. docs/perf-notes.md, CPU round 6.
 constexpr std::int64_t kRows4PrefetchRows = 8;
+template <class Tag>
+constexpr std::int64_t rows4_f_prefetch_rows() {
+  return __is_same(Tag, F32) ? kRows4PrefetchRows : kDecodePrefetchRows;
+}
 
 // Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
 // `last` are skipped (they were prefetched already or are not the task's). Issued per key step,
@@ -142,7 +149,7 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
-      pk.rows<3, 4>(j0 + j + kRows4PrefetchRows);
+      pk.rows<3, 4>(j0 + j + rows4_f_prefetch_rows<Tag>());
       pv.rows<2, 4>(j0 + j);
     }
     std::int64_t kr[4];
@@ -218,6 +225,48 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
     for (int v = 0; v < NV; ++v) Vec::store(L.acc + (h + g) * L.dp + (c0 + v) * W, acc[g][v]);
 }
 
+// 2-byte storage (f16, bf16 without AVX512_BF16): acc of heads [h0, h0 + 4) += P V over keys
+// [j0, j0 + n), head_dim vectors [c0, c0 + NV) (NV <= 4), each V chunk widened once for the 4
+// heads (head pairs over whole rows widen every chunk twice: f16 group 4 b1 10.8 -> 12.7 ms).
+// Each pass prefetches its columns of the V rows ahead into L1 and of the next tile's K into L2
+// (round 5's pattern; whole K rows spread over the passes made f16 5% slower).
+template <class Tag, int NV>
+void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
+                std::int64_t n, bool prefetch) {
+  constexpr std::int64_t eb = tag_bytes<Tag>();
+  const std::int64_t d = t.head_dim, last = t.key_end - 1;
+  const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
+  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, pf_from, pf_bytes, last);
+  int width[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
+  V acc[4][NV];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + (c0 + v) * W);
+  std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+    if (prefetch) {
+      pv.rows<3, 1>(j0 + j + rows4_f_prefetch_rows<Tag>());
+      pk.rows<2, 1>(j0 + n + j);
+    }
+    V vv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const V pb = Vec::set1(L.s[j * 4 + g]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) Vec::store(L.acc + (h0 + g) * L.dp + (c0 + v) * W, acc[g][v]);
+}
+
 // Passes of at most 8 vectors of head_dim: how many, and the width of the one starting at c0.
 inline std::int64_t pv_chunk_vectors(std::int64_t left) { return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; }
 inline std::int64_t pv_chunks(std::int64_t vecs) {
@@ -254,7 +303,18 @@ void decode_rows4_f(const DecodeTask& t) {
         sum = Vec::add(sum, p);
       }
       fold_sums_rows4(sum, alpha, L.l + h0);
-      // P V: head pairs x chunks of head_dim; the pair's 16 accumulators stay in registers.
+      if constexpr (!__is_same(Tag, F32)) {
+        // 2-byte storage: 4 heads x 64-column passes (each chunk widened once).
+        std::int64_t c0 = 0;
+        for (; c0 + 4 <= vecs; c0 += 4) pv_rows4_f<Tag, 4>(t, L, h0, c0, j0, n, prefetch);
+        if (vecs - c0 >= 2) {
+          pv_rows4_f<Tag, 2>(t, L, h0, c0, j0, n, prefetch);
+          c0 += 2;
+        }
+        if (c0 < vecs) pv_rows4_f<Tag, 1>(t, L, h0, c0, j0, n, prefetch);
+        continue;
+      }
+      // f32: head pairs x chunks of head_dim; the pair's 16 accumulators stay in registers.
       // head_dim 128 (one chunk) is called with constants: 2-4% faster in alternating runs.
       if (vecs == 8) {
         pv_rows2_f<Tag, 8>(t, L, h0, 0, 0, j0, n, prefetch, 0, 2);

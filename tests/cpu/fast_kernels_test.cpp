@@ -318,8 +318,8 @@ TEST(FastBf16, DecodePairTailsAndSplitQ) {
 
 // Groups of 4k heads take the row-block bodies (fast_body_bf16_rows4.hpp for bf16 K/V with
 // vdpbf16ps, fast_body_rows4.hpp for f32/f16 K/V and for bf16 K/V on plain AVX-512): 4 keys per
-// score step, [key][head] scores, P V in 64-column passes (bf16) or head pairs x passes of up to
-// 128 columns (f32 arithmetic; 232 = passes of 8, 4, 2 and a partial vector). Lengths around its
+// score step, [key][head] scores, P V in 64-column passes (bf16, f16) or head pairs x passes of up
+// to 128 columns (f32 K/V; 232 = passes of 8, 4, 2 and a partial vector). Lengths around its
 // steps (4 keys), key pairs and the tiles (256 keys at group 4 and 8, 32 at group 16), head_dim
 // with partial vectors and a lone last pass, 1-3 head blocks, soft-cap, window, split q; every
 // storage dtype.
