@@ -96,6 +96,14 @@ inline std::size_t decode_scratch_floats(std::int64_t head_dim, std::int64_t gro
   return 2 * floats_for(group * dp) + floats_for(group * tp) + 2 * floats_for(group) + floats_for(W) + 16;
 }
 
+// L1 prefetch distance in rows: f32 K/V rows come from L2 (their L2 prefetch fetched them from
+// DRAM), and 32 f32 rows ahead read 5-9% slower than 8 (docs/perf-notes.md, CPU round 6; the
+// row-block body measured the same). f16/bf16 rows keep the shared distance.
+template <class Tag>
+constexpr std::int64_t decode_prefetch_rows() {
+  return __is_same(Tag, F32) ? 8 : kDecodePrefetchRows;
+}
+
 // Scores of keys [j0, j0 + n) for query rows [g0, g0 + GC): passes of W / GC keys.
 template <class Tag, int GC>
 void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, std::int64_t j0, std::int64_t n) {
@@ -112,7 +120,7 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
     }
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, d);
+        prefetch_row(t.k, j0 + j + kk + decode_prefetch_rows<Tag>(), t.key_end - 1, d);
         prefetch_row<2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
@@ -149,7 +157,7 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (g0 == 0) {
-      prefetch_bytes(t.v, j0 + j + kDecodePrefetchRows, t.key_end - 1, pf_from, pf_bytes);
+      prefetch_bytes(t.v, j0 + j + decode_prefetch_rows<Tag>(), t.key_end - 1, pf_from, pf_bytes);
       if (c0 == 0) prefetch_row<2>(t.k, j0 + n + j, t.key_end - 1, d);
     }
     V vv[NV];
