@@ -8,8 +8,8 @@
 //   dotted with all `group` query rows: `W / rows` keys x `rows` query heads fill the W
 //   accumulators, one transpose-and-add tree turns them into W scores. Then the tile's online
 //   softmax, then P V with each V row loaded once per vector of head_dim for the whole group.
-//   K/V rows 32 ahead are prefetched into L1, and the other stream (V during Q K^T, the next
-//   tile's K during P V) into L2, so both streams stay in flight across the phases.
+//   K/V rows 32 ahead (8 for f32 rows) are prefetched into L1, and the other stream (V during
+//   Q K^T, the next tile's K during P V) into L2, so both streams stay in flight across phases.
 //   Bound: memory (K/V read once) for small groups; FMA for large groups (group FLOPs per byte).
 // Prefill (tiled). Inputs: a block of query rows for each head of the group, K/V tiles converted
 //   to f32 once per block. S^T = K Q^T with query rows in the vector lanes (Q transposed once per
