@@ -44,6 +44,26 @@ inline void split_q(const RowSource& q, std::int64_t offset, std::uint16_t& hi, 
   lo = float_to_bf16_bits(x - bf16_bits_to_float(hi));
 }
 
+// A task's start, shared by the per-head and the row-block bf16 bodies: the group's q rows split
+// into (hi, lo) bf16 pairs, zero past head_dim up to the padded width dp, the output accumulators
+// zeroed and the running (max, sum) reset.
+template <class Layout>
+void start_bf16_rows(const DecodeTask& t, const Layout& L) {
+  const std::int64_t G = t.group, d = t.head_dim;
+  for (std::int64_t g = 0; g < G; ++g) {
+    const std::int64_t row = t.q.offset + g * t.q.head_stride;
+    for (std::int64_t c = 0; c < L.dp; ++c) {
+      std::uint16_t hi = 0, lo = 0;
+      if (c < d) split_q(t.q, row + c, hi, lo);
+      L.qh[g * L.dp + c] = hi;
+      L.ql[g * L.dp + c] = lo;
+      L.acc[g * L.dp + c] = 0.0f;
+    }
+    L.m[g] = kNegInf;
+    L.l[g] = 0.0f;
+  }
+}
+
 // Accumulator column of output column c (32-column blocks in key-pair interleave order).
 struct PairColumn {
   std::int64_t operator()(std::int64_t c) const { return c / kPairChunk * kPairChunk + pair_column(c % kPairChunk); }
@@ -191,19 +211,8 @@ void decode_pv_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int64_t
 template <bool kSplit>
 void decode_bf16_typed(const DecodeTask& t) {
   const DecodeLayoutBf16 L = decode_layout_bf16(t.head_dim, t.group, t.tile, t.scratch);
-  const std::int64_t G = t.group, d = t.head_dim;
-  for (std::int64_t g = 0; g < G; ++g) {
-    const std::int64_t row = t.q.offset + g * t.q.head_stride;
-    for (std::int64_t c = 0; c < L.dp; ++c) {
-      std::uint16_t hi = 0, lo = 0;
-      if (c < d) split_q(t.q, row + c, hi, lo);
-      L.qh[g * L.dp + c] = hi;
-      L.ql[g * L.dp + c] = lo;
-      L.acc[g * L.dp + c] = 0.0f;
-    }
-    L.m[g] = kNegInf;
-    L.l[g] = 0.0f;
-  }
+  const std::int64_t G = t.group;
+  start_bf16_rows(t, L);
   const V scale = Vec::set1(t.scale);
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, t.key_end - j0);

@@ -208,18 +208,7 @@ template <bool kSplit>
 void decode_rows4_typed(const DecodeTask& t) {
   const DecodeLayoutRows4 L = decode_layout_rows4(t.head_dim, t.group, t.tile, t.scratch);
   const std::int64_t G = t.group, d = t.head_dim, blocks = L.dp / kPairChunk;
-  for (std::int64_t g = 0; g < G; ++g) {
-    const std::int64_t row = t.q.offset + g * t.q.head_stride;
-    for (std::int64_t c = 0; c < L.dp; ++c) {
-      std::uint16_t hi = 0, lo = 0;
-      if (c < d) split_q(t.q, row + c, hi, lo);
-      L.qh[g * L.dp + c] = hi;
-      L.ql[g * L.dp + c] = lo;
-      L.acc[g * L.dp + c] = 0.0f;
-    }
-    L.m[g] = kNegInf;
-    L.l[g] = 0.0f;
-  }
+  start_bf16_rows(t, L);
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, t.key_end - j0);
     for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
