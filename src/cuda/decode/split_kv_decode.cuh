@@ -9,12 +9,12 @@
 //   heads_per_warp query heads of the GQA group, so one shared-memory K/V tile serves the whole
 //   group and each K/V element leaves device memory once. The per-warp math is an engine: tensor
 //   cores for f16 and bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32
-//   (engine_simt.cuh). One more warp, the producer, streams the tiles into a ring of `stages`
-//   slots with coalesced 16-byte cp.async copies, guarded by mbarriers (full: every producer lane's
-//   copies into the slot have landed, via cp.async.mbarrier.arrive; empty: every consumer warp is
-//   done with it), so copies run `stages` tiles ahead with no block-wide barrier per tile; its
-//   first copies start while the consumers load q. (One 1-D bulk copy per row was tried: the copy
-//   engine's per-copy cost capped 256-byte rows at ~1.8 TB/s; docs/perf-notes.md.) Out-of-window
+//   (engine_simt.cuh). Contiguous caches: one more warp, the producer, streams the tiles into a
+//   ring of `stages` slots with TMA boxes (one padded row segment x tile rows), guarded by
+//   mbarriers (full: the slot's boxes have landed; empty: every consumer warp is done with it), so
+//   the whole ring is in flight with no block-wide barrier per tile; the first tiles go out before
+//   q is staged. Paged caches: every thread fills a cp.async ring, one block barrier per tile
+//   (docs/perf-notes.md, "Decode round 5", has the variants tried). Out-of-window
 //   tiles are never loaded (the key range starts at the window). Softmax is online in f32 (log2
 //   domain); splits write normalised partial (output, LSE) states to the caller's workspace and
 //   merge_states.cu combines them (launched as a programmatic dependent, so its launch and prologue
