@@ -60,9 +60,10 @@ json timing_json(const Timing& t, double bytes, double ceiling) {
 }
 
 // Times paged decode over `lengths` (and contiguous decode on the same lengths when asked).
+// split_variants: also time the paged plan re-cut into each of these key split counts.
 json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len, DType dtype,
                const std::vector<std::int32_t>& lengths, double contiguous_limit, const Options& options,
-               double ceiling, void* flush, cudaStream_t stream) {
+               double ceiling, void* flush, cudaStream_t stream, const std::vector<std::uint32_t>& split_variants = {}) {
   const Target target = cuda::target();
   const std::size_t es = dtype_size(dtype);
   const std::int64_t H = 32, G = 8, D = 128;
@@ -126,6 +127,29 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
   const double bytes = kv_bytes + 2.0 * q_elems * es + 4.0 * static_cast<double>(next);
   const Timing paged = time_events(options, stream, flush, [&] { cuda::paged_decode(plan, t, workspace, stream); });
   row["paged"] = timing_json(paged, bytes, ceiling);
+  row["page_boxes"] = plan.page_boxes;
+  if (plan.page_boxes) {
+    // The same plan on the copy ring (every thread copies rows): what the page boxes gain.
+    PagedDecodePlan ring = plan;
+    ring.page_boxes = false;
+    const Timing rt = time_events(options, stream, flush, [&] { cuda::paged_decode(ring, t, workspace, stream); });
+    row["paged_copy_ring"] = timing_json(rt, bytes, ceiling);
+  }
+  for (std::uint32_t splits : split_variants) {
+    PagedDecodePlan v = plan;
+    const std::uint32_t tile = v.partition.tile_size;
+    v.partition.keys_per_split = static_cast<std::uint32_t>((kv_len + splits - 1) / splits + tile - 1) / tile * tile;
+    v.partition.sequence_splits = static_cast<std::uint32_t>((kv_len + v.partition.keys_per_split - 1) / v.partition.keys_per_split);
+    v.partition.tiles_per_split = v.partition.keys_per_split / tile;
+    v.bounds.workspace_bytes =
+        v.partition.sequence_splits > 1
+            ? (static_cast<std::uint64_t>(v.partition.sequence_splits) * batch * H * (D + 1) * 4 + 255) / 256 * 256
+            : 0;
+    Buffer v_ws(v.bounds.workspace_bytes);
+    const Workspace vw{v_ws.data, v.bounds.workspace_bytes, DeviceKind::kCuda};
+    const Timing vt = time_events(options, stream, flush, [&] { cuda::paged_decode(v, t, vw, stream); });
+    row["paged_splits_" + std::to_string(v.partition.sequence_splits)] = timing_json(vt, bytes, ceiling);
+  }
   // The same pool with each sequence's pages consecutive: the addressing cost without scattered
   // pages (measured: within a few % of the permuted table, so not a TLB or DRAM-locality effect).
   {
@@ -228,7 +252,8 @@ int main(int argc, char** argv) {
     std::cerr << "paged decode mixed batch" << std::endl;
     // Ours contiguous on the same lengths needs the padded [64, 8, 32768, 128] cache (69 GB) beside
     // the pool: allowed here (the H200 holds 141 GB), not in the sweep.
-    json m = run_point("mixed", 64, 32768, DType::kBF16, mixed, 80e9, options, ceiling, flush.data, stream);
+    json m = run_point("mixed", 64, 32768, DType::kBF16, mixed, 80e9, options, ceiling, flush.data, stream,
+                       {1, 2, 4, 8, 16});
     m["lengths"] = mixed;
     rows.push_back(m);
     cudaStreamDestroy(stream);

@@ -86,21 +86,23 @@ def render(doc):
              "Each call runs its own plan (paged splits keys further for batches of several sequences: mixed lengths "
              "balance; docs/paged.md). Variants in the same run: `same partition` runs the paged kernel on the "
              "contiguous plan's partition (the addressing cost alone); `in-order` uses a table whose pages are "
-             "consecutive per sequence (what scattered pages cost beyond that).", "",
+             "consecutive per sequence (what scattered pages cost beyond that); `copy ring` runs the same plan "
+             "with every thread copying rows instead of the producer's page boxes (the plan's page_boxes: "
+             "docs/paged.md).", "",
              "| dtype | batch | kv_len | paged ms | contiguous ms | ratio | ratio same partition | ratio in-order | "
-             "paged TB/s | % of read ceiling | splits paged / contiguous |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "ratio copy ring | paged TB/s | % of read ceiling | splits paged / contiguous |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in doc["rows"]:
         if r["case"] != "sweep":
             continue
         if "skipped" in r:
-            lines.append(f"| {r['dtype']} | {r['batch']} | {r['kv_len']} | - | - | - | - | - | skipped: {r['skipped']} |")
+            lines.append(f"| {r['dtype']} | {r['batch']} | {r['kv_len']} | - | - | - | - | - | - | skipped: {r['skipped']} |")
             continue
         p, c = r["paged"], r.get("contiguous")
         lines.append(f"| {r['dtype']} | {r['batch']} | {r['kv_len']} | {ms(p['median_s'])} | "
                      f"{ms(c['median_s']) if c else '-'} | {r.get('paged_vs_contiguous', float('nan')):.3f} | "
                      f"{variant(r, 'paged_contiguous_partition')} | {variant(r, 'paged_sequential_pages')} | "
-                     f"{p['achieved_bytes_per_s'] / 1e12:.2f} | {p['pct_of_read_ceiling']:.1f} | "
+                     f"{variant(r, 'paged_copy_ring')} | {p['achieved_bytes_per_s'] / 1e12:.2f} | {p['pct_of_read_ceiling']:.1f} | "
                      f"{r['plan']['splits']} / {r.get('contiguous_splits', '-')} |")
     for r in doc["rows"]:
         if r["case"] != "mixed":
@@ -115,7 +117,8 @@ def render(doc):
         p = r["paged"]["median_s"]
         lines.append(f"| attnkit paged (ragged) | {ms(p)} | 1.00 |")
         extra = [(k, "attnkit paged, " + k[len("paged_"):].replace("_", " ")) for k in r if k.startswith("paged_splits_")]
-        for key, label in [("paged_contiguous_partition", "attnkit paged, contiguous plan's partition"),
+        for key, label in [("paged_copy_ring", "attnkit paged, copy ring instead of page boxes"),
+                           ("paged_contiguous_partition", "attnkit paged, contiguous plan's partition"),
                            ("paged_sequential_pages", "attnkit paged, in-order pages")] + extra:
             if key in r:
                 lines.append(f"| {label} | {ms(r[key]['median_s'])} | {r[key]['median_s'] / p:.2f} |")

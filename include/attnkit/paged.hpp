@@ -157,6 +157,9 @@ struct PagedDecodePlan {
   Evidence evidence;
   PlanBounds bounds;
   std::uint32_t gather_keys = 0;  // CPU: keys gathered from pages per kernel call (multiple of the tile)
+  // CUDA: tiles are page-aligned (no window, pages of >= 16 rows that divide or are divided by the
+  // tile), so a producer warp copies each page run as TMA boxes; else every thread copies rows.
+  bool page_boxes = false;
   std::vector<std::string> reasons;
 };
 

@@ -18,8 +18,8 @@ namespace {
 using namespace nb::literals;
 
 template <class Plan>
-void bind_paged_plan_class(nb::module_& m, const char* name) {
-  nb::class_<Plan>(m, name)
+nb::class_<Plan> bind_paged_plan_class(nb::module_& m, const char* name) {
+  return nb::class_<Plan>(m, name)
       .def("table", [](const Plan& p) { return to_table(p); }, "The planner's aligned two-column table.")
       .def("to_json", [](const Plan& p) { return to_json(p); }, "The plan as JSON (one object).")
       .def("__repr__", [](const Plan& p) { return to_table(p); })
@@ -66,7 +66,9 @@ PagedCacheSpec cache_spec_of(const std::string& layout, std::int64_t num_pages, 
 }
 
 void bind_paged_plans(nb::module_& m) {
-  bind_paged_plan_class<PagedDecodePlan>(m, "PagedDecodePlan");
+  bind_paged_plan_class<PagedDecodePlan>(m, "PagedDecodePlan")
+      .def_ro("page_boxes", &PagedDecodePlan::page_boxes,
+              "CUDA: tiles are page-aligned, so page runs are copied as TMA boxes (docs/paged.md).");
   bind_paged_plan_class<ExtendPlan>(m, "ExtendPlan");
 
   m.def(

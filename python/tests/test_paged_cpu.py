@@ -307,6 +307,7 @@ def test_paged_plans_print_as_tables_and_convert_to_dicts():
     assert d["bounds"] == plan.bounds and d["bounds"]["batch"] == 8 and d["bounds"]["max_kv_len"] == 3000
     assert d["bounds"]["workspace_bytes"] == d["evidence"]["workspace_bytes"] == plan.workspace_bytes
     assert d["target"]["backend"] == "cuda" and plan.backend == "cuda"
+    assert d["page_boxes"] is True and plan._native.page_boxes  # pages of 16 rows, no window: TMA page runs
     assert d["partition"]["family"] == plan.family and plan.reasons == d["reasons"]
     assert json.loads(plan.to_json(indent=2)) == d
 

@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "attnkit/cuda.hpp"
@@ -13,9 +12,9 @@
 #include "attnkit/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_pointer.hpp"
-#include "cuda/common/tensor_map.hpp"
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/kv_box_map.hpp"
 
 namespace attnkit::cuda {
 namespace {
@@ -78,35 +77,16 @@ DecodeParams base_params(const DecodePlan& plan) {
   return p;
 }
 
-// The TMA descriptor of a [batch, kv_heads, max_seq, head_dim] cache: boxes of one padded row
-// segment (decode_geometry.hpp: the columns past the row read as zeros) x tile rows. A size-1
-// dimension may carry any stride; TMA wants multiples of 16 bytes below 2^40, so it gets the span
-// of the dimensions inside it (its stride is never used).
+// The TMA descriptor of a [batch, kv_heads, max_seq, head_dim] cache (kv_box_map.hpp): boxes of
+// one padded row segment x tile rows.
 void set_kv_map(unsigned char (&dst)[128], const TensorView& kv, const DecodeParams& p, const char* ctx,
                 const char* name) {
-  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(kv.dtype));
-  cuda_common::TensorMapSpec spec;
-  spec.dtype = kv.dtype == DType::kF32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-               : kv.dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  spec.data = kv.data;
-  spec.dims = {static_cast<std::uint64_t>(kv.shape[3]), static_cast<std::uint64_t>(kv.shape[2]),
-               static_cast<std::uint64_t>(kv.shape[1]), static_cast<std::uint64_t>(kv.shape[0])};
-  std::int64_t span = kv.shape[3];
-  for (int d = 2; d >= 0; --d) {
-    const std::int64_t stride = kv.shape[d] == 1 ? span : kv.strides[d];
-    require(stride > 0 && stride * elem < (std::int64_t{1} << 40), ctx,
-            std::string(name) + " " + kv.describe() + " has a stride the TMA unit cannot use (" + std::to_string(stride) +
-                " elements)",
-            "pass a cache whose head and batch strides are positive and below 2^40 bytes");
-    spec.byte_strides[static_cast<std::size_t>(2 - d)] = static_cast<std::uint64_t>(stride * elem);
-    span = std::max<std::int64_t>(span, stride * kv.shape[d]);
-  }
-  const int capacity = geo::head_dim_capacity(p.head_dim);
-  spec.box = {static_cast<std::uint32_t>(geo::row_stride_elems(capacity, elem)), static_cast<std::uint32_t>(p.tile), 1, 1};
-  const CUtensorMap map = cuda_common::make_tensor_map_4d(spec, ctx, name);
-  static_assert(sizeof(map) == sizeof(dst), "DecodeParams holds one CUtensorMap per cache");
-  std::memcpy(dst, &map, sizeof(map));
+  cuda_decode::KvBoxTensor t;
+  t.data = kv.data;
+  t.dtype = kv.dtype;
+  t.head_dim = kv.shape[3], t.rows = kv.shape[2], t.kv_heads = kv.shape[1], t.outer = kv.shape[0];
+  t.row_stride = kv.strides[2], t.head_stride = kv.strides[1], t.outer_stride = kv.strides[0];
+  cuda_decode::make_kv_box_map(dst, t, p.tile, ctx, (std::string(name) + " " + kv.describe()).c_str());
 }
 
 void set_io(DecodeParams& p, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

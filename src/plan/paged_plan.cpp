@@ -10,7 +10,8 @@
 //
 // CUDA: both calls run the split-KV decode kernel (src/cuda/decode/) with page-table addressing.
 // Paged decode takes the contiguous decode partition, with more key splits for batches of several
-// sequences (split_for_ragged_batches: mixed lengths balance in short blocks). Extend packs (query row, head of
+// sequences (split_for_ragged_batches: mixed lengths balance in short blocks); when its tiles are
+// page-aligned (page_boxes_fit) the kernel copies page runs as TMA boxes like contiguous tiles. Extend packs (query row, head of
 // the group) pairs into the kernel's rows: the CUDA decode rules are applied to the equivalent
 // decode problem whose "group" is max_q_len * group (so rows_per_block, passes, the ring, the
 // residency and the split count follow the same Target-driven rules), with the split range widened
@@ -209,6 +210,7 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
 }  // namespace
 
 PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Target& target) {
+  namespace geo = cuda_decode;
   const char* ctx = "plan_paged_decode";
   problem.validate();
   const DecodeProblem d = problem.as_decode();
@@ -230,8 +232,17 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
     require_paged_shared_fits(plan.partition, problem.head_dim, problem.kv_dtype, target, ctx);
     plan.evidence.workspace_bytes =
         cuda_state_bytes(plan.partition.sequence_splits, problem.batch, problem.num_heads, problem.head_dim, ctx);
-    plan.reasons.push_back("cuda: the contiguous split-KV decode kernel with page-table row addressing: a tile's "
-                           "(page, slot) pairs are looked up once per key row, one tile ahead of its copies");
+    plan.page_boxes = geo::page_boxes_fit(static_cast<int>(plan.partition.tile_size), problem.cache.page_size,
+                                          problem.options.window);
+    plan.reasons.push_back(
+        plan.page_boxes
+            ? "cuda: the contiguous split-KV decode kernel on page runs: every tile is " +
+                  std::to_string(plan.partition.tile_size / geo::page_box_rows(static_cast<int>(plan.partition.tile_size),
+                                                                               problem.cache.page_size)) +
+                  " run(s) of rows sharing a page, copied by the producer warp as TMA boxes (page_boxes)"
+            : "cuda: the contiguous split-KV decode kernel with page-table row addressing: a tile's (page, slot) "
+              "pairs are looked up once per key row, one tile ahead of its copies (no page_boxes: a window, pages "
+              "under " + std::to_string(geo::kMinBoxPageRows) + " rows, or pages and tiles that do not nest)");
   }
   plan.gather_keys = gather_keys_for(target, problem.head_dim, problem.kv_dtype, plan.partition.tile_size);
   plan.reasons.push_back(cache_line(problem.cache));

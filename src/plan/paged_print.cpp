@@ -55,7 +55,7 @@ json cache_json(const PagedCacheSpec& c) {
 }
 
 template <class Plan>
-std::string paged_json(const Plan& plan, const char* kind, json problem) {
+json paged_json(const Plan& plan, const char* kind, json problem) {
   json j = json::parse(to_json(flat_plan(plan)));
   problem["options"] = j["problem"]["options"];  // the same options and effective scale
   problem["cache"] = cache_json(plan.problem.cache);
@@ -68,7 +68,7 @@ std::string paged_json(const Plan& plan, const char* kind, json problem) {
                  {"max_total_q", b.max_total_q},
                  {"workspace_bytes", b.workspace_bytes}};
   j["gather_keys"] = plan.gather_keys;
-  return j.dump();
+  return j;
 }
 
 }  // namespace
@@ -83,16 +83,18 @@ std::string to_table(const ExtendPlan& plan) {
 
 std::string to_json(const PagedDecodePlan& plan) {
   const PagedDecodeProblem& p = plan.problem;
-  return paged_json(plan, "paged_decode",
-                    {{"batch", p.batch},
-                     {"num_heads", p.num_heads},
-                     {"kv_heads", p.kv_heads},
-                     {"head_dim", p.head_dim},
-                     {"kv_len", p.kv_len},
-                     {"kv_dtype", dt(p.kv_dtype)},
-                     {"q_dtype", dt(p.q_dtype)},
-                     {"out_dtype", dt(p.out_dtype)},
-                     {"expected_total_keys", p.expected_total_keys}});
+  json j = paged_json(plan, "paged_decode",
+                      {{"batch", p.batch},
+                       {"num_heads", p.num_heads},
+                       {"kv_heads", p.kv_heads},
+                       {"head_dim", p.head_dim},
+                       {"kv_len", p.kv_len},
+                       {"kv_dtype", dt(p.kv_dtype)},
+                       {"q_dtype", dt(p.q_dtype)},
+                       {"out_dtype", dt(p.out_dtype)},
+                       {"expected_total_keys", p.expected_total_keys}});
+  j["page_boxes"] = plan.page_boxes;
+  return j.dump();
 }
 
 std::string to_json(const ExtendPlan& plan) {
@@ -107,7 +109,8 @@ std::string to_json(const ExtendPlan& plan) {
                      {"kv_len", p.kv_len},
                      {"kv_dtype", dt(p.kv_dtype)},
                      {"q_dtype", dt(p.q_dtype)},
-                     {"out_dtype", dt(p.out_dtype)}});
+                     {"out_dtype", dt(p.out_dtype)}})
+      .dump();
 }
 
 }  // namespace attnkit

@@ -3,7 +3,9 @@
 // pairs into the decode kernel's rows; both state the exact split-state workspace they use.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <string>
 
 #include "attnkit/attnkit.hpp"
 
@@ -150,6 +152,41 @@ TEST(PagedCudaPlan, ExtendWindowsBeyondTheSequenceAreNoWindow) {
     EXPECT_EQ(wide.partition.sequence_splits, none.partition.sequence_splits) << window;
     EXPECT_EQ(wide.partition.keys_per_split, none.partition.keys_per_split) << window;
     EXPECT_EQ(wide.bounds.workspace_bytes, none.bounds.workspace_bytes) << window;
+  }
+}
+
+// page_boxes: the producer copies page runs as TMA boxes exactly when every tile is page-aligned
+// (no window, pages of >= 16 rows nesting with the tile, at most 4 runs per tile); the JSON says so.
+TEST(PagedCudaPlan, PageBoxesExactlyWhenTilesArePageAligned) {
+  struct Case {
+    DType dtype;
+    std::int64_t page_size, window;
+    bool boxes;
+  };
+  for (const Case& c : {Case{DType::kBF16, 16, 0, true}, Case{DType::kBF16, 32, 0, true}, Case{DType::kBF16, 64, 0, true},
+                        Case{DType::kBF16, 256, 0, true}, Case{DType::kF32, 16, 0, true}, Case{DType::kF32, 128, 0, true},
+                        Case{DType::kBF16, 1, 0, false}, Case{DType::kBF16, 8, 0, false}, Case{DType::kBF16, 48, 0, false},
+                        Case{DType::kBF16, 16, 100, false}, Case{DType::kF32, 32, 7, false}}) {
+    PagedDecodeProblem p;
+    p.batch = 4;
+    p.num_heads = 32;
+    p.kv_heads = 8;
+    p.head_dim = 128;
+    p.kv_len = 4096;
+    p.cache = {4 * (4096 / c.page_size + 1) + 1, c.page_size, 4096 / c.page_size + 1, PageLayout::kNHD};
+    p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+    p.options.window = c.window;
+    const auto plan = plan_paged_decode(p, known_target("h200"));
+    const std::uint32_t tile = plan.partition.tile_size;
+    EXPECT_EQ(plan.page_boxes, c.boxes) << "page_size " << c.page_size << " window " << c.window << " tile " << tile;
+    if (plan.page_boxes) {
+      EXPECT_TRUE(c.page_size % tile == 0 || tile % c.page_size == 0);
+      EXPECT_LE(tile / std::min<std::uint32_t>(tile, static_cast<std::uint32_t>(c.page_size)), 4u);
+    }
+    EXPECT_NE(to_json(plan).find(c.boxes ? "\"page_boxes\":true" : "\"page_boxes\":false"), std::string::npos);
+    bool said = false;
+    for (const auto& r : plan.reasons) said = said || r.find("page_boxes") != std::string::npos;
+    EXPECT_TRUE(said) << "a reason line names the copy path";
   }
 }
 

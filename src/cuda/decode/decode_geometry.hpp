@@ -64,6 +64,21 @@ constexpr int row_stride_elems(int capacity, std::int64_t kv_elem_bytes) {
 }
 constexpr int row_segments(int capacity) { return capacity / box_width(capacity); }
 
+// Paged caches: a tile is copied as TMA boxes, one per run of box_rows rows that share a page, when
+// every tile is page-aligned (no window: tiles start at multiples of the tile), the page holds at
+// least kMinBoxPageRows rows (shorter runs make the copies too small; the copy ring serves them)
+// and a tile spans at most kMaxPageRuns pages.
+inline constexpr int kMinBoxPageRows = 16;
+inline constexpr int kMaxPageRuns = 4;
+constexpr int page_box_rows(int tile, std::int64_t page_size) {
+  return page_size < tile ? static_cast<int>(page_size) : tile;
+}
+constexpr bool page_boxes_fit(int tile, std::int64_t page_size, std::int64_t window) {
+  return window == 0 && page_size >= kMinBoxPageRows && tile > 0 &&
+         (page_size >= tile ? page_size % tile == 0 : tile % page_size == 0) &&
+         tile / page_box_rows(tile, page_size) <= kMaxPageRuns;
+}
+
 // Static shared memory of the kernel: the full and empty mbarrier of each ring slot.
 inline constexpr std::int64_t kStaticSharedBytes = 2 * kMaxStages * 8;
 // The dynamic part starts with the ring, aligned up to 128 bytes (TMA destinations).

@@ -9,23 +9,26 @@
 //   heads_per_warp query heads of the GQA group, so one shared-memory K/V tile serves the whole
 //   group and each K/V element leaves device memory once. The per-warp math is an engine: tensor
 //   cores for f16 and bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32
-//   (engine_simt.cuh). Contiguous caches: one more warp, the producer, streams the tiles into a
-//   ring of `stages` slots with TMA boxes (one padded row segment x tile rows), guarded by
-//   mbarriers (full: the slot's boxes have landed; empty: every consumer warp is done with it), so
-//   the whole ring is in flight with no block-wide barrier per tile; the first tiles go out before
-//   q is staged. Paged caches: every thread fills a cp.async ring, one block barrier per tile
-//   (docs/perf-notes.md, "Decode round 5", has the variants tried). Out-of-window
-//   tiles are never loaded (the key range starts at the window). Softmax is online in f32 (log2
-//   domain); splits write normalised partial (output, LSE) states to the caller's workspace and
-//   merge_states.cu combines them (launched as a programmatic dependent, so its launch and prologue
-//   overlap this kernel). Needs sm_90 (mbarrier try_wait, griddepcontrol).
+//   (engine_simt.cuh). Contiguous caches, and paged pools whose tiles are page-aligned (plan's
+//   page_boxes: no window, pages of >= 16 rows): one more warp, the producer, streams the tiles
+//   into a ring of `stages` slots with TMA boxes (one padded row segment x tile rows, or x the rows
+//   of one page run), guarded by mbarriers (full: the slot's boxes have landed; empty: every
+//   consumer warp is done with it), so the whole ring is in flight with no block-wide barrier per
+//   tile; the first tiles go out before q is staged. Other paged pools and extend: every thread
+//   fills a cp.async ring, one block barrier per tile (docs/perf-notes.md, "Decode round 5", has
+//   the variants tried). Out-of-window tiles are never loaded (the key range starts at the
+//   window). Softmax is online in f32 (log2 domain); splits write normalised partial (output, LSE)
+//   states to the caller's workspace and merge_states.cu combines them (launched as a programmatic
+//   dependent, so its launch and prologue overlap this kernel). Needs sm_90 (mbarrier try_wait,
+//   griddepcontrol).
 // Lengths: read on the device and clamped to [0, plan kv_len] (sequence_range.cuh); a sequence of
 //   length 0 writes zeros and LSE -inf.
 // Row addressing is a compile-time policy: kPaged = false reads row j of (b, kvh) at
 //   k + b*stride_b + kvh*stride_h + j*stride_s (contiguous decode); kPaged = true reads it from page
-//   page_table[b][j / page_size], slot j % page_size (paged decode, extend). The producer looks up
-//   the next tile's pages while it issues the current one; a page index outside [0, num_pages)
-//   (device indices cannot be checked on the host) zero-fills its row, so no copy leaves the pool.
+//   page_table[b][j / page_size], slot j % page_size (paged decode, extend). The copy ring looks up
+//   the next tile's pages while it issues the current one, the producer a tile's pages before it
+//   waits for the tile's slot; a page index outside [0, num_pages) (device indices cannot be
+//   checked on the host) zero-fills its rows, so no copy leaves the pool.
 // kExtend packs (query row, head of the group) pairs into the engine's rows: sequence b's q_len_b
 //   tokens (cu_seqlens_q) times the group, rows_per_block of them per pass, each row masked to its
 //   own causal/window key range (bottom-right aligned) inside the block's union range.
@@ -54,9 +57,10 @@ namespace attnkit::cuda_decode {
 inline constexpr float kLn2 = 0.69314718055994530942f;
 inline constexpr float kLog2e = 1.44269504088896340736f;
 
-template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = false>
+template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
 __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kPaged || !kExtend, "extend reads a paged cache");
+  static_assert(!kPageBoxes || (kPaged && !kExtend), "page boxes serve paged decode");
   using Traits = cuda_common::StorageTraits<T>;
   constexpr int kStride = Engine::kStride;  // padded shared-memory row (elements)
   constexpr int kBoxWidth = box_width(kCap);        // columns of one row segment (one TMA box row)
@@ -66,11 +70,14 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
 
   // A merge launched after this grid (programmatic dependent launch) may start its prologue now.
   cuda_common::launch_dependents();
-  if constexpr (!kPaged) {
-    if (threadIdx.x == 0) {  // the TMA descriptors travel while the lengths are read
-      cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.k_map));
-      cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.v_map));
-    }
+  // Tiles arrive as TMA boxes from a producer warp (contiguous caches, and paged pools whose tiles
+  // the plan found page-aligned) or through a cp.async ring that every thread fills (other pools).
+  // Separate instances: one kernel holding both pipelines needs 177 registers for bf16 d128 (160
+  // for either alone), which leaves room for one block per SM instead of two.
+  constexpr bool kTmaTiles = !kPaged || kPageBoxes;
+  if (kTmaTiles && threadIdx.x == 0) {  // the TMA descriptors travel while the lengths are read
+    cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.k_map));
+    cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.v_map));
   }
 
   // Block -> (split, pass, kv head, sequence); the split index varies fastest.
@@ -187,12 +194,23 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   Engine engine;
   engine.set_tile(p.tile);
 
-  if constexpr (!kPaged) {
-    // Contiguous cache: TMA. The producer warp's lane 0 copies each tile as kBoxes boxes of K and of
-    // V (box_width columns plus the padding columns, which lie past the row and read as zeros, as
-    // do rows past the cache), into a ring of `stages` slots guarded by mbarriers: full[s] completes
-    // when slot s holds its tile (the arrival plus the boxes' bytes), empty[s] when every consumer
-    // warp is done with it. Rows past cache_end are copied too and masked by the engines.
+  // Paged rows: key -> page through the sequence's table row (keys past cache_end have no page).
+  const std::int32_t* table_row = p.page_table + static_cast<std::int64_t>(b) * p.table_stride_b;
+  auto page_index = [&](int key) {
+    return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
+                            p.page_div_shift);
+  };
+  auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
+
+  if constexpr (kTmaTiles) {
+    // TMA. The producer warp's lane 0 copies each tile as kBoxes row segments of K and of V (box_width
+    // columns plus the padding columns, which lie past the row and read as zeros, as do rows past
+    // the cache and pages outside the pool), into a ring of `stages` slots guarded by mbarriers:
+    // full[s] completes when slot s holds its tile (the arrival plus the boxes' bytes), empty[s] when
+    // every consumer warp is done with it. Rows past cache_end are copied too and masked by the
+    // engines. A paged tile is tile / box_rows runs of rows that share a page, one box per run and
+    // segment; the runs' pages are looked up before the wait for the slot, so the table latency
+    // overlaps it.
     if (tid == 0) {
       for (int s = 0; s < p.stages; ++s) {
         cuda_common::mbar_init(&full_bar[s], 1);
@@ -204,18 +222,35 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     // The producer's lane 0 issues tile t into its slot (waiting for the slot to be released
     // first from the second round on).
     const std::uint32_t tile_bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
+    const auto* k_map = reinterpret_cast<const CUtensorMap*>(p.k_map);
+    const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
     auto issue_tile = [&](int t) {
       const int slot = t % p.stages;
+      const int key0 = k_begin + t * p.tile;
+      int pages[kMaxPageRuns] = {};
+      if constexpr (kPaged) {
+#pragma unroll
+        for (int i = 0; i < kMaxPageRuns; ++i) pages[i] = i * p.box_rows < p.tile ? lookup_page(key0 + i * p.box_rows) : -1;
+      }
       if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
       cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
-      const int key0 = k_begin + t * p.tile;
 #pragma unroll
       for (int box = 0; box < kBoxes; ++box) {
         const int offset = slot * tile_elems + box * p.tile * kStride;
-        cuda_common::tma_load_4d(k_ring + offset, reinterpret_cast<const CUtensorMap*>(p.k_map), &full_bar[slot],
-                                 box * kBoxWidth, key0, kvh, b);
-        cuda_common::tma_load_4d(v_ring + offset, reinterpret_cast<const CUtensorMap*>(p.v_map), &full_bar[slot],
-                                 box * kBoxWidth, key0, kvh, b);
+        if constexpr (!kPaged) {
+          cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
+          cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kMaxPageRuns; ++i) {
+            const int key = key0 + i * p.box_rows;
+            if (i * p.box_rows >= p.tile) break;
+            const int slot_in_page = key - page_index(key) * p.page_size;  // 0 unless a page holds several tiles
+            const int run = offset + i * p.box_rows * kStride;
+            cuda_common::tma_load_4d(k_ring + run, k_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
+            cuda_common::tma_load_4d(v_ring + run, v_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
+          }
+        }
       }
     };
     // The first `stages` tiles go out before anything else (their slots are free), then every
@@ -247,7 +282,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
         if (lane == 0) cuda_common::mbar_arrive(&empty_bar[slot]);
       }
     }
-  } else {
+  } else if constexpr (kPaged) {
     // Paged cache: a cp.async ring that every thread fills with 16-byte copies (rows past cache_end,
     // vectors past head_dim and rows whose page lies outside the pool are zero-filled), one block
     // barrier per tile. A tile's rows are looked up once per row, one tile ahead of its copies (the
@@ -257,12 +292,6 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     constexpr int kRowVecs = kCap / kVecElems;
     const T* k_base = static_cast<const T*>(p.k) + kvh * p.k_stride_h;
     const T* v_base = static_cast<const T*>(p.v) + kvh * p.v_stride_h;
-    const std::int32_t* table_row = p.page_table + b * p.table_stride_b;
-    auto page_index = [&](int key) {
-      return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
-                              p.page_div_shift);
-    };
-    auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
     auto offsets_of = [&](int key, int page) {
       if (key >= cache_end || page < 0 || page >= p.num_pages) return make_longlong2(-1, -1);
       const int slot = key - page_index(key) * p.page_size;
@@ -415,10 +444,10 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
 }
 
 // Host: launches one instantiation (its shared-memory limit raised once per device).
-template <class T, int kCap, int kHpw, bool kPaged = false, bool kExtend = false>
+template <class T, int kCap, int kHpw, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
 void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
   using Engine = std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, SimtEngine<T, kCap, kHpw>>;
-  auto kernel = split_kv_decode_kernel<T, kCap, Engine, kPaged, kExtend>;
+  auto kernel = split_kv_decode_kernel<T, kCap, Engine, kPaged, kExtend, kPageBoxes>;
   cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
                      "raising the kernel's shared-memory limit");
   const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits;
@@ -428,14 +457,16 @@ void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
 }
 
 // Host: the instantiation for a plan's head_dim capacity and heads per warp.
-template <class T, bool kPaged = false, bool kExtend = false>
+template <class T, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
 void launch_decode_typed(const DecodeParams& p, cudaStream_t stream) {
   const int cap = head_dim_capacity(p.head_dim);
   const int hpw = heads_per_warp(p.rows_per_block, sizeof(T));
   // 16-bit K/V: tensor-core engine only (16 heads per warp); f32: CUDA-core engine (4 or 8).
-#define ATTNKIT_DECODE_CASE(CAP, HPW)                                                                     \
-  if constexpr ((sizeof(T) == 2) == (HPW == kMmaRows)) {                                                  \
-    if (cap == CAP && hpw == HPW) return launch_decode_instance<T, CAP, HPW, kPaged, kExtend>(p, stream); \
+#define ATTNKIT_DECODE_CASE(CAP, HPW)                                                      \
+  if constexpr ((sizeof(T) == 2) == (HPW == kMmaRows)) {                                   \
+    if (cap == CAP && hpw == HPW) {                                                        \
+      return launch_decode_instance<T, CAP, HPW, kPaged, kExtend, kPageBoxes>(p, stream); \
+    }                                                                                      \
   }
 #include "cuda/decode/decode_instances.inc"
 #undef ATTNKIT_DECODE_CASE

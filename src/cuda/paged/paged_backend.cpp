@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "attnkit/cuda_paged.hpp"
 #include "attnkit/error.hpp"
@@ -16,6 +17,7 @@
 #include "cuda/common/device_pointer.hpp"
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/kv_box_map.hpp"
 
 namespace attnkit::cuda {
 namespace {
@@ -96,6 +98,26 @@ void set_cache(DecodeParams& p, const PagedCacheSpec& spec, const PagedKvCache& 
   p.page_div_shift = div.shift;
 }
 
+// Page runs copied as TMA boxes (the plan's page_boxes): descriptors of the pools as
+// (head_dim, page_size, kv_heads, num_pages) with boxes of one row segment x box_rows slots.
+void set_page_boxes(DecodeParams& p, const PagedDecodeProblem& pr, const PagedKvCache& c, const char* ctx) {
+  require(geo::page_boxes_fit(p.tile, pr.cache.page_size, pr.options.window), ctx,
+          "the plan copies page runs as TMA boxes, which its tile, page size and window do not allow",
+          "make the plan with attnkit::plan_paged_decode of this build and do not edit it");
+  p.page_boxes = true;
+  p.box_rows = geo::page_box_rows(p.tile, pr.cache.page_size);
+  for (auto [dst, view, stride_s, stride_h, stride_b, name] :
+       {std::tuple{&p.k_map, &c.k_pages, p.k_stride_s, p.k_stride_h, p.k_stride_b, "k_pages"},
+        std::tuple{&p.v_map, &c.v_pages, p.v_stride_s, p.v_stride_h, p.v_stride_b, "v_pages"}}) {
+    cuda_decode::KvBoxTensor kv;
+    kv.data = view->data;
+    kv.dtype = view->dtype;
+    kv.head_dim = pr.head_dim, kv.rows = pr.cache.page_size, kv.kv_heads = pr.kv_heads, kv.outer = pr.cache.num_pages;
+    kv.row_stride = stride_s, kv.head_stride = stride_h, kv.outer_stride = stride_b;
+    cuda_decode::make_kv_box_map(*dst, kv, p.box_rows, ctx, name);
+  }
+}
+
 void set_output(DecodeParams& p, const TensorView& q, const TensorView& out, const TensorView& lse) {
   p.q = q.data, p.q_dtype = q.dtype, p.q_stride_b = q.strides[0], p.q_stride_h = q.strides[1];
   p.out = out.data, p.out_dtype = out.dtype, p.out_stride_b = out.strides[0], p.out_stride_h = out.strides[1];
@@ -152,6 +174,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
                                pr.kv_dtype, pr.options, pr.effective_scale(), w);
   require_small_enough(pr.cache, static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits, ctx);
   set_cache(p, pr.cache, t.cache);
+  if (plan.page_boxes) set_page_boxes(p, pr, t.cache, ctx);
   set_output(p, t.q, t.out, t.lse);
   set_workspace(p, pr.batch, plan.bounds.workspace_bytes, workspace, ctx);
   cuda_decode::launch_split_kv_decode_paged(p, pr.kv_dtype, /*extend=*/false, stream);
@@ -196,13 +219,21 @@ void launch_paged_decode_bf16(const DecodeParams&, cudaStream_t);
 void launch_extend_f32(const DecodeParams&, cudaStream_t);
 void launch_extend_f16(const DecodeParams&, cudaStream_t);
 void launch_extend_bf16(const DecodeParams&, cudaStream_t);
+void launch_paged_boxes_f32(const DecodeParams&, cudaStream_t);
+void launch_paged_boxes_f16(const DecodeParams&, cudaStream_t);
+void launch_paged_boxes_bf16(const DecodeParams&, cudaStream_t);
 
 void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bool extend, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  const bool boxes = !extend && params.page_boxes;  // page runs as TMA boxes: their own instances
   switch (kv_dtype) {
-    case DType::kF32: return extend ? launch_extend_f32(params, s) : launch_paged_decode_f32(params, s);
-    case DType::kF16: return extend ? launch_extend_f16(params, s) : launch_paged_decode_f16(params, s);
-    case DType::kBF16: return extend ? launch_extend_bf16(params, s) : launch_paged_decode_bf16(params, s);
+    case DType::kF32:
+      return extend ? launch_extend_f32(params, s) : boxes ? launch_paged_boxes_f32(params, s) : launch_paged_decode_f32(params, s);
+    case DType::kF16:
+      return extend ? launch_extend_f16(params, s) : boxes ? launch_paged_boxes_f16(params, s) : launch_paged_decode_f16(params, s);
+    case DType::kBF16:
+      return extend ? launch_extend_bf16(params, s)
+                    : boxes ? launch_paged_boxes_bf16(params, s) : launch_paged_decode_bf16(params, s);
     default:
       fail(extend ? "cuda::extend" : "cuda::paged_decode",
            "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16 or bf16");
