@@ -6,7 +6,10 @@
 #   (bench/cuda/prefill_bench.cu: planner's choice + the tiled fallback, cuBLAS GEMM ceiling) and
 #   the torch SDPA flash / cuDNN peers in the same call, rendered to $OUT/prefill_hopper_h200.*
 #   scripts/device-hopper.sh [--no-tests] [--no-sanitize] [--no-bench] [--quick] [--also-tiled]
-#     [bench filters: --head-dim D --min-seq S --max-seq S]
+#     [--prebuilt DIR] [bench filters: --head-dim D --min-seq S --max-seq S]
+# --prebuilt DIR: DIR/attnkit_cuda_tests and DIR/prefill_bench built with this tree on the host (same
+#   nvcc, sm_90a; the bench with the nvcc line below against that build's libattnkit.a) instead of
+#   building here.
 # Logs under $OUT/logs (packed into logs.tar.gz); a short summary is printed last.
 # Needs the carried .deps/devprefix (GTest, CLI11, nlohmann-json; made here by scripts/device-deps.sh).
 set -uo pipefail
@@ -15,7 +18,7 @@ OUT=${OUT:-/tmp/attnkit-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"
 BUILD=build/device-hopper
-tests=1 sanitize=1 bench=1 quick=0 also_tiled=""
+tests=1 sanitize=1 bench=1 quick=0 also_tiled="" prebuilt=""
 filters=()
 while (($#)); do
   case $1 in
@@ -25,6 +28,7 @@ while (($#)); do
     --quick) quick=1 ;;
     --head-dim|--min-seq|--max-seq) filters+=("$1" "$2"); shift ;;
     --also-tiled) also_tiled=--also-tiled ;;
+    --prebuilt) prebuilt=$2; shift ;;
   esac
   shift
 done
@@ -34,13 +38,18 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$LOG/gpu.txt"
 
 t0=$(date +%s)
+TESTS=$BUILD/prefill_tests
+BENCH=$BUILD/prefill_bench
+if [[ -n $prebuilt ]]; then
+  TESTS=$prebuilt/attnkit_cuda_tests BENCH=$prebuilt/prefill_bench
+  note "build: prebuilt binaries from $prebuilt"
+else
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_CUDA=ON -DATTNKIT_NCCL=OFF \
   -DCMAKE_PREFIX_PATH="$PWD/.deps/devprefix" > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
 cmake --build $BUILD -j16 --target attnkit > "$LOG/build.log" 2>&1 ||
   { grep -E "error|FAILED" "$LOG/build.log" | head -40; exit 1; }
 # The prefill tests alone (this issue's and the shared prefill list), linked straight against the
 # library: other folders' tests in flight cannot block this call.
-TESTS=$BUILD/prefill_tests
 TI="-std=c++20 -O2 -Iinclude -Isrc -Itests -I.deps/devprefix/include -Xcompiler=-fopenmp"
 ( nvcc $TI -c tests/cuda/prefill_hopper_test.cpp -o $BUILD/pht.o & nvcc $TI -c tests/cuda/prefill_test.cpp -o $BUILD/pt.o & wait ) &&
   nvcc $BUILD/pht.o $BUILD/pt.o $BUILD/libattnkit.a -L.deps/devprefix/lib/x86_64-linux-gnu -L.deps/devprefix/lib \
@@ -51,6 +60,7 @@ nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_9
   -Xcompiler=-fopenmp -o $BUILD/prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 ||
   { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
 note "build: $(( $(date +%s) - t0 )) s"
+fi
 
 # SASS of the Hopper kernels as built (the library object).
 OBJ=$(find $BUILD -name "hopper_prefill.cu.o" | head -1)
@@ -87,7 +97,7 @@ fi
 
 if ((bench)); then
   PQ=""; ((quick)) && PQ="--quick"
-  timeout 330 $BUILD/prefill_bench $PQ $also_tiled "${filters[@]}" > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" ||
+  timeout 330 $BENCH $PQ $also_tiled "${filters[@]}" > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" ||
     { status=1; tail -5 "$LOG/prefill_bench.err"; }
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ "${filters[@]}" > "$OUT/prefill_torch.jsonl" 2> "$LOG/prefill_torch.err" ||
     { status=1; tail -5 "$LOG/prefill_torch.err"; }

@@ -4,7 +4,8 @@
 // target (sm_90) for f16/bf16 inputs at the head dims of cuda_prefill_hopper::kHopperConfigs
 // without a soft-cap, unless the tiled family below would split keys (too few query tiles to fill
 // the GPU: decode-like shapes), which the Hopper kernel does not do. One persistent block per SM
-// walks (query tile of 128 rows, head, sequence) work tiles, longest first.
+// walks (query tile of 128 rows, head, sequence) work tiles, longest first (causal: in pairs of equal
+// total work).
 //
 // Family kCooperativeTiled (key tiles shared by a block of query rows), two kernels:
 //   tensor cores (src/cuda/prefill/tiled_prefill.cuh) for f16/bf16 inputs at the head dims of
@@ -204,7 +205,14 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.score_scratch_elements = static_cast<std::uint32_t>(2 * c.stages * c.keys_per_tile * p.head_dim / 2);
   part.o_acc_scratch_elements = 0;
   part.split_reduce_scratch_elements = 0;
-  part.grid_blocks = std::min(work_tiles, sms);
+  // Causal: a block takes query tiles in pairs of one (sequence, head), the i-th longest with the
+  // i-th shortest, so every unit holds the same number of key tiles (rounds of tiles sorted longest
+  // first left a block up to 1.8x the mean work when a round spanned one head: d256 16k causal).
+  const std::uint64_t work_units =
+      p.causal ? checked_product({div_ceil(q_tiles, 2), static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads)},
+                                 kContext, "work units")
+               : work_tiles;
+  part.grid_blocks = std::min(work_units, sms);
   // Order of the persistent walk: groups of (sequence, head) pairs whose K/V fit in a share of L2
   // (kL2GroupBytes); inside a group the query tiles of all its heads interleave, longest first, so
   // the blocks in flight re-read a few heads' K/V from L2 and a round of tiles has similar lengths
@@ -234,6 +242,9 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     (uneven ? " (sequence, head) pairs whose K/V fit 24 MiB of L2, query tiles longest first, "
                               "rounds handed out boustrophedon"
                             : " (sequence, head) pair: equal tiles, one head's K/V in L2 at a time") +
+                    (p.causal ? "; causal: " + std::to_string(work_units) +
+                                    " units of two query tiles (i-th longest + i-th shortest of one head: equal work)"
+                              : std::string()) +
                     "; no key split");
   reasons.push_back("GQA heads are not packed into one query tile: each query head's tile reads its KV head (group " +
                     std::to_string(p.group_size()) + " re-reads come from L2)");

@@ -61,7 +61,7 @@ void launch_config(HopperParams& hp, const PrefillTensors& t, DType dtype, std::
   require(attr == cudaSuccess, kContext,
           "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
           "run on a Hopper GPU (H100/H200), or plan the cooperative_tiled family");
-  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(grid_blocks, static_cast<std::uint64_t>(hp.total_tiles)));
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(grid_blocks, static_cast<std::uint64_t>(hp.total_units)));
   kernel<<<std::max(1u, blocks), kThreadsPerBlock, smem, stream>>>(hp);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, kContext, std::string("hopper_prefill_kernel failed to launch: ") + cudaGetErrorString(err),
@@ -96,6 +96,8 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
           "split the call into smaller batches");
   hp.total_tiles = static_cast<int>(total);
   hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::int64_t{p.num_heads} * p.batch));
+  hp.tiles_per_unit = p.causal ? 2 : 1;  // causal: equal work per unit (hopper_prefill.cuh)
+  hp.total_units = p.num_heads * p.batch * (p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles);
   if (hp.total_tiles == 0) return;
   const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

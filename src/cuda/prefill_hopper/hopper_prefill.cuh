@@ -8,8 +8,10 @@
 //          (what TMA writes and wgmma reads): Q [chunk][128 rows], K and V [chunk][Bc keys] per slot.
 // Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
-//          query tiles first inside a group), handed out in rounds of gridDim.x tiles, odd
-//          rounds in reverse block order so causal work evens out.
+//          query tiles first inside a group). Causal: a block takes tiles in pairs of one
+//          (sequence, head), the i-th longest with the i-th shortest, so every pair holds the same
+//          number of key tiles. Units (pairs, or single tiles) go out in rounds of gridDim.x, odd
+//          rounds in reverse block order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
 //          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
@@ -54,7 +56,22 @@ struct HopperParams {
   int m_tiles;      // query tiles of the longest sequence
   int total_tiles;  // m_tiles * num_heads * batch
   int heads_per_group;  // the plan's heads_per_tile_group
+  int tiles_per_unit;   // 2: causal pairs (i-th longest, i-th shortest query tile); 1: single tiles
+  int total_units;      // units over all (sequence, head) pairs
 };
+
+// Work tile (the plan's order index, decoded by work_tile) of unit u's k-th tile, or -1 (the middle
+// tile of an odd m_tiles is a unit of its own). A unit lies in one (sequence, head), so a group's
+// units touch only the group's K/V.
+__device__ inline int unit_tile(const HopperParams& hp, int u, int k) {
+  const int units_per_pair = hp.tiles_per_unit == 2 ? (hp.m_tiles + 1) / 2 : hp.m_tiles;
+  const int group = u / (hp.heads_per_group * units_per_pair), r = u % (hp.heads_per_group * units_per_pair);
+  const int pairs_here = min(hp.heads_per_group, hp.p.num_heads * hp.p.batch - group * hp.heads_per_group);
+  const int i = r / pairs_here, bh_local = r % pairs_here;
+  const int m_rev = k == 0 ? i : hp.m_tiles - 1 - i;
+  if (k == 1 && m_rev == i) return -1;
+  return group * hp.heads_per_group * hp.m_tiles + m_rev * pairs_here + bh_local;
+}
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
 struct WorkTile {
@@ -198,13 +215,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
-  // Round r hands tiles r * grid .. r * grid + grid - 1 out to the blocks, in reverse on odd
-  // rounds (boustrophedon): with tiles sorted longest first, every block gets a mix of lengths.
-  const int rounds = (hp.total_tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  auto snake_tile = [&](int round) {
+  // Round r hands units r * grid .. r * grid + grid - 1 out to the blocks, in reverse on odd rounds
+  // (boustrophedon); step s of a block is tile s % tiles_per_unit of its unit of round
+  // s / tiles_per_unit (-1: none).
+  const int rounds = (hp.total_units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int steps = rounds * hp.tiles_per_unit;
+  auto block_tile = [&](int step) {
+    const int round = step / hp.tiles_per_unit;
     const int slot = (round & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
                                  : static_cast<int>(blockIdx.x);
-    return round * static_cast<int>(gridDim.x) + slot;
+    const int u = round * static_cast<int>(gridDim.x) + slot;
+    return u < hp.total_units ? unit_tile(hp, u, step % hp.tiles_per_unit) : -1;
   };
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
@@ -227,9 +248,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
     tma_prefetch_descriptor(&hp.k_map);
     tma_prefetch_descriptor(&hp.v_map);
     std::uint32_t q_iter = 0, kv_iter = 0;
-    for (int round = 0; round < rounds; ++round) {
-      const int t = snake_tile(round);
-      if (t >= hp.total_tiles) continue;
+    for (int step = 0; step < steps; ++step) {
+      const int t = block_tile(step);
+      if (t < 0) continue;
       const WorkTile w = work_tile<Bc>(hp, t);
       if (!w.active || w.tile_lo >= w.tile_hi) continue;
       const int kvh = w.h / p.group_size;
@@ -280,9 +301,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   auto their_turn = [&] { named_barrier_arrive(1 + (cw ^ 1), 256); };
   if (cw == 1) their_turn();
 
-  for (int round = 0; round < rounds; ++round) {
-    const int t = snake_tile(round);
-    if (t >= hp.total_tiles) continue;
+  for (int step = 0; step < steps; ++step) {
+    const int t = block_tile(step);
+    if (t < 0) continue;
     const WorkTile w = work_tile<Bc>(hp, t);
     if (!w.active) continue;
     const int rows_here = min(Br, w.e.q_len - w.m0);
