@@ -69,7 +69,7 @@ struct DecodeParams {
   // k_stride_b = page, k_stride_h = KV head, k_stride_s = slot (HND and NHD differ only in them).
   const std::int32_t* page_table = nullptr;
   std::int64_t table_stride_b = 0, table_stride_p = 0;
-  int page_size = 1, num_pages = 0;
+  int page_size = 1, num_pages = 0, table_width = 0;  // table_width: entries per table row
   bool page_boxes = false;  // tiles are page-aligned runs copied as TMA boxes (decode_geometry.hpp)
   int box_rows = 0;         // rows of one run: min(page_size, tile)
   std::uint32_t page_div_magic = 0;  // key / page_size = (umulhi(key, magic) + key) >> shift

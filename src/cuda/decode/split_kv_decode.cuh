@@ -52,10 +52,39 @@
 #include "cuda/decode/rope.cuh"
 #include "cuda/decode/sequence_range.cuh"
 
+// Phase stamps for dev/decode_timeline.cu (which defines the hook before including this header);
+// empty in the library.
+#ifndef ATTNKIT_DECODE_STAMP
+#define ATTNKIT_DECODE_STAMP(phase)
+#endif
+
 namespace attnkit::cuda_decode {
 
 inline constexpr float kLn2 = 0.69314718055994530942f;
 inline constexpr float kLog2e = 1.44269504088896340736f;
+
+// One batch of a thread's query values as f32: elements first, first + step, ... (kBatch of them)
+// of the block's rows x kCap (zeros past head_dim and past the rows); row_offset(r) is row r's
+// element offset in q. One loop per q dtype, so the loads are independent and all in flight at
+// once (a dtype switch per element serialised them, dev/decode_timeline.cu).
+inline constexpr int kQBatch = 8;
+template <int kCap, class RowOffset>
+__device__ __forceinline__ void load_q_batch(const DecodeParams& p, int rows, int first, int step, RowOffset row_offset,
+                                             float (&x)[kQBatch]) {
+  auto load = [&](const auto* q) {
+    using Q = std::remove_cv_t<std::remove_pointer_t<decltype(q)>>;
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int i = first + j * step, r = i / kCap, d = i % kCap;
+      x[j] = (r < rows && d < p.head_dim) ? cuda_common::StorageTraits<Q>::to_f32(q[row_offset(r) + d]) : 0.0f;
+    }
+  };
+  switch (p.q_dtype) {
+    case DType::kF16: return load(static_cast<const __half*>(p.q));
+    case DType::kBF16: return load(static_cast<const __nv_bfloat16*>(p.q));
+    default: return load(static_cast<const float*>(p.q));
+  }
+}
 
 template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
 __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
@@ -68,6 +97,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ std::uint64_t full_bar[kMaxStages], empty_bar[kMaxStages];
 
+  ATTNKIT_DECODE_STAMP(0);
   // A merge launched after this grid (programmatic dependent launch) may start its prologue now.
   cuda_common::launch_dependents();
   // Tiles arrive as TMA boxes from a producer warp (contiguous caches, and paged pools whose tiles
@@ -88,6 +118,18 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   block /= p.passes;
   const int kvh = static_cast<int>(block % p.kv_heads);
   const int b = static_cast<int>(block / p.kv_heads);
+  if constexpr (kPageBoxes) {
+    // No window: the split's first key is known before the length, so the table entries of its
+    // first tiles travel to L2 while the length is read (the lookups then wait on L2, not DRAM).
+    const int key0 = split * p.keys_per_split;
+    const int entry = key0 / p.page_size;
+    const int last = min((key0 + p.stages * p.tile - 1) / p.page_size, p.table_width - 1);
+    if (threadIdx.x == 0 && entry <= last) {
+      const std::int32_t* row = p.page_table + static_cast<std::int64_t>(b) * p.table_stride_b;
+      cuda_common::prefetch_l2(row + entry * p.table_stride_p);
+      cuda_common::prefetch_l2(row + last * p.table_stride_p);
+    }
+  }
 
   // Extend: this block's packed rows (query row, head) and their union key range.
   ExtendRows ext;
@@ -104,9 +146,11 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   } else {
     range = sequence_range(p, b);
   }
+
   const int visible = range.len - range.lo;
   const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
   if (p.splits > 1 && split >= active_splits) return;  // the merge writes empty and invalid rows
+  ATTNKIT_DECODE_STAMP(1);
   const int k_begin = range.lo + split * p.keys_per_split;
   const int k_end = min(range.len, k_begin + p.keys_per_split);
   const int new_pos = (p.fused && range.valid) ? range.len - 1 : -1;
@@ -159,24 +203,18 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
 
   const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
 
-  // Query rows of the block -> f32 staging (zeros past head_dim), by `threads` threads from
-  // `thread`; loads go out in batches so their latencies overlap.
+  // Query rows of the block -> f32 staging (zeros past head_dim; all zeros for an invalid fused
+  // position), by `threads` threads from `thread`, in batches of load_q_batch.
   auto stage_q = [&](int thread, int threads) {
-    constexpr int kBatch = 8;
     const int q_elems = rows_here * kCap;
-    for (int base = thread; base < q_elems; base += kBatch * threads) {
-      float x[kBatch];
+    auto row_offset = [&](int r) { return token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h; };
+    for (int base = thread; base < q_elems; base += kQBatch * threads) {
+      float x[kQBatch];
+      load_q_batch<kCap>(p, rows_here, base, threads, row_offset, x);
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = base + j * threads, r = i / kCap, d = i % kCap;
-        x[j] = (i < q_elems && d < p.head_dim && range.valid)
-                   ? cuda_common::load_as_f32(p.q, p.q_dtype, token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h + d)
-                   : 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
+      for (int j = 0; j < kQBatch; ++j) {
         const int i = base + j * threads;
-        if (i < q_elems) staging[i] = x[j];
+        if (i < q_elems) staging[i] = range.valid ? x[j] : 0.0f;
       }
     }
   };
@@ -253,16 +291,22 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
         }
       }
     };
-    // The first `stages` tiles go out before anything else (their slots are free), then every
-    // thread stages q while they travel; only then do the roles split, so the block barriers are
-    // all whole-block (no named barrier for a subset of warps).
+    // The first `stages` tiles go out before anything else (their slots are free) while the
+    // consumer warps stage q (the producer's lane is busy issuing, and q loads behind its issues
+    // put 2.7 us on a batch-1 call's critical path, dev/decode_timeline.cu); the block barrier
+    // after it is whole-block (no named barrier for a subset of warps).
     const int first_tiles = min(p.stages, n_tiles);
-    if (producer && lane == 0) {
-      for (int t = 0; t < first_tiles; ++t) issue_tile(t);
+    if (producer) {
+      if (lane == 0) {
+        for (int t = 0; t < first_tiles; ++t) issue_tile(t);
+        ATTNKIT_DECODE_STAMP(2);
+      }
+      __syncwarp();
+    } else {
+      stage_q(tid, consumer_warps * 32);
     }
-    __syncwarp();
-    stage_q(tid, blockDim.x);
     __syncthreads();
+    ATTNKIT_DECODE_STAMP(3);
     if (new_pos >= 0) {
       rope_rows(staging, rows_here, kCap, p, new_pos, tid, blockDim.x);
       __syncthreads();
@@ -277,6 +321,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
       for (int t = 0; t < n_tiles; ++t) {
         const int slot = t % p.stages;
         cuda_common::mbar_wait(&full_bar[slot], (t / p.stages) & 1);
+        if (t == 0) ATTNKIT_DECODE_STAMP(4);
         process_tile(engine, t, slot);
         __syncwarp();
         if (lane == 0) cuda_common::mbar_arrive(&empty_bar[slot]);
@@ -352,6 +397,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     cuda_common::cp_async_wait<0>();
   }
   __syncthreads();  // every tile consumed: every copy has landed, the ring is free
+  ATTNKIT_DECODE_STAMP(5);
 
   // 4. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
   //    to that key from shared memory (no other block reads or writes that cache row).
@@ -394,6 +440,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
   }
   __syncthreads();
+  ATTNKIT_DECODE_STAMP(7);
   for (int r = tid; r < rows_here; r += blockDim.x) {
     float mx = -INFINITY;
     for (int w = 0; w < p.key_warps; ++w) mx = fmaxf(mx, warp_m[w * p.rows_per_block + r]);
@@ -406,27 +453,42 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     row_l[r] = sum;
   }
   __syncthreads();
+  ATTNKIT_DECODE_STAMP(8);
   float* slices = reinterpret_cast<float*>(aligned);  // [key_warps][rows_per_block][kCap]
   if (!producer) engine.add_output(slices + key_warp * p.rows_per_block * kCap, row_m, g_base, n_mine, true);
   __syncthreads();
+  ATTNKIT_DECODE_STAMP(9);
 
   // 6. Write the normalised output and LSE (final when unsplit, else this split's partial state).
-  //    Split states are indexed by (token, head): [splits, state rows * num_heads, head_dim].
+  //    Split states are indexed by (token, head): [splits, state rows * num_heads, head_dim]. A
+  //    thread takes four consecutive columns per step (head_dim is a multiple of 8) and no
+  //    division: this loop runs once per block, on the critical path of short calls (its scalar
+  //    form took 1.8 us of a 16 us batch-1 call, dev/decode_timeline.cu).
   const std::int64_t rows_total = static_cast<std::int64_t>(kExtend ? p.state_rows : p.batch) * p.num_heads;
-  for (int i = tid; i < rows_here * p.head_dim; i += blockDim.x) {
-    const int r = i / p.head_dim, d = i % p.head_dim;
+  constexpr int kVec = 4, kRowVecs = kCap / kVec;
+  for (int i = tid; i < rows_here * kRowVecs; i += blockDim.x) {
+    const int r = i / kRowVecs, d = (i % kRowVecs) * kVec;
+    if (d >= p.head_dim) continue;
     const float sum = row_l[r];
-    float acc = 0.0f;
-    for (int w = 0; w < p.key_warps; ++w) acc += slices[(w * p.rows_per_block + r) * kCap + d];
-    float o = sum > 0.0f ? acc / sum : 0.0f;
+    const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+    float4 acc = *reinterpret_cast<const float4*>(slices + r * kCap + d);
+    for (int w = 1; w < p.key_warps; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(slices + (w * p.rows_per_block + r) * kCap + d);
+      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
+    const float4 o = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     const std::int64_t token = token_of(r);
     const int head = head_of(r);
     if (p.splits == 1) {
-      if (!range.valid) o = NAN;
-      cuda_common::store_from_f32(p.out, p.out_dtype, token * p.out_stride_b + head * p.out_stride_h + d, o);
+      const std::int64_t at = token * p.out_stride_b + head * p.out_stride_h + d;
+      const float bad = range.valid ? 0.0f : NAN;  // an invalid fused position writes NaN rows
+      cuda_common::store_from_f32(p.out, p.out_dtype, at, o.x + bad);
+      cuda_common::store_from_f32(p.out, p.out_dtype, at + 1, o.y + bad);
+      cuda_common::store_from_f32(p.out, p.out_dtype, at + 2, o.z + bad);
+      cuda_common::store_from_f32(p.out, p.out_dtype, at + 3, o.w + bad);
     } else {
       const std::int64_t row = token * p.num_heads + head;
-      p.partial_out[(split * rows_total + row) * p.head_dim + d] = o;
+      *reinterpret_cast<float4*>(p.partial_out + (split * rows_total + row) * p.head_dim + d) = o;
     }
   }
   for (int r = tid; r < rows_here; r += blockDim.x) {
@@ -441,6 +503,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
       p.partial_lse[split * rows_total + token * p.num_heads + head] = lse;
     }
   }
+  ATTNKIT_DECODE_STAMP(6);
 }
 
 // Host: launches one instantiation (its shared-memory limit raised once per device).

@@ -93,6 +93,7 @@ void set_cache(DecodeParams& p, const PagedCacheSpec& spec, const PagedKvCache& 
   p.lengths = c.lengths.as<const std::int32_t>();
   p.page_size = static_cast<int>(spec.page_size);
   p.num_pages = static_cast<int>(spec.num_pages);
+  p.table_width = static_cast<int>(c.page_table.shape[1]);
   const geo::PageDivider div = geo::page_divider(static_cast<std::uint32_t>(spec.page_size));
   p.page_div_magic = div.magic;
   p.page_div_shift = div.shift;

@@ -1,0 +1,171 @@
+// Where a short CUDA decode call spends its time (development tool, not built by CMake): the
+// split-KV decode kernel (bf16 K/V) compiled with phase stamps (ATTNKIT_DECODE_STAMP hooks in
+// split_kv_decode.cuh) under the bench protocol (256 MiB L2 flush before each call), then the
+// merge as the library launches it. Prints, per phase, the median and max over blocks of the time
+// since the first block started (globaltimer), the median over blocks of the block's own SM clock
+// since its entry, and the event time of the whole call.
+//   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
+//     dev/decode_timeline.cu build/<cuda build>/libattnkit.a -Xcompiler=-fopenmp -o decode_timeline
+//   ./decode_timeline [batch] [kv_len] [warm]  (32 query / 8 KV heads, head_dim 128; warm: no flush)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace timeline {
+constexpr int kPhases = 11;
+constexpr int kMaxBlocks = 8192;
+// Per block and phase: the global timer (ns, aligns blocks) and the SM clock (cycles, precise
+// within a block).
+__device__ unsigned long long stamps[kMaxBlocks][kPhases];
+__device__ long long clocks[kMaxBlocks][kPhases];
+__device__ __forceinline__ void stamp(int phase) {
+  // Phase 2 is the producer lane's (after its first TMA issues); the others are thread 0's.
+  if ((threadIdx.x == 0) == (phase != 2) && blockIdx.x < kMaxBlocks) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    stamps[blockIdx.x][phase] = t;
+    clocks[blockIdx.x][phase] = clock64();
+  }
+}
+}  // namespace timeline
+#define ATTNKIT_DECODE_STAMP(phase) timeline::stamp(phase)
+
+#include "attnkit/attnkit.hpp"
+#include "cuda/decode/kv_box_map.hpp"
+#include "cuda/decode/split_kv_decode.cuh"
+
+namespace {
+
+using namespace attnkit;
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+const char* kPhaseNames[timeline::kPhases] = {
+    "entry",         "length known",       "producer: first tiles issued", "q staged (barrier)",
+    "first tile landed", "tiles consumed (barrier)", "state written",  "epilogue: warp stats (barrier)",
+    "epilogue: row stats (barrier)", "epilogue: slices (barrier)", "epilogue: params touched"};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::int64_t batch = argc > 1 ? std::atoll(argv[1]) : 1, kv_len = argc > 2 ? std::atoll(argv[2]) : 1024;
+  const bool warm = argc > 3;
+  DecodeProblem pr;
+  pr.batch = batch;
+  pr.num_heads = 32;
+  pr.kv_heads = 8;
+  pr.head_dim = 128;
+  pr.max_seq = pr.kv_len = kv_len;
+  pr.kv_dtype = pr.q_dtype = pr.out_dtype = DType::kBF16;
+  const DecodePlan plan = plan_decode(pr, cuda::target());
+  const WorkPartition& w = plan.partition;
+  const std::int64_t kv_elems = batch * 8 * kv_len * 128, q_elems = batch * 32 * 128;
+  void *q, *k, *v, *out, *lengths, *ws, *flush;
+  ok(cudaMalloc(&q, q_elems * 2), "q");
+  ok(cudaMalloc(&k, kv_elems * 2), "k");
+  ok(cudaMalloc(&v, kv_elems * 2), "v");
+  ok(cudaMalloc(&out, q_elems * 2), "out");
+  ok(cudaMalloc(&lengths, batch * 4), "lengths");
+  ok(cudaMalloc(&ws, std::max<std::uint64_t>(plan.evidence.workspace_bytes, 256)), "ws");
+  ok(cudaMalloc(&flush, 256u << 20), "flush");
+  ok(cudaMemset(q, 0x3c, q_elems * 2), "q");
+  ok(cudaMemset(k, 0x3c, kv_elems * 2), "k");
+  ok(cudaMemset(v, 0x3c, kv_elems * 2), "v");
+  std::vector<std::int32_t> lens(batch, static_cast<std::int32_t>(kv_len));
+  ok(cudaMemcpy(lengths, lens.data(), batch * 4, cudaMemcpyHostToDevice), "lengths");
+
+  // The launch arguments, as src/cuda/backend.cpp fills them for this plan.
+  cuda_decode::DecodeParams p;
+  p.batch = static_cast<int>(batch), p.num_heads = 32, p.kv_heads = 8, p.group = 4, p.head_dim = 128;
+  p.kv_len = p.max_seq = static_cast<int>(kv_len);
+  p.q_scale = pr.effective_scale() * 1.44269504088896340736f;
+  p.rows_per_block = static_cast<int>(w.rows_per_block);
+  p.head_chunks = cuda_decode::head_chunks(w.rows_per_block, 2);
+  p.key_warps = cuda_decode::key_warps_of(w.warps_per_block, p.head_chunks);
+  p.tile = static_cast<int>(w.tile_size), p.stages = static_cast<int>(w.pipeline_stages);
+  p.splits = static_cast<int>(w.sequence_splits), p.keys_per_split = static_cast<int>(w.keys_per_split);
+  p.passes = 1;
+  p.shared_bytes = static_cast<int>(cuda_decode::shared_bytes(128, p.tile, p.stages, 2, p.rows_per_block, p.key_warps));
+  p.q = q, p.q_dtype = DType::kBF16, p.q_stride_b = 32 * 128, p.q_stride_h = 128;
+  p.k = k, p.v = v;
+  p.k_stride_b = p.v_stride_b = 8 * kv_len * 128, p.k_stride_h = p.v_stride_h = kv_len * 128, p.k_stride_s = p.v_stride_s = 128;
+  p.lengths = static_cast<const std::int32_t*>(lengths);
+  p.out = out, p.out_dtype = DType::kBF16, p.out_stride_b = 32 * 128, p.out_stride_h = 128;
+  if (p.splits > 1) {
+    p.partial_out = static_cast<float*>(ws);
+    p.partial_lse = p.partial_out + static_cast<std::int64_t>(p.splits) * batch * 32 * 128;
+  }
+  for (auto [dst, data] : {std::pair{&p.k_map, k}, {&p.v_map, v}}) {
+    cuda_decode::KvBoxTensor t{data, DType::kBF16, 128, kv_len, 8, batch, 128, kv_len * 128, 8 * kv_len * 128};
+    cuda_decode::make_kv_box_map(*dst, t, p.tile, "timeline", "kv");
+  }
+  const long blocks = batch * 8 * p.splits;
+  std::printf("b%lld kv%lld: %ld blocks x %d threads, %d splits of %d keys, tile %d, %d stages\n",
+              static_cast<long long>(batch), static_cast<long long>(kv_len), blocks, 32 * (int)w.warps_per_block,
+              p.splits, p.keys_per_split, p.tile, p.stages);
+
+  cudaStream_t s;
+  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  constexpr int kReps = 30;
+  std::vector<std::vector<double>> phase_med(timeline::kPhases), phase_max(timeline::kPhases),
+      phase_clk(timeline::kPhases);
+  int clock_khz = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  std::vector<long long> clk(static_cast<std::size_t>(std::min<long>(blocks, timeline::kMaxBlocks)) * timeline::kPhases);
+  std::vector<double> call_us;
+  std::vector<unsigned long long> host(static_cast<std::size_t>(std::min<long>(blocks, timeline::kMaxBlocks)) * timeline::kPhases);
+  for (int rep = 0; rep < kReps + 5; ++rep) {
+    if (!warm) ok(cudaMemsetAsync(flush, rep & 0xff, 256u << 20, s), "flush");
+    cudaEventRecord(e0, s);
+    cuda_decode::launch_decode_typed<__nv_bfloat16>(p, s);
+    if (p.splits > 1) cuda_decode::launch_merge_splits(p, s);
+    cudaEventRecord(e1, s);
+    ok(cudaEventSynchronize(e1), "run");
+    if (rep < 5) continue;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    call_us.push_back(ms * 1e3);
+    ok(cudaMemcpyFromSymbol(host.data(), timeline::stamps, host.size() * 8), "stamps");
+    ok(cudaMemcpyFromSymbol(clk.data(), timeline::clocks, clk.size() * 8), "clocks");
+    unsigned long long t0 = ~0ull;
+    for (std::size_t b = 0; b < host.size() / timeline::kPhases; ++b) t0 = std::min(t0, host[b * timeline::kPhases]);
+    for (int ph = 0; ph < timeline::kPhases; ++ph) {
+      std::vector<double> x;
+      for (std::size_t b = 0; b < host.size() / timeline::kPhases; ++b) x.push_back((host[b * timeline::kPhases + ph] - t0) * 1e-3);
+      std::sort(x.begin(), x.end());
+      phase_med[ph].push_back(x[x.size() / 2]);
+      phase_max[ph].push_back(x.back());
+      std::vector<double> c;  // the block's own clock since its entry
+      for (std::size_t b = 0; b < clk.size() / timeline::kPhases; ++b) {
+        c.push_back((clk[b * timeline::kPhases + ph] - clk[b * timeline::kPhases]) / (clock_khz * 1e-3));
+      }
+      std::sort(c.begin(), c.end());
+      phase_clk[ph].push_back(c[c.size() / 2]);
+    }
+  }
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  std::printf("call (events, %s): median %.2f us over %d calls\n", warm ? "no flush" : "flush before each",
+              median(call_us), kReps);
+  std::printf("%-32s %12s %12s %14s  (us; medians over calls; clock at %d MHz)\n", "phase", "block median",
+              "last block", "block clock", clock_khz / 1000);
+  for (int ph : {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 6}) {
+    std::printf("%-32s %12.2f %12.2f %14.2f\n", kPhaseNames[ph], median(phase_med[ph]), median(phase_max[ph]),
+                median(phase_clk[ph]));
+  }
+  return 0;
+}
