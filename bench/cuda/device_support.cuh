@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -20,6 +21,7 @@ namespace attnkit::bench::device {
 
 // A buffer larger than the H200's L2 (50 MiB), written before every timed repetition.
 inline constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
+inline constexpr double kWarmupSeconds = 0.25;  // minimum warm-up per timed call (time_events)
 
 inline void check(cudaError_t err, const char* context, const char* what) {
   require(err == cudaSuccess, context, std::string(what) + ": " + cudaGetErrorString(err),
@@ -74,8 +76,18 @@ struct Timing {
 // Times `run` (which enqueues its work on `stream`) under the protocol.
 template <class Run>
 Timing time_events(const Options& options, cudaStream_t stream, void* flush, Run&& run) {
-  for (int i = 0; i < std::max(1, options.warmup); ++i) run();
-  check(cudaStreamSynchronize(stream), "bench", "warm-up");
+  // Warm-up: at least options.warmup runs and at least kWarmupSeconds of them (each after a flush,
+  // as timed), so the first timed run finds the device in its steady state: with five runs (or
+  // 50 ms) of warm-up, the paged bench's first variant of a case read up to 11% slower than the
+  // same call timed again last; with 0.25 s the two agree (docs/perf-notes.md, "Paged decode round 2").
+  const auto warm_start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    check(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream), "bench", "L2 flush");
+    run();
+    if (i + 1 < std::max(1, options.warmup)) continue;
+    check(cudaStreamSynchronize(stream), "bench", "warm-up");
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count() >= kWarmupSeconds) break;
+  }
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "bench", "cudaEventCreate");
   check(cudaEventCreate(&stop), "bench", "cudaEventCreate");

@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -34,9 +35,18 @@ def ints(text):
 
 
 def time_events(fn, reps, warmup, flush):
-    for _ in range(warmup):
+    # Warm-up as bench/cuda/device_support.cuh: at least `warmup` runs and at least 0.25 s of them,
+    # each after a flush as timed.
+    t0, i = time.perf_counter(), 0
+    while True:
+        flush.fill_(i & 0xFF)
         fn()
-    torch.cuda.synchronize()
+        i += 1
+        if i < warmup:
+            continue
+        torch.cuda.synchronize()
+        if time.perf_counter() - t0 >= 0.25:
+            break
     start = torch.cuda.Event(enable_timing=True)
     stop = torch.cuda.Event(enable_timing=True)
     times = []

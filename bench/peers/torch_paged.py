@@ -14,14 +14,24 @@ the call alone, median). Then writes the merged JSON and a markdown table.
 import argparse
 import json
 import sys
+import time
 
 FLUSH_BYTES = 256 << 20
 
 
 def time_events(torch, fn, reps, warmup, flush):
-    for _ in range(warmup):
+    # Warm-up as bench/cuda/device_support.cuh: at least `warmup` runs and at least 0.25 s of them,
+    # each after a flush as timed.
+    t0, i = time.perf_counter(), 0
+    while True:
+        flush.fill_(i & 0xFF)
         fn()
-    torch.cuda.synchronize()
+        i += 1
+        if i < warmup:
+            continue
+        torch.cuda.synchronize()
+        if time.perf_counter() - t0 >= 0.25:
+            break
     start = torch.cuda.Event(enable_timing=True)
     stop = torch.cuda.Event(enable_timing=True)
     times = []
@@ -117,7 +127,8 @@ def render(doc):
         p = r["paged"]["median_s"]
         lines.append(f"| attnkit paged (ragged) | {ms(p)} | 1.00 |")
         extra = [(k, "attnkit paged, " + k[len("paged_"):].replace("_", " ")) for k in r if k.startswith("paged_splits_")]
-        for key, label in [("paged_copy_ring", "attnkit paged, copy ring instead of page boxes"),
+        for key, label in [("paged_repeat", "attnkit paged (ragged), measured again last"),
+                           ("paged_copy_ring", "attnkit paged, copy ring instead of page boxes"),
                            ("paged_contiguous_partition", "attnkit paged, contiguous plan's partition"),
                            ("paged_sequential_pages", "attnkit paged, in-order pages")] + extra:
             if key in r:
