@@ -264,7 +264,8 @@ int main(int argc, char** argv) {
     rows.push_back(m);
     cudaStreamDestroy(stream);
     json doc = {{"device", prop.name}, {"command", command}, {"read_ceiling_bytes_per_s", ceiling},
-                {"protocol", "events, warm-up " + std::to_string(options.warmup) + ", median of " +
+                {"protocol", "events, warm-up of at least " + std::to_string(options.warmup) + " runs and " +
+                                 std::to_string(device::kWarmupSeconds).substr(0, 4) + " s, median of " +
                                  std::to_string(options.repetitions) + ", 256 MiB L2 flush before each repetition"},
                 {"rows", rows}};
     std::cout << doc.dump(1) << std::endl;

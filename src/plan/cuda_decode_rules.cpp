@@ -115,7 +115,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
           "use a smaller head_dim or fewer query heads per KV head");
   reasons.push_back("pipeline_stages " + std::to_string(stages) + ": a ring of " + std::to_string(stages) +
                     " K/V tiles (contiguous caches: TMA boxes from a producer warp, the whole ring in flight; "
-                    "paged: 16-byte copies, stages - 1 tiles ahead) (" + std::to_string(stage_bytes / 1024) + " KiB each), " +
+                    "paged: the same for page-aligned tiles, else 16-byte copies stages - 1 tiles ahead) (" +
+                    std::to_string(stage_bytes / 1024) + " KiB each), " +
                     std::to_string(smem / 1024) + " KiB shared memory per block");
 
   // Residency: blocks per SM by shared memory, threads and registers.
