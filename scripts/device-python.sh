@@ -9,6 +9,10 @@
 # (nlohmann-json, CLI11) are found through CMAKE_PREFIX_PATH, which this script extends with a
 # carried .deps/ (and .deps/usr/) when present; extra CMake definitions can be given in CMAKE_ARGS
 # (scikit-build-core reads it), e.g. CMAKE_ARGS="-DATTNKIT_CUDA_ARCHS=90a".
+#   scripts/device-python.sh [--wheel DIR]
+# --wheel DIR: install the wheel in DIR instead of building (built on the host for the device's
+#   Python, e.g. pyenv's 3.12: `python3.12 -m pip wheel . --no-deps --no-build-isolation -w DIR`
+#   with nvcc present and CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$PWD/.deps/devprefix"; carry DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,10 +24,17 @@ for prefix in "$PWD/.deps/usr" "$PWD/.deps"; do
   [[ -d $prefix ]] && export CMAKE_PREFIX_PATH="$prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 done
 
+wheel_dir=""
+[[ ${1:-} == --wheel ]] && wheel_dir=$2
 started=$(date +%s)
-echo "== attnkit python: building the package (CUDA when nvcc is present), log: $out_dir/python-build.log"
-if ! "$python" -m pip install . --no-build-isolation --no-deps --no-index -v \
-    -Cbuild-dir=build/python-device >"$out_dir/python-build.log" 2>&1; then
+if [[ -n $wheel_dir ]]; then
+  echo "== attnkit python: installing the prebuilt wheel from $wheel_dir"
+  install=("$python" -m pip install --no-deps --no-index --force-reinstall "$wheel_dir"/attnkit-*.whl)
+else
+  echo "== attnkit python: building the package (CUDA when nvcc is present), log: $out_dir/python-build.log"
+  install=("$python" -m pip install . --no-build-isolation --no-deps --no-index -v -Cbuild-dir=build/python-device)
+fi
+if ! "${install[@]}" >"$out_dir/python-build.log" 2>&1; then
   tail -n 60 "$out_dir/python-build.log"
   echo "attnkit python: BUILD FAILED"
   exit 1
