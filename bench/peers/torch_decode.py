@@ -15,7 +15,8 @@ import argparse
 import json
 import math
 import sys
-import time
+
+from event_timing import time_events  # the shared protocol (same folder)
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -32,33 +33,6 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTEN
 
 def ints(text):
     return [int(x) for x in text.split(",") if x]
-
-
-def time_events(fn, reps, warmup, flush):
-    # Warm-up as bench/cuda/device_support.cuh: at least `warmup` runs and at least 0.25 s of them,
-    # each after a flush as timed.
-    t0, i = time.perf_counter(), 0
-    while True:
-        flush.fill_(i & 0xFF)
-        fn()
-        i += 1
-        if i < warmup:
-            continue
-        torch.cuda.synchronize()
-        if time.perf_counter() - t0 >= 0.25:
-            break
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3)
-    times.sort()
-    return times[len(times) // 2], times[0], times[-1]
 
 
 def main():
@@ -104,7 +78,7 @@ def main():
                         with sdpa_kernel(BACKENDS[name]):
                             fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                             fn()
-                            med, lo, hi = time_events(fn, args.reps, args.warmup, flush)
+                            med, lo, hi = time_events(torch, fn, args.reps, args.warmup, flush)
                         row.update(median_s=med, min_s=lo, max_s=hi, repetitions=args.reps,
                                    kv_read_bytes_per_s=kv_bytes / med)
                     except Exception as e:  # a backend that does not take this dtype/shape

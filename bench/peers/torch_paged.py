@@ -14,36 +14,10 @@ the call alone, median). Then writes the merged JSON and a markdown table.
 import argparse
 import json
 import sys
-import time
+
+from event_timing import time_events  # the shared protocol (same folder)
 
 FLUSH_BYTES = 256 << 20
-
-
-def time_events(torch, fn, reps, warmup, flush):
-    # Warm-up as bench/cuda/device_support.cuh: at least `warmup` runs and at least 0.25 s of them,
-    # each after a flush as timed.
-    t0, i = time.perf_counter(), 0
-    while True:
-        flush.fill_(i & 0xFF)
-        fn()
-        i += 1
-        if i < warmup:
-            continue
-        torch.cuda.synchronize()
-        if time.perf_counter() - t0 >= 0.25:
-            break
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3)
-    times.sort()
-    return times[len(times) // 2], times[0], times[-1]
 
 
 def padded_peers(row, reps, warmup):
