@@ -13,6 +13,8 @@ run reads warm L2, median of the repetitions. FLOPs: 4 * batch * heads * visible
 import json
 import sys
 
+from event_timing import time_events  # the shared protocol (same folder)
+
 
 def sweep():
     for d in (64, 128, 256):
@@ -42,21 +44,7 @@ def measure(quick):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
     def time_it(fn):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for i in range(reps):
-            flush.fill_(i & 0xFF)
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e-3)
-        times.sort()
-        return times[len(times) // 2], times[0], times[-1]
+        return time_events(torch, fn, reps, 5, flush)
 
     n = 8192
     x = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
