@@ -14,9 +14,9 @@
 //   into a ring of `stages` slots with TMA boxes (one padded row segment x tile rows, or x the rows
 //   of one page run), guarded by mbarriers (full: the slot's boxes have landed; empty: every
 //   consumer warp is done with it), so the whole ring is in flight with no block-wide barrier per
-//   tile; the first tiles go out before q is staged. Other paged pools and extend: every thread
-//   fills a cp.async ring, one block barrier per tile (docs/perf-notes.md, "Decode round 5", has
-//   the variants tried). Out-of-window tiles are never loaded (the key range starts at the
+//   tile; the first tiles go out while the consumer warps stage q. Other paged pools and
+//   extend: every thread fills a cp.async ring, one block barrier per tile (docs/perf-notes.md,
+//   "Decode round 5", has the variants tried). Out-of-window tiles are never loaded (the key range starts at the
 //   window). Softmax is online in f32 (log2 domain); splits write normalised partial (output, LSE)
 //   states to the caller's workspace and merge_states.cu combines them (launched as a programmatic
 //   dependent, so its launch and prologue overlap this kernel). Needs sm_90 (mbarrier try_wait,
