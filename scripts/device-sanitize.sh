@@ -34,7 +34,8 @@ if ((build)); then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 compute-sanitizer --version | tail -1
-echo "suite: $($TESTS --gtest_list_tests | grep -c '^  ') tests; $shards shards per tool; tools $tools; commit ${ATTNKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
+# The commit: ATTNKIT_COMMIT (set it for a prebuilt binary), else this checkout's.
+echo "suite: $($TESTS --gtest_list_tests | grep -c '^  ') tests; $shards shards per tool; tools $tools; commit ${ATTNKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (checkout)}"
 
 # The tests that create NCCL communicators run as one more process per tool with API-error reports
 # off: libnccl itself probes kernels built for other GPUs and re-enables peer access, and the
