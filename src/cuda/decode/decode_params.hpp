@@ -13,7 +13,7 @@ struct DecodeParams {
   // TMA descriptors (CUtensorMap, 128 opaque bytes each, kv_box_map.hpp) of K and V: contiguous
   // caches as (head_dim, max_seq, kv_heads, batch) with boxes of one row segment x tile rows; paged
   // pools with page_boxes as (head_dim, page_size, kv_heads, num_pages) with boxes of one row
-  // segment x box_rows slots. Empty when the paged kernels copy rows themselves.
+  // segment x page_box_rows slots. Empty when the paged kernels copy rows themselves.
   alignas(64) unsigned char k_map[128] = {};
   alignas(64) unsigned char v_map[128] = {};
 
@@ -71,7 +71,6 @@ struct DecodeParams {
   std::int64_t table_stride_b = 0, table_stride_p = 0;
   int page_size = 1, num_pages = 0, table_width = 0;  // table_width: entries per table row
   bool page_boxes = false;  // tiles are page-aligned runs copied as TMA boxes (decode_geometry.hpp)
-  int box_rows = 0;         // rows of one run: min(page_size, tile)
   std::uint32_t page_div_magic = 0;  // key / page_size = (umulhi(key, magic) + key) >> shift
   int page_div_shift = 0;
 

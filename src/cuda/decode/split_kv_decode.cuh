@@ -16,11 +16,11 @@
 //   consumer warp is done with it), so the whole ring is in flight with no block-wide barrier per
 //   tile; the first tiles go out while the consumer warps stage q. Other paged pools and
 //   extend: every thread fills a cp.async ring, one block barrier per tile (docs/perf-notes.md,
-//   "Decode round 5", has the variants tried). Out-of-window tiles are never loaded (the key range starts at the
-//   window). Softmax is online in f32 (log2 domain); splits write normalised partial (output, LSE)
-//   states to the caller's workspace and merge_states.cu combines them (launched as a programmatic
-//   dependent, so its launch and prologue overlap this kernel). Needs sm_90 (mbarrier try_wait,
-//   griddepcontrol).
+//   "Decode round 5", has the variants tried). Out-of-window tiles are never loaded (the key range
+//   starts at the window). Softmax is online in f32 (log2 domain); splits write normalised partial
+//   (output, LSE) states to the caller's workspace and merge_states.cu combines them (launched as a
+//   programmatic dependent, so its launch and prologue overlap this kernel). Needs sm_90 (mbarrier
+//   try_wait, griddepcontrol).
 // Lengths: read on the device and clamped to [0, plan kv_len] (sequence_range.cuh); a sequence of
 //   length 0 writes zeros and LSE -inf.
 // Row addressing is a compile-time policy: kPaged = false reads row j of (b, kvh) at
@@ -262,13 +262,14 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     const std::uint32_t tile_bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
     const auto* k_map = reinterpret_cast<const CUtensorMap*>(p.k_map);
     const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
+    const int box_rows = page_box_rows(p.tile, p.page_size);  // paged: rows of one page run
     auto issue_tile = [&](int t) {
       const int slot = t % p.stages;
       const int key0 = k_begin + t * p.tile;
       int pages[kMaxPageRuns] = {};
       if constexpr (kPaged) {
 #pragma unroll
-        for (int i = 0; i < kMaxPageRuns; ++i) pages[i] = i * p.box_rows < p.tile ? lookup_page(key0 + i * p.box_rows) : -1;
+        for (int i = 0; i < kMaxPageRuns; ++i) pages[i] = i * box_rows < p.tile ? lookup_page(key0 + i * box_rows) : -1;
       }
       if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
       cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
@@ -281,10 +282,10 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
         } else {
 #pragma unroll
           for (int i = 0; i < kMaxPageRuns; ++i) {
-            const int key = key0 + i * p.box_rows;
-            if (i * p.box_rows >= p.tile) break;
+            const int key = key0 + i * box_rows;
+            if (i * box_rows >= p.tile) break;
             const int slot_in_page = key - page_index(key) * p.page_size;  // 0 unless a page holds several tiles
-            const int run = offset + i * p.box_rows * kStride;
+            const int run = offset + i * box_rows * kStride;
             cuda_common::tma_load_4d(k_ring + run, k_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
             cuda_common::tma_load_4d(v_ring + run, v_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
           }

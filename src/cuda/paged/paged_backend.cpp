@@ -100,13 +100,12 @@ void set_cache(DecodeParams& p, const PagedCacheSpec& spec, const PagedKvCache& 
 }
 
 // Page runs copied as TMA boxes (the plan's page_boxes): descriptors of the pools as
-// (head_dim, page_size, kv_heads, num_pages) with boxes of one row segment x box_rows slots.
+// (head_dim, page_size, kv_heads, num_pages) with boxes of one row segment x page_box_rows slots.
 void set_page_boxes(DecodeParams& p, const PagedDecodeProblem& pr, const PagedKvCache& c, const char* ctx) {
   require(geo::page_boxes_fit(p.tile, pr.cache.page_size, pr.options.window), ctx,
           "the plan copies page runs as TMA boxes, which its tile, page size and window do not allow",
           "make the plan with attnkit::plan_paged_decode of this build and do not edit it");
   p.page_boxes = true;
-  p.box_rows = geo::page_box_rows(p.tile, pr.cache.page_size);
   for (auto [dst, view, stride_s, stride_h, stride_b, name] :
        {std::tuple{&p.k_map, &c.k_pages, p.k_stride_s, p.k_stride_h, p.k_stride_b, "k_pages"},
         std::tuple{&p.v_map, &c.v_pages, p.v_stride_s, p.v_stride_h, p.v_stride_b, "v_pages"}}) {
@@ -115,7 +114,7 @@ void set_page_boxes(DecodeParams& p, const PagedDecodeProblem& pr, const PagedKv
     kv.dtype = view->dtype;
     kv.head_dim = pr.head_dim, kv.rows = pr.cache.page_size, kv.kv_heads = pr.kv_heads, kv.outer = pr.cache.num_pages;
     kv.row_stride = stride_s, kv.head_stride = stride_h, kv.outer_stride = stride_b;
-    cuda_decode::make_kv_box_map(*dst, kv, p.box_rows, ctx, name);
+    cuda_decode::make_kv_box_map(*dst, kv, geo::page_box_rows(p.tile, pr.cache.page_size), ctx, name);
   }
 }
 
@@ -226,15 +225,16 @@ void launch_paged_boxes_bf16(const DecodeParams&, cudaStream_t);
 
 void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bool extend, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const bool boxes = !extend && params.page_boxes;  // page runs as TMA boxes: their own instances
+  // Extend, page runs as TMA boxes (their own instances) or the copy ring, per dtype.
+  const int kind = extend ? 0 : params.page_boxes ? 1 : 2;
+  using Launch = void (*)(const DecodeParams&, cudaStream_t);
+  constexpr Launch kF32[] = {launch_extend_f32, launch_paged_boxes_f32, launch_paged_decode_f32};
+  constexpr Launch kF16[] = {launch_extend_f16, launch_paged_boxes_f16, launch_paged_decode_f16};
+  constexpr Launch kBF16[] = {launch_extend_bf16, launch_paged_boxes_bf16, launch_paged_decode_bf16};
   switch (kv_dtype) {
-    case DType::kF32:
-      return extend ? launch_extend_f32(params, s) : boxes ? launch_paged_boxes_f32(params, s) : launch_paged_decode_f32(params, s);
-    case DType::kF16:
-      return extend ? launch_extend_f16(params, s) : boxes ? launch_paged_boxes_f16(params, s) : launch_paged_decode_f16(params, s);
-    case DType::kBF16:
-      return extend ? launch_extend_bf16(params, s)
-                    : boxes ? launch_paged_boxes_bf16(params, s) : launch_paged_decode_bf16(params, s);
+    case DType::kF32: return kF32[kind](params, s);
+    case DType::kF16: return kF16[kind](params, s);
+    case DType::kBF16: return kBF16[kind](params, s);
     default:
       fail(extend ? "cuda::extend" : "cuda::paged_decode",
            "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16 or bf16");
