@@ -121,6 +121,11 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
       TensorView::contiguous(out.data, dtype, {batch, H, D}, dev),
       {}};
   const Workspace workspace{ws.data, plan.bounds.workspace_bytes, dev};
+  // The split states a re-cut plan needs (the planner's rule: splits x rows x (head_dim + 1) f32,
+  // 256-byte rounded; none unsplit).
+  auto state_bytes = [&](std::uint32_t splits) -> std::uint64_t {
+    return splits > 1 ? (std::uint64_t{splits} * batch * H * (D + 1) * 4 + 255) / 256 * 256 : 0;
+  };
   // Bytes actually needed: the K/V rows of the lengths, q, out and the table entries used.
   double kv_bytes = 0;
   for (std::int32_t len : lengths) kv_bytes += 2.0 * len * G * D * es;
@@ -141,10 +146,7 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
     v.partition.keys_per_split = static_cast<std::uint32_t>((kv_len + splits - 1) / splits + tile - 1) / tile * tile;
     v.partition.sequence_splits = static_cast<std::uint32_t>((kv_len + v.partition.keys_per_split - 1) / v.partition.keys_per_split);
     v.partition.tiles_per_split = v.partition.keys_per_split / tile;
-    v.bounds.workspace_bytes =
-        v.partition.sequence_splits > 1
-            ? (static_cast<std::uint64_t>(v.partition.sequence_splits) * batch * H * (D + 1) * 4 + 255) / 256 * 256
-            : 0;
+    v.bounds.workspace_bytes = state_bytes(v.partition.sequence_splits);
     Buffer v_ws(v.bounds.workspace_bytes);
     const Workspace vw{v_ws.data, v.bounds.workspace_bytes, DeviceKind::kCuda};
     const Timing vt = time_events(options, stream, flush, [&] { cuda::paged_decode(v, t, vw, stream); });
@@ -190,10 +192,7 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
     // The paged kernel on the contiguous plan's partition: the addressing cost alone.
     PagedDecodePlan same = plan;
     same.partition = cplan.partition;
-    same.bounds.workspace_bytes =
-        same.partition.sequence_splits > 1
-            ? (static_cast<std::uint64_t>(same.partition.sequence_splits) * batch * H * (D + 1) * 4 + 255) / 256 * 256
-            : 0;
+    same.bounds.workspace_bytes = state_bytes(same.partition.sequence_splits);
     Buffer same_ws(same.bounds.workspace_bytes);
     const Workspace w2{same_ws.data, same.bounds.workspace_bytes, dev};
     check(cudaMemcpy(d_table.data, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "table");
