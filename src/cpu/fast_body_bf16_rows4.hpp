@@ -19,6 +19,9 @@
 //     interleaved once).
 // Prefetch as the f32 row-block body (fast_body_rows4.hpp): rows kRows4PrefetchRows ahead into
 //   L1, V during Q K^T and the next tile's K (whole rows, spread over the P V passes) into L2.
+// Head_dim 128 has its own instance (kD = 128): the chunk loops and every prefetch are unrolled
+//   and the K rows are walked with one pointer, 165 -> ~125 instructions per key and KV head
+//   (cache-resident on one Zen 5 core 46 -> 39 cycles; docs/perf-notes.md, CPU round 8).
 // Bound: memory on the development VM (two threads: within 0-7% of the multi-head rows). The body
 //   alone: 16.4 ns per key per KV head at group 4 on one Zen 4 core, cache-resident, against a
 //   vdpbf16ps floor of 8.7 ns (32 per key, one per cycle); the instruction mixes without memory
@@ -75,35 +78,63 @@ inline __attribute__((always_inline)) void score_chunk_rows4(V* acc, const std::
   }
 }
 
+// Head_dim of a body instance: kD when it is compiled for one (128: every loop over head_dim and
+// every prefetch unrolled), else the task's.
+template <int kD>
+inline std::int64_t head_dim_of(const DecodeTask& t) {
+  return kD > 0 ? kD : t.head_dim;
+}
+
+// The scores of the 4 keys at rows kr for heads [h0, h0 + 4), stored at s as [key][head].
+template <bool kSplit, int kD>
+inline __attribute__((always_inline)) void score_keys4_rows4(const DecodeTask& t, const std::uint16_t* const* kr,
+                                                             const std::uint16_t* qh, const std::uint16_t* ql,
+                                                             std::int64_t dp, float* s) {
+  const std::int64_t d = head_dim_of<kD>(t), full = d / kPairChunk * kPairChunk;
+  const __mmask32 tail = B16::tail32(static_cast<int>(d - full));
+  V acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = Vec::zero();
+  // Whole 32-column chunks with plain loads (a masked load issues ~40% slower on Zen 4), then
+  // the partial one, if any.
+#pragma GCC unroll 8
+  for (std::int64_t c = 0; c < full; c += kPairChunk) score_chunk_rows4<kSplit, false>(acc, kr, qh, ql, dp, c, tail);
+  if (full < d) score_chunk_rows4<kSplit, true>(acc, kr, qh, ql, dp, full, tail);
+  // Lane kk * 4 + g = (key kk, head g): the [key][head] layout itself.
+  Vec::store(s, Vec::transpose_sum(acc));
+}
+
 // Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head], unscaled. Keys past
-// n (up to a multiple of 4) repeat the last key; the softmax masks them.
-template <bool kSplit>
+// n (up to a multiple of 4) repeat the last key; the softmax masks them. Whole steps of 4 keys
+// walk one row pointer; only the last partial step clamps its rows.
+template <bool kSplit, int kD>
 void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
                   bool prefetch) {
-  const std::int64_t d = t.head_dim, stride = t.k.row_stride, last = t.key_end - 1;
-  const auto* kbase = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset;
+  constexpr std::int64_t kRowBytes = kD * 2;  // 0: not known at compile time
+  const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
+  const std::uint16_t* kbase = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset + j0 * stride;
   const std::uint16_t* qh = L.qh + h0 * L.dp;
   const std::uint16_t* ql = L.ql + h0 * L.dp;
-  const std::int64_t full = d / kPairChunk * kPairChunk;
   const PrefetchRows pk(t.k, 2, 0, d * 2, last), pv(t.v, 2, 0, d * 2, last);
-  const __mmask32 tail = B16::tail32(static_cast<int>(d - full));
-  for (std::int64_t j = 0; j < n; j += 4) {
+  std::int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    if (prefetch) {
+      pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
+      pv.rows<2, 4, kRowBytes>(j0 + j);
+    }
+    const std::uint16_t* k0 = kbase + j * stride;
+    const std::uint16_t* kr[4] = {k0, k0 + stride, k0 + 2 * stride, k0 + 3 * stride};
+    score_keys4_rows4<kSplit, kD>(t, kr, qh, ql, L.dp, L.s + j * 4);
+  }
+  if (j < n) {
     if (prefetch) {
       pk.rows<3, 4>(j0 + j + kRows4PrefetchRows);
       pv.rows<2, 4>(j0 + j);
     }
     const std::uint16_t* kr[4];
 #pragma GCC unroll 4
-    for (int kk = 0; kk < 4; ++kk) kr[kk] = kbase + (j0 + imin(j + kk, n - 1)) * stride;
-    V acc[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = Vec::zero();
-    // Whole 32-column chunks with plain loads (a masked load issues ~40% slower on Zen 4), then
-    // the partial one, if any.
-    for (std::int64_t c = 0; c < full; c += kPairChunk) score_chunk_rows4<kSplit, false>(acc, kr, qh, ql, L.dp, c, tail);
-    if (full < d) score_chunk_rows4<kSplit, true>(acc, kr, qh, ql, L.dp, full, tail);
-    // Lane kk * 4 + g = (key j + kk, head g): the [key][head] layout itself.
-    Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
+    for (int kk = 0; kk < 4; ++kk) kr[kk] = kbase + imin(j + kk, n - 1) * stride;
+    score_keys4_rows4<kSplit, kD>(t, kr, qh, ql, L.dp, L.s + j * 4);
   }
 }
 
@@ -129,11 +160,12 @@ inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::
 }
 
 // acc[h0..h0+4) += P V over keys [j0, j0 + n) for the 32-column blocks [b0, b0 + CB): 4 x 2CB
-// accumulators in registers, key pairs interleaved once and used by the 4 heads.
-template <int CB, bool kTail>
+// accumulators in registers, key pairs interleaved once and used by the 4 heads. kD: head_dim when
+// known at compile time, 0 if not.
+template <int CB, bool kTail, int kD>
 void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t b0, std::int64_t j0,
               std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes) {
-  const std::int64_t d = t.head_dim, stride = t.v.row_stride, last = t.key_end - 1;
+  const std::int64_t d = head_dim_of<kD>(t), stride = t.v.row_stride, last = t.key_end - 1;
   __mmask32 mask[CB];
 #pragma GCC unroll 4
   for (int b = 0; b < CB; ++b) mask[b] = B16::tail32(static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk)));
@@ -150,18 +182,29 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
   // than each pass fetching its columns of every row; docs/perf-notes.md, CPU round 6).
   const std::int64_t pf_from = b0 * kPairChunk * 2, pf_bytes = imin(CB * kPairChunk, d - b0 * kPairChunk) * 2;
   const PrefetchRows pv(t.v, 2, pf_from, pf_bytes, last), pk(t.k, 2, 0, d * 2, last);
+  // With head_dim known, so are the byte counts and the passes: each prefetch is one instruction,
+  // and the next tile's K rows of a key step follow from the step (no credit counter).
+  constexpr std::int64_t kVBytes = kD > 0 && !kTail ? CB * kPairChunk * 2 : 0, kKBytes = kD * 2;
+  constexpr std::int64_t kPasses = kD > 0 ? (round_up(kD, kPairChunk) / kPairChunk + 1) / 2 : 0;
   const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
   std::int64_t k_next = j0 + n + pass * n / passes, k_credit = 0;
   const std::int64_t k_rows = k_end - k_next;
   std::int64_t j = 0;
   for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
     if (prefetch) {
-      pv.rows<3, 2>(j0 + j + kRows4PrefetchRows);
-      // k_rows rows over n keys, two keys per step: one whenever the credit reaches n.
-      k_credit += 2 * k_rows;
-      while (k_credit >= n && k_next < k_end) {
-        pk.rows<2, 1>(k_next++);
-        k_credit -= n;
+      pv.rows<3, 2, kVBytes>(j0 + j + kRows4PrefetchRows);
+      if constexpr (kPasses > 0) {
+        // Keys [pass * n + j, pass * n + j + 2) of the passes' joint walk, scaled to one tile.
+        for (std::int64_t r = (pass * n + j) / kPasses; r < (pass * n + j + 2) / kPasses; ++r) {
+          pk.rows<2, 1, kKBytes>(j0 + n + r);
+        }
+      } else {
+        // k_rows rows over n keys, two keys per step: one whenever the credit reaches n.
+        k_credit += 2 * k_rows;
+        while (k_credit >= n && k_next < k_end) {
+          pk.rows<2, 1>(k_next++);
+          k_credit -= n;
+        }
       }
     }
     P16 lo[CB], hi[CB];
@@ -204,39 +247,49 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     for (int v = 0; v < 2 * CB; ++v) Vec::store(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W, acc[g][v]);
 }
 
-template <bool kSplit>
+template <bool kSplit, int kD>
 void decode_rows4_typed(const DecodeTask& t) {
   const DecodeLayoutRows4 L = decode_layout_rows4(t.head_dim, t.group, t.tile, t.scratch);
-  const std::int64_t G = t.group, d = t.head_dim, blocks = L.dp / kPairChunk;
+  const std::int64_t G = t.group, d = head_dim_of<kD>(t), blocks = L.dp / kPairChunk;
   start_bf16_rows(t, L);
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, t.key_end - j0);
     for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
       const bool prefetch = h0 == 0;  // later blocks of the group read the tile from cache
-      scores_rows4<kSplit>(t, L, h0, j0, n, prefetch);
+      scores_rows4<kSplit, kD>(t, L, h0, j0, n, prefetch);
       softmax_rows4(t, L, h0, n);
       std::int64_t b0 = 0;
       const std::int64_t passes = blocks / 2 + blocks % 2;
       std::int64_t pass = 0;
       // Passes of 64 columns (the last may be 32); only a pass that reaches past head_dim masks.
       for (; b0 + 2 <= blocks; b0 += 2) {
-        if ((b0 + 2) * kPairChunk <= d) pv_rows4<2, false>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
-        else pv_rows4<2, true>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        if ((b0 + 2) * kPairChunk <= d) pv_rows4<2, false, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        else pv_rows4<2, true, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
       }
       if (b0 < blocks) {
-        if ((b0 + 1) * kPairChunk <= d) pv_rows4<1, false>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
-        else pv_rows4<1, true>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        if ((b0 + 1) * kPairChunk <= d) pv_rows4<1, false, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        else pv_rows4<1, true, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
       }
     }
   }
   write_decode_result(t, L.acc, L.dp, L.m, L.l, PairColumn{});
 }
 
+// Head_dim 128 (llama, mistral, qwen) gets its own instance; other widths the run-time one.
+template <bool kSplit>
+void decode_rows4_any_width(const DecodeTask& t) {
+  if (t.head_dim == 128) {
+    decode_rows4_typed<kSplit, 128>(t);
+  } else {
+    decode_rows4_typed<kSplit, 0>(t);
+  }
+}
+
 inline void decode_rows4(const DecodeTask& t) {
   if (t.q.dtype == DType::kBF16) {
-    decode_rows4_typed<false>(t);
+    decode_rows4_any_width<false>(t);
   } else {
-    decode_rows4_typed<true>(t);
+    decode_rows4_any_width<true>(t);
   }
 }
 

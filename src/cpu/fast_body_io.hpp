@@ -18,9 +18,9 @@ using V = Vec::V;
 constexpr int W = Vec::kWidth;
 constexpr float kNegInf = -__builtin_inff();
 
-inline std::int64_t imin(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-inline std::int64_t imax(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
-inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
+constexpr std::int64_t imin(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+constexpr std::int64_t imax(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
+constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
 inline std::size_t floats_for(std::int64_t n) { return static_cast<std::size_t>(round_up(n, 16)); }
 
 inline std::int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }

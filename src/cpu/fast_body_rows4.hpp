@@ -39,23 +39,28 @@ constexpr std::int64_t rows4_f_prefetch_rows() {
 // Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
 // `last` are skipped (they were prefetched already or are not the task's). Issued per key step,
 // so the addressing is one multiply and adds: written per row with a clamp, the prefetches'
-// instructions were a quarter of the bf16 body's time.
+// instructions were a quarter of the bf16 body's time. kBytes > 0: the bytes per row known at
+// compile time (head_dim 128), so each line is one instruction; with a run-time byte count every
+// line also cost an add, a compare and a branch (on Zen 5 a third of the bf16 body's
+// instructions; docs/perf-notes.md, CPU round 8).
 struct PrefetchRows {
   const char* base;  // row 0, byte `from`
   std::int64_t stride, bytes, last;
   PrefetchRows(const RowSource& s, std::int64_t elem, std::int64_t from, std::int64_t bytes_, std::int64_t last_)
       : base(static_cast<const char*>(s.data) + s.offset * elem + from), stride(s.row_stride * elem), bytes(bytes_),
         last(last_) {}
-  template <int kLocality, int kRows>
+  template <int kLocality, int kRows, std::int64_t kBytes = 0>
   inline __attribute__((always_inline)) void rows(std::int64_t row) const {
+    const std::int64_t n = kBytes > 0 ? kBytes : bytes;
     const char* p = base + row * stride;
     if (row + kRows - 1 <= last) {
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r, p += stride)
-        for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+#pragma GCC unroll 8
+        for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
     } else {
       for (std::int64_t r = row; r <= last; ++r, p += stride)
-        for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+        for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
     }
   }
 };

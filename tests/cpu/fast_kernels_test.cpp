@@ -341,10 +341,12 @@ TEST(FastDecode, RowBlocksOfFour) {
     run_decode(decode_problem(1, 8, 2, 128, 400, t), {400}, 8.0f);  // a few keys dominate
   }
   for (DType q : {DType::kF32, DType::kF16}) {  // split q on the bf16 cache
-    DecodeProblem p = decode_problem(2, 8, 2, 104, 131, DType::kBF16);
-    p.q_dtype = q;
-    p.out_dtype = DType::kF32;
-    run_decode(p, {131, 1});
+    for (std::int64_t d : {104, 128}) {  // 128: the body instance compiled for that head_dim
+      DecodeProblem p = decode_problem(2, 8, 2, d, 131, DType::kBF16);
+      p.q_dtype = q;
+      p.out_dtype = DType::kF32;
+      run_decode(p, {131, 1});
+    }
   }
 }
 
