@@ -54,10 +54,16 @@ struct PrefetchRows {
     const std::int64_t n = kBytes > 0 ? kBytes : bytes;
     const char* p = base + row * stride;
     if (row + kRows - 1 <= last) {
+      if constexpr (kBytes > 0) {
 #pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r, p += stride)
+        for (int r = 0; r < kRows; ++r, p += stride)
 #pragma GCC unroll 8
-        for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+          for (std::int64_t b = 0; b < kBytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+      } else {
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r, p += stride)
+          for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
+      }
     } else {
       for (std::int64_t r = row; r <= last; ++r, p += stride)
         for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
