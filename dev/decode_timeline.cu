@@ -5,8 +5,11 @@
 // since the first block started (globaltimer), the median over blocks of the block's own SM clock
 // since its entry, and the event time of the whole call.
 //   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
-//     dev/decode_timeline.cu build/<cuda build>/libattnkit.a -Xcompiler=-fopenmp -o decode_timeline
-//   ./decode_timeline [batch] [kv_len] [warm]  (32 query / 8 KV heads, head_dim 128; warm: no flush)
+//     dev/decode_timeline.cu build/<cuda build>/libattnkit.a -Xcompiler=-fopenmp -lcuda -o decode_timeline
+//   ./decode_timeline [batch] [kv_len] [splits] [warm]  (32 query / 8 KV heads, head_dim 128; splits: 0 =
+//   the plan's; warm: no flush). Also times, under the same protocol, the decode kernel without the
+//   merge and an empty kernel (the floor of an event-timed call), and prints the stamped kernel's
+//   registers and blocks per SM (the stamps cost registers: check it matches the library's).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +45,8 @@ namespace {
 
 using namespace attnkit;
 
+__global__ void empty_kernel() {}
+
 void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
@@ -58,7 +63,8 @@ const char* kPhaseNames[timeline::kPhases] = {
 
 int main(int argc, char** argv) {
   const std::int64_t batch = argc > 1 ? std::atoll(argv[1]) : 1, kv_len = argc > 2 ? std::atoll(argv[2]) : 1024;
-  const bool warm = argc > 3;
+  const int splits_override = argc > 3 ? std::atoi(argv[3]) : 0;
+  const bool warm = argc > 4;
   DecodeProblem pr;
   pr.batch = batch;
   pr.num_heads = 32;
@@ -75,7 +81,8 @@ int main(int argc, char** argv) {
   ok(cudaMalloc(&v, kv_elems * 2), "v");
   ok(cudaMalloc(&out, q_elems * 2), "out");
   ok(cudaMalloc(&lengths, batch * 4), "lengths");
-  ok(cudaMalloc(&ws, std::max<std::uint64_t>(plan.evidence.workspace_bytes, 256)), "ws");
+  // Room for the states of up to 64 splits (the split-count variants).
+  ok(cudaMalloc(&ws, std::max<std::uint64_t>(plan.evidence.workspace_bytes, 64ull * batch * 32 * 129 * 4)), "ws");
   ok(cudaMalloc(&flush, 256u << 20), "flush");
   ok(cudaMemset(q, 0x3c, q_elems * 2), "q");
   ok(cudaMemset(k, 0x3c, kv_elems * 2), "k");
@@ -94,6 +101,11 @@ int main(int argc, char** argv) {
   p.tile = static_cast<int>(w.tile_size), p.stages = static_cast<int>(w.pipeline_stages);
   p.splits = static_cast<int>(w.sequence_splits), p.keys_per_split = static_cast<int>(w.keys_per_split);
   p.passes = 1;
+  if (splits_override > 0) {  // the same tiles in this many splits
+    p.splits = splits_override;
+    const int tiles = static_cast<int>((kv_len + p.tile - 1) / p.tile);
+    p.keys_per_split = (tiles + p.splits - 1) / p.splits * p.tile;
+  }
   p.shared_bytes = static_cast<int>(cuda_decode::shared_bytes(128, p.tile, p.stages, 2, p.rows_per_block, p.key_warps));
   p.q = q, p.q_dtype = DType::kBF16, p.q_stride_b = 32 * 128, p.q_stride_h = 128;
   p.k = k, p.v = v;
@@ -113,6 +125,17 @@ int main(int argc, char** argv) {
               static_cast<long long>(batch), static_cast<long long>(kv_len), blocks, 32 * (int)w.warps_per_block,
               p.splits, p.keys_per_split, p.tile, p.stages);
 
+  {
+    auto kernel = cuda_decode::split_kv_decode_kernel<__nv_bfloat16, 128, cuda_decode::MmaEngine<__nv_bfloat16, 128>>;
+    cudaFuncAttributes attributes{};
+    ok(cudaFuncGetAttributes(&attributes, kernel), "attributes");
+    ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.shared_bytes), "shared memory");
+    int per_sm = 0;
+    ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, blocks > 0 ? 32 * (int)w.warps_per_block : 32,
+                                                     p.shared_bytes),
+       "occupancy");
+    std::printf("stamped kernel: %d registers, %d blocks per SM\n", attributes.numRegs, per_sm);
+  }
   cudaStream_t s;
   ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   cudaEvent_t e0, e1;
@@ -159,8 +182,25 @@ int main(int argc, char** argv) {
     std::sort(x.begin(), x.end());
     return x[x.size() / 2];
   };
-  std::printf("call (events, %s): median %.2f us over %d calls\n", warm ? "no flush" : "flush before each",
-              median(call_us), kReps);
+  // The same protocol without the merge, and with an empty kernel in place of the call.
+  auto time_calls = [&](auto&& call) {
+    std::vector<double> t;
+    for (int rep = 0; rep < kReps + 5; ++rep) {
+      if (!warm) ok(cudaMemsetAsync(flush, rep & 0xff, 256u << 20, s), "flush");
+      cudaEventRecord(e0, s);
+      call();
+      cudaEventRecord(e1, s);
+      ok(cudaEventSynchronize(e1), "run");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (rep >= 5) t.push_back(ms * 1e3);
+    }
+    return median(t);
+  };
+  const double decode_only = time_calls([&] { cuda_decode::launch_decode_typed<__nv_bfloat16>(p, s); });
+  const double empty = time_calls([&] { empty_kernel<<<1, 32, 0, s>>>(); });
+  std::printf("call (events, %s): median %.2f us over %d calls; decode kernel alone %.2f us; empty kernel %.2f us\n",
+              warm ? "no flush" : "flush before each", median(call_us), kReps, decode_only, empty);
   std::printf("%-32s %12s %12s %14s  (us; medians over calls; clock at %d MHz)\n", "phase", "block median",
               "last block", "block clock", clock_khz / 1000);
   for (int ph : {0, 1, 2, 3, 4, 5, 7, 8, 9, 6}) {

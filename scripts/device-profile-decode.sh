@@ -2,7 +2,10 @@
 # Where the CUDA decode time goes, on the lent H200 (issue 3): ncu per-kernel durations (decode and
 # merge kernels, so the launch gaps are the bench time minus their sum) at the batch-1 points, and
 # the warp-stall / memory sections of the decode kernel at a few large points.
-#   scripts/device-profile-decode.sh [CLI]   (CLI: an attnkit binary built with CUDA; default build/device/attnkit)
+#   scripts/device-profile-decode.sh [CLI] [parts]   (CLI: an attnkit binary built with CUDA; default
+#   build/device/attnkit; parts: any of durations,sections,peers, default all)
+# "peers" profiles the decode kernel and PyTorch's cuDNN decode (dev/profile_decode_peers.py, needs
+# torch) with the same sections and DRAM metrics at large points, side by side.
 # Text reports go under $OUT/profile/; a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +13,12 @@ OUT=${OUT:-/tmp/attnkit-out}
 LOG=$OUT/profile
 mkdir -p "$LOG"
 CLI=${1:-build/device/attnkit}
+PARTS=${2:-durations,sections,peers}
+part() { [[ ,$PARTS, == *,$1,* ]]; }
 SHAPE="--heads 32 --kv-heads 8 --head-dim 128 --window 0"
 KERNELS='regex:split_kv_decode_kernel|merge_splits_kernel'
 
+if part durations; then
 echo "== kernel durations (ncu gpu__time_duration, 3 launches per point)"
 printf '%-6s %5s %7s %-28s %10s\n' dtype batch kv_len kernel "us (median)"
 for point in "bf16 1 1024" "bf16 1 4096" "bf16 1 16384" "bf16 1 65536" "bf16 16 1024" "bf16 256 1024" "f32 1 1024"; do
@@ -41,6 +47,9 @@ for name, v in by.items():
 PY
 done
 
+fi
+
+if part sections; then
 echo "== decode kernel sections at large points (one launch each)"
 for point in "bf16 64 16384" "bf16 1 65536" "bf16 256 1024" "f32 64 16384"; do
   set -- $point
@@ -51,3 +60,23 @@ for point in "bf16 64 16384" "bf16 1 65536" "bf16 256 1024" "f32 64 16384"; do
   echo "-- $point"
   grep -E "DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Issued Warp Per Scheduler|No Eligible|Warp Cycles Per Issued|Stall|Active Warps Per Scheduler" "$f" | head -14
 done
+fi
+
+if part peers; then
+echo "== attnkit's decode kernel and cuDNN's at the same large points (one call each, DRAM metrics)"
+METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,launch__grid_size,launch__block_size,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
+for point in "64 16384" "16 65536"; do
+  set -- $point
+  f=$LOG/peers_b$1_kv$2_attnkit.txt
+  timeout 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics $METRICS \
+    -k regex:split_kv_decode_kernel --launch-skip 2 --launch-count 1 \
+    $CLI bench --backend cuda --op decode --batch $1 --kv-len $2 --dtype bf16 $SHAPE --reps 1 --warmup 2 > "$f" 2>&1
+  g=$LOG/peers_b$1_kv$2_cudnn.txt
+  timeout 150 ncu --clock-control none --nvtx --nvtx-include "peer/" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --metrics $METRICS python3 dev/profile_decode_peers.py --backend cudnn --batch $1 --kv-len $2 > "$g" 2>&1
+  for x in "$f" "$g"; do
+    echo "-- bf16 b$1 x $2: $(basename "$x" .txt)"
+    grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|dram__|lts__t_sector_hit|launch__|sm__warps_active|DRAM Throughput|L2 Hit|Mem Busy|Max Bandwidth" "$x" | head -30
+  done
+done
+fi
