@@ -37,7 +37,7 @@ CUtensorMap make_tensor_map_4d(const TensorMapSpec& s, const char* context, cons
   CUtensorMap map{};
   const CUresult r =
       encode_tiled(context)(&map, s.dtype, 4, const_cast<void*>(s.data), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle, s.l2_promotion,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, context,
           std::string("cuTensorMapEncodeTiled failed for ") + name + " (CUresult " + std::to_string(static_cast<int>(r)) +

@@ -36,6 +36,9 @@ void make_kv_box_map(unsigned char (&dst)[128], const KvBoxTensor& kv, int box_r
   }
   const int capacity = head_dim_capacity(kv.head_dim);
   spec.box = {static_cast<std::uint32_t>(row_stride_elems(capacity, elem)), static_cast<std::uint32_t>(box_rows), 1, 1};
+  // 128-byte promotion: with 256 B, ncu counted half the box's L2 sector reads as hits and DRAM ran
+  // at 87% of peak (cuDNN: no hits, 94%); with 128 B the large points read 3-5% faster.
+  spec.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   const CUtensorMap map = cuda_common::make_tensor_map_4d(spec, ctx, name);
   static_assert(sizeof(map) == sizeof(dst), "DecodeParams holds one CUtensorMap per cache");
   std::memcpy(dst, &map, sizeof(map));
