@@ -6,7 +6,7 @@ are generated, not typed). Run: python3 dev/hopper/gen_wgmma.py > src/cuda/prefi
   ss: D(64xN, f32) (+)= A(smem desc, K-major) * B(smem desc, K-major)      S = Q K^T
   rs: D(64xN, f32) (+)= A(registers)          * B(smem desc, MN-major)     O += P V
 """
-SS_N = (64, 128, 176, 192)
+SS_N = (64, 80, 128)
 RS_N = (64, 128, 256)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 

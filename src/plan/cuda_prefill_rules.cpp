@@ -18,6 +18,7 @@
 // kTargetTilesPerSplit tiles; partial states go to the workspace and are merged afterwards.
 // Pure host code: compiled with or without CUDA.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -174,6 +175,43 @@ void partition_cooperative(const PrefillProblem& p, const Target& t, const Kerne
 
 bool is_hopper(const Target& t) { return t.cc_major == 9 && t.cc_minor == 0; }
 
+std::string format_rate(double rate) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2fx", rate);
+  return text;
+}
+
+// Key rows the 128-row blocks stream in `bc`-key tiles, over one (sequence, head): each block reads
+// the tiles its rows' visible keys touch, masked parts included, as the kernel's work_tile walks
+// them (bottom-right causal, window counted back from the block's first row).
+std::uint64_t padded_tile_rows(const PrefillProblem& p, std::int64_t bc) {
+  const std::int64_t rows = cuda_prefill_hopper::kRowsPerBlock, offset = p.kv_len - p.q_len;
+  std::uint64_t total = 0;
+  for (std::int64_t m0 = 0; m0 < p.q_len; m0 += rows) {
+    const std::int64_t first = m0 + offset, last = std::min(p.q_len, m0 + rows) - 1 + offset;
+    const std::int64_t lo = p.options.window > 0 ? std::max<std::int64_t>(0, first - p.options.window + 1) : 0;
+    const std::int64_t hi = p.causal ? std::min(p.kv_len, last + 1) : p.kv_len;
+    if (hi > lo) total += static_cast<std::uint64_t>(((hi + bc - 1) / bc - lo / bc) * bc);
+  }
+  return total;
+}
+
+// The Hopper config for the problem's head_dim with the least padded tile work per unit of speed
+// (nullptr: none compiled for that head_dim). The loop over query blocks is O(q_len / 128).
+const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProblem& p) {
+  const cuda_prefill_hopper::HopperConfig* best = nullptr;
+  double best_cost = 0;
+  for (const cuda_prefill_hopper::HopperConfig& c : cuda_prefill_hopper::kHopperConfigs) {
+    if (c.head_dim != p.head_dim) continue;
+    const double cost = static_cast<double>(padded_tile_rows(p, c.keys_per_tile)) / c.relative_rate;
+    if (best == nullptr || cost < best_cost) {
+      best = &c;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefill_hopper::HopperConfig& c,
                       WorkPartition& part, std::vector<std::string>& reasons) {
   namespace hop = cuda_prefill_hopper;
@@ -232,6 +270,14 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(hop::kConsumerWarpgroups) +
                     " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::kConsumerRegisters) +
                     "): S = Q K^T by wgmma from shared memory, P V with P in registers");
+  for (const hop::HopperConfig& other : hop::kHopperConfigs) {
+    if (other.head_dim != c.head_dim || other.keys_per_tile == c.keys_per_tile) continue;
+    reasons.push_back(std::to_string(c.keys_per_tile) + "-key tiles, not " + std::to_string(other.keys_per_tile) +
+                      ": key rows streamed per head " + std::to_string(padded_tile_rows(p, c.keys_per_tile)) + " vs " +
+                      std::to_string(padded_tile_rows(p, other.keys_per_tile)) + " (masked tile parts included), at " +
+                      format_rate(c.relative_rate) + " vs " + format_rate(other.relative_rate) +
+                      " measured speed (hopper_config.hpp)");
+  }
   reasons.push_back(std::to_string(c.keys_per_tile) + " keys per tile (registers: S " + std::to_string(c.keys_per_tile / 2) +
                     " + P " + std::to_string(c.keys_per_tile / 4) + " + O " + std::to_string(p.head_dim / 2) +
                     " per consumer thread), " + std::to_string(c.stages) + "-slot K/V ring, " +
@@ -257,7 +303,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
 
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& part, std::vector<std::string>& reasons) {
-  const cuda_prefill_hopper::HopperConfig* hopper = cuda_prefill_hopper::find_hopper_config(p.head_dim);
+  const cuda_prefill_hopper::HopperConfig* hopper = choose_hopper_config(p);
   const bool half_inputs = p.dtype == DType::kF16 || p.dtype == DType::kBF16;
   const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;
   if (requested != nullptr && *requested == KernelFamily::kWarpSpecializedWgmma) {

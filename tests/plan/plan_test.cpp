@@ -106,6 +106,38 @@ TEST(PlanGpu, PlansDecodeForAKnownTargetWithoutTheDevice) {
 
 // Which prefill family the CUDA rules pick: the Hopper kernel where target, dtype, head_dim and
 // options allow and the tiled family would not split keys; the tiled family everywhere else.
+// head_dim 256 has two Hopper kernels, 64- and 80-key tiles: the planner weighs the key rows each
+// streams (masked tile parts included) by their measured speed (hopper_config.hpp). Long or
+// non-causal problems take 80; a short causal one, whose 128-row diagonal wastes more of an
+// 80-key tile, keeps 64. The gpu suite's d256 shapes (tests/cuda/prefill_hopper_test.cpp) land on
+// both, so both kernels are checked against the golden.
+TEST(PlanGpu, PrefillHead256ChoosesItsKeyTileByPaddedWork) {
+  const Target h200 = known_target("h200");
+  const KernelFamily hopper = KernelFamily::kWarpSpecializedWgmma;
+  auto tile_of = [&](std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t q_len,
+                     std::int64_t kv_len, bool causal) {
+    PrefillProblem p;
+    p.batch = batch;
+    p.num_heads = heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = 256;
+    p.q_len = q_len;
+    p.kv_len = kv_len;
+    p.causal = causal;
+    return plan_prefill(p, h200, hopper).partition.tile_size;
+  };
+  EXPECT_EQ(tile_of(2, 8, 8, 8192, 8192, false), 80u);
+  EXPECT_EQ(tile_of(1, 8, 8, 16384, 16384, true), 80u);
+  EXPECT_EQ(tile_of(16, 8, 8, 1024, 1024, true), 80u);
+  EXPECT_EQ(tile_of(32, 8, 8, 512, 512, true), 64u);    // measured 8% slower with 80
+  EXPECT_EQ(tile_of(32, 8, 8, 512, 512, false), 64u);   // 560 padded rows against 512: a tie
+  EXPECT_EQ(tile_of(1, 4, 1, 300, 450, false), 80u);    // hop_noncausal_gqa4_d256_f16
+  EXPECT_EQ(tile_of(1, 4, 2, 200, 260, true), 64u);     // hop_causal_large_scores_d256_bf16
+  PrefillProblem d128;
+  d128.head_dim = 128;
+  EXPECT_EQ(plan_prefill(d128, h200, hopper).partition.tile_size, 128u);  // one config
+}
+
 TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   const Target h200 = known_target("h200");
   PrefillProblem p;  // bf16, d128, 32 heads, 4096 x 4096, causal

@@ -145,9 +145,9 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
 
   if (part.family == KernelFamily::kWarpSpecializedWgmma) {  // Hopper: src/cuda/prefill_hopper/
-    const cuda_prefill_hopper::HopperConfig* hc = cuda_prefill_hopper::find_hopper_config(pr.head_dim);
+    const cuda_prefill_hopper::HopperConfig* hc = cuda_prefill_hopper::find_hopper_config(pr.head_dim, part.tile_size);
     require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::kRowsPerBlock) &&
-                part.tile_size == static_cast<std::uint32_t>(hc->keys_per_tile) && part.sequence_splits == 1,
+                part.sequence_splits == 1,
             kContext, "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
             "plan with plan_prefill from this build of attnkit");
     const std::int64_t unit = 2;  // paired stores
@@ -155,7 +155,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
     require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
             "pass out with even strides and an aligned base pointer");
-    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, part.grid_blocks, part.heads_per_tile_group, stream);
+    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, *hc, part.grid_blocks, part.heads_per_tile_group, stream);
     return;
   }
   require(part.family == KernelFamily::kCooperativeTiled, kContext,

@@ -13,8 +13,12 @@ namespace attnkit::cuda_prefill_hopper {
 // stream through a ring of `stages` shared-memory slots guarded by mbarriers.
 struct HopperConfig {
   int head_dim;
-  int keys_per_tile;  // wgmma N of S = Q K^T (a multiple of 16; 64 .. 192)
+  int keys_per_tile;  // wgmma N of S = Q K^T (a multiple of 16: 64, 80 or 128, dev/hopper/gen_wgmma.py)
   int stages;         // K/V ring slots
+  // Measured speed of this config's tile work relative to 1.0 for its head_dim's first config: the
+  // planner divides each config's padded tile work (masked tile rows included) by it and takes
+  // the smaller.
+  double relative_rate;
 };
 
 inline constexpr int kConsumerWarpgroups = 2;
@@ -27,16 +31,30 @@ inline constexpr int kSwizzleElements = 64;     // 128-byte swizzle: 64 16-bit e
 // Registers per consumer thread decide the key tile: S (keys_per_tile / 2 f32), P (keys_per_tile / 4)
 // and O (head_dim / 2) must fit 240 with room for addresses and the softmax state.
 inline constexpr HopperConfig kHopperConfigs[] = {
-    {64, 128, 3},   // S 64 + P 32 + O 32 registers; 48 KiB per stage
-    {128, 128, 3},  // S 64 + P 32 + O 64; 64 KiB per stage + 32 KiB Q = 224 KiB (of 227)
-    {256, 64, 2},   // S 32 + P 16 + O 128; 64 KiB per stage + 64 KiB Q = 192 KiB
+    {64, 128, 3, 1.0},   // S 64 + P 32 + O 32 registers; 48 KiB per stage
+    {128, 128, 3, 1.0},  // S 64 + P 32 + O 64; 64 KiB per stage + 32 KiB Q = 224 KiB (of 227)
+    {256, 64, 2, 1.0},   // S 32 + P 16 + O 128; 64 KiB per stage + 64 KiB Q = 192 KiB
+    // d256 with 80-key tiles: S = Q K^T reads Q and K from shared memory, and at N = 64 each wgmma
+    // needs 128 B per clock, all the bandwidth there is; N = 80 needs 112 (docs/perf-notes.md,
+    // "Hopper prefill round 3"): 8-12% faster on long sequences, but a causal diagonal of 128-row
+    // blocks wastes more of an 80-key tile (causal 512 ran 8% slower). 80 KiB per stage + 64 KiB Q
+    // = 224 KiB.
+    {256, 80, 2, 1.09},  // S 40 + P 20 + O 128
 };
 
-inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim) {
+// The config a plan names: its head_dim and keys per tile (nullptr: none compiled).
+inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim, std::int64_t keys_per_tile) {
   for (const HopperConfig& c : kHopperConfigs) {
-    if (c.head_dim == head_dim) return &c;
+    if (c.head_dim == head_dim && c.keys_per_tile == keys_per_tile) return &c;
   }
   return nullptr;
+}
+
+inline constexpr bool has_hopper_config(std::int64_t head_dim) {
+  for (const HopperConfig& c : kHopperConfigs) {
+    if (c.head_dim == head_dim) return true;
+  }
+  return false;
 }
 
 // Dynamic shared memory of one block: Q tile, `stages` K and V tiles (16-bit elements, no padding:

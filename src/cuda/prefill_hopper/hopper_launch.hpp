@@ -3,14 +3,16 @@
 #pragma once
 #include "attnkit/tensors.hpp"
 #include "cuda/prefill/prefill_params.cuh"
+#include "cuda/prefill_hopper/hopper_config.hpp"
 
 namespace attnkit::cuda_prefill_hopper {
 
 // Builds the TMA descriptors of q, k and v, and launches `grid_blocks` persistent blocks of the
-// kernel instantiated for p.head_dim and `dtype` (f16 or bf16), walking the work tiles in groups of
+// kernel instantiated for `config` (one of kHopperConfigs, the plan's) and `dtype` (f16 or bf16), walking the work tiles in groups of
 // `heads_per_group` (sequence, head) pairs (the plan's heads_per_tile_group). Throws Error before any launch
 // when a tensor cannot be described to TMA (alignment, strides) or no instance exists.
 void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype,
-                           std::uint64_t grid_blocks, std::uint32_t heads_per_group, void* stream);
+                           const HopperConfig& config, std::uint64_t grid_blocks, std::uint32_t heads_per_group,
+                           void* stream);
 
 }  // namespace attnkit::cuda_prefill_hopper

@@ -69,21 +69,25 @@ void launch_config(HopperParams& hp, const PrefillTensors& t, DType dtype, std::
 }
 
 template <bool Bf16, std::size_t... kIndex>
-void launch_any(HopperParams& hp, const PrefillTensors& t, DType dtype, std::uint64_t grid_blocks, cudaStream_t stream,
-                std::index_sequence<kIndex...>) {
+void launch_any(HopperParams& hp, const PrefillTensors& t, DType dtype, const HopperConfig& config,
+                std::uint64_t grid_blocks, cudaStream_t stream, std::index_sequence<kIndex...>) {
   bool launched = false;
-  ((kHopperConfigs[kIndex].head_dim == hp.p.head_dim && !launched
+  ((kHopperConfigs[kIndex].head_dim == config.head_dim && kHopperConfigs[kIndex].keys_per_tile == config.keys_per_tile &&
+            !launched
         ? (launch_config<static_cast<int>(kIndex), Bf16>(hp, t, dtype, grid_blocks, stream), launched = true)
         : false),
    ...);
-  require(launched, kContext, "no Hopper kernel for head_dim=" + std::to_string(hp.p.head_dim),
-          "plan again: the planner only picks head dims listed in kHopperConfigs");
+  require(launched && config.head_dim == hp.p.head_dim, kContext,
+          "no Hopper kernel for head_dim=" + std::to_string(hp.p.head_dim) + " with " +
+              std::to_string(config.keys_per_tile) + "-key tiles",
+          "plan again: the planner only picks configs listed in kHopperConfigs");
 }
 
 }  // namespace
 
 void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype,
-                           std::uint64_t grid_blocks, std::uint32_t heads_per_group, void* stream) {
+                           const HopperConfig& config, std::uint64_t grid_blocks, std::uint32_t heads_per_group,
+                           void* stream) {
   require(dtype == DType::kBF16 || dtype == DType::kF16, kContext, "inputs are " + std::string(dtype_name(dtype)),
           "use f16 or bf16 inputs (f32 runs on the cooperative_tiled family)");
   require(p.softcap == 0.0f && p.splits == 1, kContext, "the plan asks for a soft-cap or key splits",
@@ -102,9 +106,9 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kBF16) {
-    launch_any<true>(hp, t, dtype, grid_blocks, s, configs);
+    launch_any<true>(hp, t, dtype, config, grid_blocks, s, configs);
   } else {
-    launch_any<false>(hp, t, dtype, grid_blocks, s, configs);
+    launch_any<false>(hp, t, dtype, config, grid_blocks, s, configs);
   }
 }
 

@@ -62,15 +62,13 @@ template <int N, bool Bf16>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, int accumulate) {
   if constexpr (Bf16) {
     if constexpr (N == 64) wgmma_ss_bf16_n64(d, da, db, accumulate);
+    else if constexpr (N == 80) wgmma_ss_bf16_n80(d, da, db, accumulate);
     else if constexpr (N == 128) wgmma_ss_bf16_n128(d, da, db, accumulate);
-    else if constexpr (N == 176) wgmma_ss_bf16_n176(d, da, db, accumulate);
-    else if constexpr (N == 192) wgmma_ss_bf16_n192(d, da, db, accumulate);
     else static_assert(N == 64, "no wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
   } else {
     if constexpr (N == 64) wgmma_ss_f16_n64(d, da, db, accumulate);
+    else if constexpr (N == 80) wgmma_ss_f16_n80(d, da, db, accumulate);
     else if constexpr (N == 128) wgmma_ss_f16_n128(d, da, db, accumulate);
-    else if constexpr (N == 176) wgmma_ss_f16_n176(d, da, db, accumulate);
-    else if constexpr (N == 192) wgmma_ss_f16_n192(d, da, db, accumulate);
     else static_assert(N == 64, "no wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
   }
 }
