@@ -1,0 +1,268 @@
+// The decode's memory access pattern without its arithmetic, against plain read streams, on one
+// thread (pin it: `taskset -c 1 cpu_pattern_probe`). docs/perf-notes.md, CPU round 9.
+//
+// Buffers: K and V as the decode reads them ([kv_heads][kv_len][head_dim], one contiguous region
+// each), 8 KV heads x 65536 keys x 256-byte rows (bf16 head_dim 128) by default: 128 MiB each,
+// far above the LLC. Every variant reads every byte of K and V once per pass (64-byte loads
+// XOR-reduced, so nothing is skipped) and reports GB/s = (K + V bytes) / time; the median of the
+// passes, variants run in rotation so a noisy moment hits all of them.
+//
+// Variants (the decode's = "decode": src/cpu/fast_body_bf16_rows4.hpp at head_dim 128, tile 256):
+//   seq          K then V, one sequential stream, hardware prefetch only (the read probe's first
+//                pattern, bench/cpu_ceilings.cpp)
+//   decode       per KV head, per tile of 256 keys: K rows 4 per step with K prefetched 8 rows
+//                ahead into L1 and the tile's V rows at the current key into L2; then V in two
+//                passes of 128 bytes per row, 2 rows per step, V 8 rows ahead into L1 and the
+//                next tile's K into L2 (one row per step and pass)
+//   decode-nopf  the same loads, no software prefetch
+//   decode-far   the L2 prefetches a whole tile further ahead (V of the next tile, K two ahead)
+//   decode-nta   the L2 prefetches as prefetchnta
+//   decode-1pass V in one pass of whole rows (not two 128-byte column passes)
+//   kv-inter     K row j and V row j of each key read side by side (two streams at once)
+//   k-then-v     a KV head's whole K, then its whole V (one stream at a time, hardware prefetch)
+//   The rows' bytes (--row-bytes 512 for f32), kv_len, heads and the tile are options; --huge asks
+//   for transparent huge pages (madvise) on both buffers.
+//
+// --work N adds N f32 FMAs per 64-byte line loaded (8 independent chains), so the loads share the
+// core with arithmetic as in the decode body (8 per line is ~32 cycles per key and KV head at two
+// FMAs per cycle; the bf16 body is ~39 cycles cache-resident on Zen 5).
+//
+// Not part of the build (x86 with AVX-512 only; a development probe, not a ceiling):
+//   g++ -O2 -std=c++20 -mavx512f -o /tmp/cpu_pattern_probe dev/cpu_pattern_probe.cpp
+//   taskset -c 1 /tmp/cpu_pattern_probe --reps 11 --work 8
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Shape {
+  std::int64_t heads = 8, keys = 65536, row = 256, tile = 256;
+};
+
+using Acc = __m512i;
+
+// Arithmetic beside the loads: kWorkChains independent FMA chains, g_work FMAs per 64-byte line
+// loaded (the decode body's throughput-bound work: ~39 cycles per key and KV head on Zen 5 is
+// ~10 FMA slots per line at 2 per cycle). 0: loads only.
+int g_work = 0;
+constexpr int kWorkChains = 8;
+
+struct Work {
+  __m512 f[kWorkChains];
+  __attribute__((target("avx512f"))) Work() {
+    for (int c = 0; c < kWorkChains; ++c) f[c] = _mm512_set1_ps(0.5f + 0.01f * c);
+  }
+  __attribute__((target("avx512f"))) std::uint64_t done(Acc acc) const {
+    __m512 sum = f[0];
+    for (int c = 1; c < kWorkChains; ++c) sum = _mm512_add_ps(sum, f[c]);
+    alignas(64) std::uint64_t lanes[8];
+    _mm512_store_si512(lanes, _mm512_xor_si512(acc, _mm512_castps_si512(sum)));
+    return lanes[0] ^ lanes[3] ^ lanes[7];
+  }
+};
+
+__attribute__((target("avx512f"), always_inline)) inline void load_row(Acc& acc, Work& work, const char* p,
+                                                                        std::int64_t bytes) {
+  const __m512 a = _mm512_set1_ps(0.9999f), k = _mm512_set1_ps(0.0001f);
+  for (std::int64_t b = 0; b < bytes; b += 64) {
+    acc = _mm512_xor_si512(acc, _mm512_load_si512(p + b));
+    for (int w = 0; w < g_work; w += kWorkChains)
+#pragma GCC unroll 8
+      for (int c = 0; c < kWorkChains; ++c) work.f[c] = _mm512_fmadd_ps(work.f[c], a, k);
+  }
+}
+
+template <int kHint>
+inline void prefetch_rows(const char* p, std::int64_t rows, std::int64_t row, std::int64_t bytes, const char* end) {
+  for (std::int64_t r = 0; r < rows; ++r, p += row) {
+    if (p >= end) return;
+    for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, static_cast<_mm_hint>(kHint));
+  }
+}
+
+// The decode's pattern. l2_ahead: tiles between the L2 prefetch and its use (0: as the decode);
+// kL2Hint: _MM_HINT_T1 as the decode, _MM_HINT_NTA for the variant; passes: V column passes.
+template <int kL2Hint>
+__attribute__((target("avx512f"))) std::uint64_t decode_pattern(const char* k, const char* v, const Shape& s,
+                                                                 bool prefetch, int l2_ahead, int passes) {
+  Acc acc = _mm512_setzero_si512();
+  Work work;
+  const std::int64_t row = s.row, head_bytes = s.keys * row, pass_bytes = row / passes;
+  constexpr std::int64_t kL1Rows = 8;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    const char* kh = k + h * head_bytes;
+    const char* vh = v + h * head_bytes;
+    const char* kend = kh + head_bytes;
+    const char* vend = vh + head_bytes;
+    for (std::int64_t j0 = 0; j0 < s.keys; j0 += s.tile) {
+      const std::int64_t n = std::min(s.tile, s.keys - j0);
+      const std::int64_t ahead = l2_ahead * s.tile;
+      for (std::int64_t j = 0; j < n; j += 4) {
+        const char* kr = kh + (j0 + j) * row;
+        if (prefetch) {
+          prefetch_rows<_MM_HINT_T0>(kr + kL1Rows * row, 4, row, row, kend);
+          prefetch_rows<kL2Hint>(vh + (j0 + j + ahead) * row, 4, row, row, vend);
+        }
+        for (int r = 0; r < 4; ++r) load_row(acc, work, kr + r * row, row);
+      }
+      for (int pass = 0; pass < passes; ++pass) {
+        const std::int64_t from = pass * pass_bytes;
+        // The next tile's K rows, this pass's share, one row per step (n / 2 steps per pass).
+        std::int64_t next = j0 + n + ahead + pass * n / passes;
+        for (std::int64_t j = 0; j < n; j += 2) {
+          const char* vr = vh + (j0 + j) * row + from;
+          if (prefetch) {
+            prefetch_rows<_MM_HINT_T0>(vr + kL1Rows * row, 2, row, pass_bytes, vend);
+            // n / passes rows of the next tile per pass over n / 2 steps: passes == 2 -> 1 per step.
+            const std::int64_t per = passes == 1 ? 2 : 1;
+            prefetch_rows<kL2Hint>(kh + next * row, per, row, row, kend);
+            next += per;
+          }
+          load_row(acc, work, vr, pass_bytes);
+          load_row(acc, work, vr + row, pass_bytes);
+        }
+      }
+    }
+  }
+  return work.done(acc);
+}
+
+__attribute__((target("avx512f"))) std::uint64_t sequential(const char* p, std::int64_t bytes) {
+  Acc acc = _mm512_setzero_si512();
+  Work work;
+  for (std::int64_t i = 0; i < bytes; i += 256) load_row(acc, work, p + i, 256);
+  return work.done(acc);
+}
+
+// K row j and V row j per step, both streams at once (hardware prefetch, plus software prefetch
+// `ahead` rows ahead into L1 when ahead > 0).
+__attribute__((target("avx512f"))) std::uint64_t kv_interleaved(const char* k, const char* v, const Shape& s,
+                                                                 std::int64_t ahead) {
+  Acc acc = _mm512_setzero_si512();
+  Work work;
+  const std::int64_t head_bytes = s.keys * s.row;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    const char* kh = k + h * head_bytes;
+    const char* vh = v + h * head_bytes;
+    for (std::int64_t j = 0; j < s.keys; ++j) {
+      if (ahead > 0 && j + ahead < s.keys) {
+        prefetch_rows<_MM_HINT_T0>(kh + (j + ahead) * s.row, 1, s.row, s.row, kh + head_bytes);
+        prefetch_rows<_MM_HINT_T0>(vh + (j + ahead) * s.row, 1, s.row, s.row, vh + head_bytes);
+      }
+      load_row(acc, work, kh + j * s.row, s.row);
+      load_row(acc, work, vh + j * s.row, s.row);
+    }
+  }
+  return work.done(acc);
+}
+
+char* allocate(std::int64_t bytes, bool huge) {
+  void* p = std::aligned_alloc(2 << 20, static_cast<std::size_t>(bytes));
+  if (p == nullptr) {
+    std::fprintf(stderr, "cannot allocate %lld MiB\n", static_cast<long long>(bytes >> 20));
+    std::exit(1);
+  }
+  if (huge) madvise(p, static_cast<std::size_t>(bytes), MADV_HUGEPAGE);
+  auto* c = static_cast<char*>(p);
+  for (std::int64_t i = 0; i < bytes; ++i) c[i] = static_cast<char>(i * 131 + 7);
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    std::fprintf(stderr, "this probe needs AVX-512F\n");
+    return 2;
+  }
+  Shape s;
+  int passes_per_variant = 15;
+  bool huge = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0ll; };
+    if (a == "--row-bytes") s.row = next();
+    else if (a == "--kv-len") s.keys = next();
+    else if (a == "--heads") s.heads = next();
+    else if (a == "--tile") s.tile = next();
+    else if (a == "--reps") passes_per_variant = static_cast<int>(next());
+    else if (a == "--huge") huge = true;
+    else if (a == "--work") g_work = static_cast<int>(next());
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--row-bytes 256] [--kv-len 65536] [--heads 8] [--tile 256] [--reps 15] [--huge] [--work 0] "
+                   "[--only name,name]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (s.row % 128 != 0 || s.tile % 4 != 0 || s.keys % s.tile != 0) {
+    std::fprintf(stderr, "Fix: row bytes a multiple of 128, tile a multiple of 4 dividing kv_len\n");
+    return 2;
+  }
+  const std::int64_t bytes = s.heads * s.keys * s.row;
+  char* k = allocate(bytes, huge);
+  char* v = allocate(bytes, huge);
+  const std::int64_t head_bytes = s.keys * s.row;
+
+  struct Variant {
+    const char* name;
+    std::function<std::uint64_t()> run;
+  };
+  std::vector<Variant> all = {
+      {"seq", [&] { return sequential(k, bytes) ^ sequential(v, bytes); }},
+      {"decode", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 2); }},
+      {"decode-nopf", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, false, 0, 2); }},
+      {"decode-far", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 1, 2); }},
+      {"decode-nta", [&] { return decode_pattern<_MM_HINT_NTA>(k, v, s, true, 0, 2); }},
+      {"decode-1pass", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 1); }},
+      {"kv-inter", [&] { return kv_interleaved(k, v, s, 0); }},
+      {"kv-inter-pf8", [&] { return kv_interleaved(k, v, s, 8); }},
+      {"k-then-v",
+       [&] {
+         std::uint64_t x = 0;
+         for (std::int64_t h = 0; h < s.heads; ++h) x ^= sequential(k + h * head_bytes, head_bytes) ^ sequential(v + h * head_bytes, head_bytes);
+         return x;
+       }},
+  };
+  std::vector<Variant> variants;
+  for (auto& v : all) {
+    if (only.empty() || ("," + only + ",").find(std::string(",") + v.name + ",") != std::string::npos) variants.push_back(v);
+  }
+  std::vector<std::vector<double>> rates(variants.size());
+  volatile std::uint64_t sink = 0;
+  for (auto& v : variants) sink = sink ^ v.run();  // warm-up: page tables, frequency
+  for (int r = 0; r < passes_per_variant; ++r) {
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      sink = sink ^ variants[i].run();
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      rates[i].push_back(2.0 * static_cast<double>(bytes) / sec / 1e9);
+    }
+  }
+  std::printf("# %lld heads x %lld keys x %lld-byte rows, tile %lld, K+V %lld MiB, %s pages, %d passes each, %d FMAs per line\n",
+              static_cast<long long>(s.heads), static_cast<long long>(s.keys), static_cast<long long>(s.row),
+              static_cast<long long>(s.tile), static_cast<long long>(2 * bytes >> 20), huge ? "huge (madvise)" : "4 KiB",
+              passes_per_variant, g_work);
+  std::printf("%-14s %8s %8s %8s  (GB/s)\n", "variant", "median", "min", "max");
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    auto r = rates[i];
+    std::sort(r.begin(), r.end());
+    std::printf("%-14s %8.1f %8.1f %8.1f\n", variants[i].name, r[r.size() / 2], r.front(), r.back());
+  }
+  std::free(k);
+  std::free(v);
+  return 0;
+}
