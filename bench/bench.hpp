@@ -39,6 +39,7 @@ struct Row {
   double predicted_s = 0;       // bytes / ceiling (or flops / ceiling, whichever is larger)
   std::string plan_json;        // the plan's evidence, as to_json()
   std::string skipped;          // non-empty: the case did not run (e.g. kernel not implemented), why
+  bool skipped_by_limit = false;  // ...because it is over the sweep's size limit (by design, not a failure)
 };
 
 struct Options {

@@ -117,6 +117,7 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
     const double cache_bytes = 2.0 * static_cast<double>(kv_elems) * dtype_size(p.kv_dtype);
     if (cache_bytes > kMaxCaseBytes) {
       r.skipped = "K/V cache of " + std::to_string(cache_bytes / 1e9) + " GB exceeds the 40 GB limit of the sweep";
+      r.skipped_by_limit = true;
       rows.push_back(r);
       continue;
     }
