@@ -50,13 +50,6 @@ inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim, s
   return nullptr;
 }
 
-inline constexpr bool has_hopper_config(std::int64_t head_dim) {
-  for (const HopperConfig& c : kHopperConfigs) {
-    if (c.head_dim == head_dim) return true;
-  }
-  return false;
-}
-
 // Dynamic shared memory of one block: Q tile, `stages` K and V tiles (16-bit elements, no padding:
 // the swizzle avoids bank conflicts), the mbarriers, and 1 KiB of slack to align the tiles to the
 // 1024-byte swizzle atom.
