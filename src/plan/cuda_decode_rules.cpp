@@ -4,8 +4,9 @@
 // (rows_per_block = group size, up to max_rows_per_block; larger groups take several passes), so each
 // K/V element is read from device memory once per pass. The thread geometry (threads per key, keys
 // per tile) comes from decode_geometry.hpp, shared with the kernel. The key range is split across
-// blocks only when batch x kv_heads blocks cannot keep every SM streaming; the split count is the
-// one whose blocks fill whole waves best, with at least kMinTilesPerSplit tiles per split.
+// blocks only when batch x kv_heads blocks cannot keep every SM streaming: tensor-core blocks up to
+// one block per SM, CUDA-core (f32) blocks to the count that fills whole waves best; at least
+// kMinTilesPerSplit tiles per split.
 // Pure host code: reads the Target, never a device.
 #include <algorithm>
 #include <cstdint>
@@ -132,24 +133,38 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   const std::int64_t max_splits = std::clamp<std::int64_t>(range / (kMinTilesPerSplit * tile), 1, geo::kMaxSplits);
   std::int64_t splits = 1;
   std::string split_reason;
-  // Up to four waves of `wave` resident blocks: the split count whose blocks fill whole waves best
-  // (a smaller count wins near-ties: fewer partial states, less merge work). Four or more waves of
-  // unsplit blocks leave at most a quarter-wave tail, so they are not split.
-  const std::int64_t cap = std::min(max_splits, std::max<std::int64_t>(1, div_up(4 * wave, base)));
-  double best = -1;
-  for (std::int64_t s = 1; s <= cap; ++s) {
-    const std::int64_t blocks = base * s;
-    const double fill = static_cast<double>(blocks) / static_cast<double>(div_up(blocks, wave) * wave);
-    if (fill > best + 0.02) {
-      best = fill;
-      splits = s;
+  if (geo::uses_mma(kv_bytes)) {
+    // Tensor-core blocks (16-bit K/V): one block per SM streams at the full rate (bf16 b1 x 16k and
+    // 64k ran as fast with 16 splits as with 32), and every further split only adds a partial
+    // state, merge work and queued blocks: the largest count within one block per SM (measured
+    // against the wave-fill rule below: b2 x 4k 31.6 -> 25.0 us, b4 x 4k 52.1 -> 36.5, b4 x 16k
+    // 92.2 -> 85.6, b1 x 4k 20.3 -> 19.2; docs/perf-notes.md, "Decode round 7").
+    splits = std::clamp<std::int64_t>(sm_count / base, 1, max_splits);
+    split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) +
+                   " SMs: the most splits that keep one block per SM (one tensor-core block streams at the "
+                   "SM's share of the bandwidth; more only queue), at most " +
+                   std::to_string(max_splits) + " for " + std::to_string(range) + " keys";
+  } else {
+    // CUDA-core blocks (f32) are latency-bound and need several per SM: up to four waves of `wave`
+    // resident blocks, the split count whose blocks fill whole waves best (a smaller count wins
+    // near-ties: fewer partial states, less merge work). Four or more waves of unsplit blocks leave
+    // at most a quarter-wave tail, so they are not split.
+    const std::int64_t cap = std::min(max_splits, std::max<std::int64_t>(1, div_up(4 * wave, base)));
+    double best = -1;
+    for (std::int64_t s = 1; s <= cap; ++s) {
+      const std::int64_t blocks = base * s;
+      const double fill = static_cast<double>(blocks) / static_cast<double>(div_up(blocks, wave) * wave);
+      if (fill > best + 0.02) {
+        best = fill;
+        splits = s;
+      }
     }
+    split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) + " SMs x " +
+                   std::to_string(per_sm) + " resident blocks: the count whose blocks fill whole waves best (" +
+                   std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves, at least " +
+                   std::to_string(kMinTilesPerSplit) + " tiles per split (at most " + std::to_string(max_splits) +
+                   " splits for " + std::to_string(range) + " keys)";
   }
-  split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) + " SMs x " +
-                 std::to_string(per_sm) + " resident blocks: the count whose blocks fill whole waves best (" +
-                 std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves, at least " +
-                 std::to_string(kMinTilesPerSplit) + " tiles per split (at most " + std::to_string(max_splits) +
-                 " splits for " + std::to_string(range) + " keys)";
   const std::int64_t keys_per_split = div_up(div_up(range, splits), tile) * tile;
   splits = div_up(range, keys_per_split);
   reasons.push_back("sequence_splits " + std::to_string(splits) + " of " + std::to_string(keys_per_split) +
