@@ -350,6 +350,34 @@ TEST(FastDecode, RowBlocksOfFour) {
   }
 }
 
+// Head_dim 128 with bf16 K/V and groups of 4k takes the step body (fast_body_bf16_rows4.hpp,
+// decode_steps4_typed): keys in steps of kStepKeys with the running max and sum per step. Lengths
+// around the step (a last partial step, odd and even, a step of 1 key), several head blocks,
+// soft-cap and scale, windows (tasks that start mid-sequence), key splits, peaked scores (the max
+// rises often) and split q.
+TEST(FastBf16, DecodeStepsHeadDim128) {
+  for (std::int64_t kv_len : {4, 7, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 1000}) {
+    run_decode(decode_problem(2, 8, 2, 128, kv_len, DType::kBF16),
+               {static_cast<std::int32_t>(kv_len), static_cast<std::int32_t>(kv_len / 2 + 1)});
+  }
+  for (std::int64_t heads : {16, 24}) run_decode(decode_problem(2, heads, 2, 128, 77, DType::kBF16), {77, 18});
+  DecodeProblem cap = decode_problem(2, 8, 2, 128, 133, DType::kBF16);
+  cap.options.softcap = 5.0f;
+  cap.options.scale = 0.3f;
+  run_decode(cap, {133, 9}, 3.0f);
+  DecodeProblem window = decode_problem(2, 8, 2, 128, 700, DType::kBF16);
+  window.options.window = 37;
+  run_decode(window, {700, 30});
+  run_decode(decode_problem(1, 8, 2, 128, 5000, DType::kBF16), {5000}, 8.0f, 1);  // splits of one thread, peaked
+  run_decode(decode_problem(1, 8, 2, 128, 5000, DType::kBF16), {4999}, 8.0f, 2);
+  for (DType q : {DType::kF32, DType::kF16}) {
+    DecodeProblem p = decode_problem(2, 16, 2, 128, 49, DType::kBF16);
+    p.q_dtype = q;
+    p.out_dtype = DType::kF32;
+    run_decode(p, {49, 16}, 4.0f);
+  }
+}
+
 TEST(FastBf16, PrefillPairTails) {
   for (std::int64_t d : {8, 24, 40, 80, 136}) {
     for (bool causal : {true, false}) {
