@@ -28,7 +28,7 @@
 // FMAs per cycle; the bf16 body is ~39 cycles cache-resident on Zen 5).
 //
 // Not part of the build (x86 with AVX-512 only; a development probe, not a ceiling):
-//   g++ -O2 -std=c++20 -mavx512f -o /tmp/cpu_pattern_probe dev/cpu_pattern_probe.cpp
+//   g++ -O2 -std=c++20 -mavx512f -mavx512bf16 -o /tmp/cpu_pattern_probe dev/cpu_pattern_probe.cpp
 //   taskset -c 1 /tmp/cpu_pattern_probe --reps 11 --work 8
 #include <immintrin.h>
 #include <sys/mman.h>
@@ -56,6 +56,10 @@ using Acc = __m512i;
 // ~10 FMA slots per line at 2 per cycle). 0: loads only.
 int g_work = 0;
 constexpr int kWorkChains = 8;
+// --dep: the work consumes the loaded line (vdpbf16ps of the line with itself into the chains, as
+// the decode's dots consume K and V), so it waits for the load in the scheduler; without it the
+// work is independent of the loads (FMAs on constants).
+bool g_dep = false;
 
 struct Work {
   __m512 f[kWorkChains];
@@ -71,14 +75,21 @@ struct Work {
   }
 };
 
-__attribute__((target("avx512f"), always_inline)) inline void load_row(Acc& acc, Work& work, const char* p,
-                                                                        std::int64_t bytes) {
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline void load_row(Acc& acc, Work& work, const char* p,
+                                                                                   std::int64_t bytes) {
   const __m512 a = _mm512_set1_ps(0.9999f), k = _mm512_set1_ps(0.0001f);
   for (std::int64_t b = 0; b < bytes; b += 64) {
-    acc = _mm512_xor_si512(acc, _mm512_load_si512(p + b));
-    for (int w = 0; w < g_work; w += kWorkChains)
+    const __m512i line = _mm512_load_si512(p + b);
+    acc = _mm512_xor_si512(acc, line);
+    if (g_dep) {
+      for (int w = 0; w < g_work; w += kWorkChains)
 #pragma GCC unroll 8
-      for (int c = 0; c < kWorkChains; ++c) work.f[c] = _mm512_fmadd_ps(work.f[c], a, k);
+        for (int c = 0; c < kWorkChains; ++c) work.f[c] = _mm512_dpbf16_ps(work.f[c], (__m512bh)line, (__m512bh)line);
+    } else {
+      for (int w = 0; w < g_work; w += kWorkChains)
+#pragma GCC unroll 8
+        for (int c = 0; c < kWorkChains; ++c) work.f[c] = _mm512_fmadd_ps(work.f[c], a, k);
+    }
   }
 }
 
@@ -199,14 +210,19 @@ int main(int argc, char** argv) {
     else if (a == "--reps") passes_per_variant = static_cast<int>(next());
     else if (a == "--huge") huge = true;
     else if (a == "--work") g_work = static_cast<int>(next());
+    else if (a == "--dep") g_dep = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--row-bytes 256] [--kv-len 65536] [--heads 8] [--tile 256] [--reps 15] [--huge] [--work 0] "
-                   "[--only name,name]\n",
+                   "[--dep] [--only name,name]\n",
                    argv[0]);
       return 2;
     }
+  }
+  if (g_dep && !__builtin_cpu_supports("avx512bf16")) {
+    std::fprintf(stderr, "--dep needs AVX512_BF16\n");
+    return 2;
   }
   if (s.row % 128 != 0 || s.tile % 4 != 0 || s.keys % s.tile != 0) {
     std::fprintf(stderr, "Fix: row bytes a multiple of 128, tile a multiple of 4 dividing kv_len\n");
@@ -252,10 +268,10 @@ int main(int argc, char** argv) {
       rates[i].push_back(2.0 * static_cast<double>(bytes) / sec / 1e9);
     }
   }
-  std::printf("# %lld heads x %lld keys x %lld-byte rows, tile %lld, K+V %lld MiB, %s pages, %d passes each, %d FMAs per line\n",
+  std::printf("# %lld heads x %lld keys x %lld-byte rows, tile %lld, K+V %lld MiB, %s pages, %d passes each, %d %s per line\n",
               static_cast<long long>(s.heads), static_cast<long long>(s.keys), static_cast<long long>(s.row),
               static_cast<long long>(s.tile), static_cast<long long>(2 * bytes >> 20), huge ? "huge (madvise)" : "4 KiB",
-              passes_per_variant, g_work);
+              passes_per_variant, g_work, g_dep ? "vdpbf16ps on the loaded line" : "independent FMAs");
   std::printf("%-14s %8s %8s %8s  (GB/s)\n", "variant", "median", "min", "max");
   for (std::size_t i = 0; i < variants.size(); ++i) {
     auto r = rates[i];
