@@ -18,8 +18,6 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi2")
 // GCC 12 warns about the deliberately undefined pass-through operand inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// ... and, once the step body (fast_body_bf16_rows4.hpp) inlines the score tree, as -Wuninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include "cpu/simd/vec_avx512bf16.hpp"
 

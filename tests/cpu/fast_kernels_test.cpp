@@ -350,12 +350,12 @@ TEST(FastDecode, RowBlocksOfFour) {
   }
 }
 
-// Head_dim 128 with bf16 K/V and groups of 4k takes the step body (fast_body_bf16_rows4.hpp,
-// decode_steps4_typed): keys in steps of kStepKeys with the running max and sum per step. Lengths
-// around the step (a last partial step, odd and even, a step of 1 key), several head blocks,
-// soft-cap and scale, windows (tasks that start mid-sequence), key splits, peaked scores (the max
-// rises often) and split q.
-TEST(FastBf16, DecodeStepsHeadDim128) {
+// Head_dim 128 with bf16 K/V and groups of 4k has its own instance of the row-block body
+// (fast_body_bf16_rows4.hpp, kD = 128; CPU round 10 tried a 16-key step body here, in git history
+// at f543d52): lengths around 4-, 16- and 32-key steps (odd and even last steps, a last step of 1
+// key), 2 and 3 head blocks, soft-cap and scale, windows (tasks that start mid-sequence), key
+// splits, peaked scores (the max rises often) and split q.
+TEST(FastBf16, DecodeHeadDim128Lengths) {
   for (std::int64_t kv_len : {4, 7, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 1000}) {
     run_decode(decode_problem(2, 8, 2, 128, kv_len, DType::kBF16),
                {static_cast<std::int32_t>(kv_len), static_cast<std::int32_t>(kv_len / 2 + 1)});
