@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     ok(cudaFuncGetAttributes(&attributes, kernel), "attributes");
     ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.shared_bytes), "shared memory");
     int per_sm = 0;
-    ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, blocks > 0 ? 32 * (int)w.warps_per_block : 32,
+    ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (int)w.warps_per_block,
                                                      p.shared_bytes),
        "occupancy");
     std::printf("stamped kernel: %d registers, %d blocks per SM\n", attributes.numRegs, per_sm);
