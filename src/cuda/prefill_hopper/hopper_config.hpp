@@ -50,12 +50,45 @@ inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim, s
   return nullptr;
 }
 
+// fp8 (e4m3) inputs with per-tensor scales. wgmma reads 8-bit B operands K-major only, so O += P V
+// needs V transposed ([head_dim][keys]): the launcher stages V^T in the caller's workspace first
+// (hopper_fp8_vt_bytes; a 128-key tile is one 128-byte swizzle row per head_dim row). Row chunks
+// hold 128 elements (128 bytes), so Q and K tiles of head_dim 128 are one chunk.
+inline constexpr HopperConfig kHopperFp8Configs[] = {
+    {128, 128, 3, 1.0},  // S 64 + P 16 + O 64 registers; 32 KiB per stage + 16 KiB Q
+    {256, 128, 2, 1.0},  // S 64 + P 16 + O 128; 64 KiB per stage + 32 KiB Q
+};
+inline constexpr int kFp8KeyAlignment = 128;  // V^T rows are padded to whole 128-key tiles
+
+inline constexpr const HopperConfig* find_hopper_fp8_config(std::int64_t head_dim) {
+  for (const HopperConfig& c : kHopperFp8Configs) {
+    if (c.head_dim == head_dim) return &c;
+  }
+  return nullptr;
+}
+
+// The V^T staging of an fp8 plan: e4m3 [batch][kv_heads][head_dim][keys padded to 128] (a ragged
+// batch: sequence b's keys in slot b, so the plan's batch and longest kv_len bound it), at the
+// start of the caller's workspace.
+inline constexpr std::int64_t hopper_fp8_vt_row_keys(std::int64_t kv_len) {
+  return (kv_len + kFp8KeyAlignment - 1) / kFp8KeyAlignment * kFp8KeyAlignment;
+}
+inline constexpr std::int64_t hopper_fp8_vt_bytes(std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
+                                                  std::int64_t kv_len) {
+  return batch * kv_heads * head_dim * hopper_fp8_vt_row_keys(kv_len);
+}
+
 // Dynamic shared memory of one block: Q tile, `stages` K and V tiles (16-bit elements, no padding:
 // the swizzle avoids bank conflicts), the mbarriers, and 1 KiB of slack to align the tiles to the
 // 1024-byte swizzle atom.
 inline constexpr std::int64_t hopper_barrier_bytes(const HopperConfig& c) { return 8 * (2 + 3 * c.stages); }
 inline constexpr std::int64_t hopper_shared_bytes(const HopperConfig& c) {
   return 2LL * c.head_dim * (kRowsPerBlock + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
+}
+
+// The same for fp8 inputs (one byte per element).
+inline constexpr std::int64_t hopper_fp8_shared_bytes(const HopperConfig& c) {
+  return 1LL * c.head_dim * (kRowsPerBlock + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
 }
 
 }  // namespace attnkit::cuda_prefill_hopper
