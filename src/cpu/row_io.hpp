@@ -29,6 +29,11 @@ inline void load_row(const void* base, DType dtype, std::int64_t offset, std::in
       for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
       return;
     }
+    case DType::kE4M3: {  // the stored value; no CPU op takes e4m3 today (validation rejects it)
+      const auto* src = static_cast<const std::uint8_t*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_bits_to_float(src[i]);
+      return;
+    }
   }
 }
 
@@ -50,6 +55,11 @@ inline void store_row(void* base, DType dtype, std::int64_t offset, std::int64_t
     case DType::kI32: {
       auto* dst = static_cast<std::int32_t*>(base) + offset;
       for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<std::int32_t>(src[i]);
+      return;
+    }
+    case DType::kE4M3: {
+      auto* dst = static_cast<std::uint8_t*>(base) + offset;
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_e4m3_bits(src[i]);
       return;
     }
   }
