@@ -17,6 +17,7 @@ struct Result {
 
 // Inputs must be host views. `lengths` of the tensors gives each sequence's valid keys.
 Result decode(const DecodeProblem& problem, const DecodeTensors& tensors);
+// e4m3 inputs are read as their stored values times tensors.scales (q, k, v), in float64.
 Result prefill(const PrefillProblem& problem, const PrefillTensors& tensors);
 
 // Paged cache (paged.hpp): keys read through the page table. paged_decode's out is

@@ -13,6 +13,14 @@ struct DecodeTensors {
   TensorView lse;      // optional f32 [batch, num_heads]: natural-log sum-exp of the scaled scores
 };
 
+// Per-tensor scales of e4m3 (fp8) prefill inputs: the real value of a stored element x is
+// x * scale (the dequantization scale; a quantizer that divided by s to fit e4m3's +-448 passes s).
+// They must be finite and > 0, and stay 1 for f32/f16/bf16 inputs (validate_prefill rejects
+// anything else before a write).
+struct Fp8Scales {
+  float q = 1.0f, k = 1.0f, v = 1.0f;
+};
+
 struct PrefillTensors {
   TensorView q;    // [batch, num_heads, q_len, head_dim], dtype
   TensorView k;    // [batch, kv_heads, kv_len, head_dim], dtype
@@ -26,6 +34,9 @@ struct PrefillTensors {
   // bottom-right aligned per sequence; empty sequences are allowed.
   TensorView cu_seqlens_q;
   TensorView cu_seqlens_k;
+  // e4m3 inputs only: q, k and v hold stored values x whose real values are x * scales.{q,k,v}.
+  // Scores are scale * (q_scale * k_scale) * (x_q . x_k), outputs v_scale * sum p x_v.
+  Fp8Scales scales;
 };
 
 // Writes one new token's K and/or V per sequence into the cache at positions[b].

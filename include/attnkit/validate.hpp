@@ -9,6 +9,9 @@ namespace attnkit {
 // `device` is where the kernel runs; every tensor must live there.
 void validate_decode(const DecodeProblem& problem, const DecodeTensors& t, DeviceKind device);
 void validate_prefill(const PrefillProblem& problem, const PrefillTensors& t, DeviceKind device);
+// The e4m3 scales of a prefill call (part of validate_prefill; the golden calls it too): finite
+// and > 0, and exactly 1 unless the problem's dtype is e4m3.
+void validate_fp8_scales(const PrefillProblem& problem, const Fp8Scales& scales, const char* context);
 void validate_append(const AppendTensors& t, DeviceKind device);
 void validate_fused(const DecodeProblem& problem, const FusedDecodeTensors& t, const RopeSpec& rope,
                     DeviceKind device);

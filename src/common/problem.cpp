@@ -88,7 +88,11 @@ void PrefillProblem::validate() const {
   require(!causal || q_len <= kv_len, ctx,
           "causal with q_len=" + std::to_string(q_len) + " > kv_len=" + std::to_string(kv_len),
           "causal attention is bottom-right aligned and needs q_len <= kv_len; pass causal=false or more keys");
-  require_storage(ctx, "dtype", dtype);
+  // e4m3 is a prefill input dtype (per-tensor scales in PrefillTensors::scales), never an output.
+  require(is_storage_dtype(dtype) || is_fp8(dtype), ctx, "dtype is " + std::string(dtype_name(dtype)),
+          "use f32, f16, bf16 or e4m3");
+  require(!is_fp8(out_dtype), ctx, "out_dtype is e4m3, which is an input-only dtype",
+          "use out_dtype f32, f16 or bf16 (bf16 is the usual choice for e4m3 inputs)");
   require_storage(ctx, "out_dtype", out_dtype);
   checked_product(ctx, {batch, num_heads, q_len, head_dim});
   checked_product(ctx, {batch, kv_heads, kv_len, head_dim});

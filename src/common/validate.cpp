@@ -248,9 +248,23 @@ void validate_decode(const DecodeProblem& p, const DecodeTensors& t, DeviceKind 
   if (t.lengths.device == DeviceKind::kCpu) validate_lengths_host(t.lengths, B, p.kv_len, ctx);
 }
 
+void validate_fp8_scales(const PrefillProblem& p, const Fp8Scales& scales, const char* context) {
+  const std::pair<const char*, float> named[] = {{"q", scales.q}, {"k", scales.k}, {"v", scales.v}};
+  for (const auto& [name, value] : named) {
+    const std::string field = std::string("scales.") + name + "=" + std::to_string(value);
+    require(std::isfinite(value) && value > 0.0f, context, field + " is not a finite number > 0",
+            "pass the per-tensor dequantization scale (real value = stored e4m3 value x scale), e.g. "
+            "max|x| / 448 from the quantizer; 1 when the values were stored unscaled");
+    require(is_fp8(p.dtype) || value == 1.0f, context,
+            field + " with " + std::string(dtype_name(p.dtype)) + " inputs",
+            "scales apply to e4m3 inputs; leave them at 1 for f16/bf16/f32");
+  }
+}
+
 void validate_prefill(const PrefillProblem& p, const PrefillTensors& t, DeviceKind device) {
   p.validate();
   const char* ctx = "prefill";
+  validate_fp8_scales(p, t.scales, ctx);
   const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim;
   const bool ragged = !t.cu_seqlens_q.empty() || !t.cu_seqlens_k.empty();
   if (!ragged) {

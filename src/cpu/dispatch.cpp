@@ -6,6 +6,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/validate.hpp"
 #include "cpu/kernels.hpp"
+#include "plan/rules.hpp"
 
 namespace attnkit::cpu {
 namespace {
@@ -32,6 +33,7 @@ void decode(const DecodePlan& plan, const DecodeTensors& tensors, Workspace work
 
 void prefill(const PrefillPlan& plan, const PrefillTensors& tensors, Workspace workspace) {
   require_cpu_plan(plan.target, "cpu::prefill");
+  attnkit::detail::require_cpu_prefill_dtype(plan.problem.dtype, "cpu::prefill");
   validate_prefill(plan.problem, tensors, DeviceKind::kCpu);
   validate_workspace(workspace, plan.evidence.workspace_bytes, DeviceKind::kCpu);
   if (plan.partition.family == KernelFamily::kScalarOnline) {

@@ -1,8 +1,9 @@
 // The float64 golden: every option, written for clarity, not speed.
-// Inputs: host views of any storage dtype and any strides. Each query row gathers its visible
-// keys (the masking convention of problem.hpp: masked keys are skipped, never scored), takes
-// scores in double, applies the soft-cap, then a two-pass softmax (max, then sum) and the
-// weighted sum of V. A row with no visible key gives zeros and an LSE of -inf.
+// Inputs: host views of any storage dtype (prefill: e4m3 too, times its per-tensor scales) and any
+// strides. Each query row gathers its visible keys (the masking convention of problem.hpp: masked
+// keys are skipped, never scored), takes scores in double, applies the soft-cap, then a two-pass
+// softmax (max, then sum) and the weighted sum of V. A row with no visible key gives zeros and an
+// LSE of -inf.
 #include "attnkit/reference.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "attnkit/validate.hpp"
 
 namespace attnkit::reference {
 namespace {
@@ -108,6 +110,7 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
 Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
   p.validate();
   const char* ctx = "reference::prefill";
+  validate_fp8_scales(p, t.scales, ctx);
   require_host_input(ctx, "q", t.q, 4);
   require_host_input(ctx, "k", t.k, 4);
   require_host_input(ctx, "v", t.v, 4);
@@ -120,6 +123,8 @@ Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
   const std::int64_t rows_per_head = ragged ? t.q.shape[2] : p.q_len;
   const std::int64_t outer = ragged ? 1 : B;
   const double scale = p.effective_scale(), softcap = p.options.softcap;
+  // e4m3 inputs: the real values are the stored ones times their per-tensor scales (1 otherwise).
+  const double q_scale = t.scales.q, k_scale = t.scales.k, v_scale = t.scales.v;
   Result r;
   r.out.assign(static_cast<std::size_t>(outer * H * rows_per_head * D), 0.0);
   r.lse.assign(static_cast<std::size_t>(outer * H * rows_per_head), 0.0);
@@ -136,14 +141,16 @@ Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
       for (std::int64_t i = 0; i < lq; ++i) {
         // Bottom-right alignment: the last query row sits at the last key.
         const KeyRange keys = visible_keys(i + (lk - lq), lk, p.causal, p.options.window);
-        for (std::int64_t d = 0; d < D; ++d) q[d] = element(t.q, offset4(t.q, tb, h, q0 + i, d));
+        for (std::int64_t d = 0; d < D; ++d) q[d] = q_scale * element(t.q, offset4(t.q, tb, h, q0 + i, d));
         auto key_dot = [&](std::int64_t j) {
           double acc = 0.0;
-          for (std::int64_t d = 0; d < D; ++d) acc += q[d] * element(t.k, offset4(t.k, tb, kvh, k0 + j, d));
+          for (std::int64_t d = 0; d < D; ++d) {
+            acc += q[d] * (k_scale * element(t.k, offset4(t.k, tb, kvh, k0 + j, d)));
+          }
           return acc;
         };
         auto value_at = [&](std::int64_t j, std::int64_t d) {
-          return element(t.v, offset4(t.v, tb, kvh, k0 + j, d));
+          return v_scale * element(t.v, offset4(t.v, tb, kvh, k0 + j, d));
         };
         const std::size_t row = static_cast<std::size_t>((tb * H + h) * rows_per_head + q0 + i);
         r.lse[row] = attend_row(D, keys.begin, keys.end, scale, softcap, key_dot, value_at, &r.out[row * D]);

@@ -124,6 +124,12 @@ KeySplits balanced_key_splits(std::uint64_t units, std::uint64_t keys, std::uint
 
 }  // namespace
 
+void require_cpu_prefill_dtype(DType dtype, const char* context) {
+  require(!is_fp8(dtype), context, "e4m3 prefill runs on the CUDA backend on Hopper (sm_90) only, not on the CPU",
+          "plan with backend cuda (cuda::target() on an H100/H200, or known_target(\"h200\")), or use f16/bf16/f32 "
+          "inputs");
+}
+
 void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
                           WorkPartition& p, std::vector<std::string>& reasons) {
   const char* ctx = "plan_decode";
@@ -193,6 +199,7 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
 void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const KernelFamily* requested,
                            WorkPartition& p, std::vector<std::string>& reasons) {
   const char* ctx = "plan_prefill";
+  require_cpu_prefill_dtype(pr.dtype, ctx);
   if (requested != nullptr && *requested == KernelFamily::kScalarOnline) {
     scalar_partition(u(pr.batch) * u(pr.num_heads) * u(pr.q_len), u(pr.kv_len), pr.head_dim, ctx, p, reasons);
     return;

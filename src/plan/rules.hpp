@@ -20,4 +20,7 @@ void partition_cuda_decode(const DecodeProblem& p, const Target& t, const Kernel
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& partition, std::vector<std::string>& reasons);
 
+// The CPU has no e4m3 prefill: its planner and cpu::prefill both reject it with this Error.
+void require_cpu_prefill_dtype(DType dtype, const char* context);
+
 }  // namespace attnkit::detail

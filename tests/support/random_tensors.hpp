@@ -1,11 +1,13 @@
 // Test support: owned host buffers of any dtype filled with fresh random values, poisoning,
 // and comparison against the float64 golden with the tolerances of DESIGN.md.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,24 @@ struct HostTensor {
 inline void fill_normal(HostTensor& t, std::mt19937_64& rng, float stddev = 1.0f, float mean = 0.0f) {
   std::normal_distribution<float> dist(mean, stddev);
   for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, dist(rng));
+}
+
+// e4m3 inputs quantized the way an fp8 pipeline does it: normal draws x, a per-tensor scale
+// s = max|x| / 448 (so the largest draw lands on e4m3's largest value), stored bits
+// float_to_e4m3_bits(x / s). Returns s, the dequantization scale (real value = stored value * s):
+// pass the same bytes and s (PrefillTensors::scales) to the golden and to the backend.
+inline float fill_normal_e4m3(HostTensor& t, std::mt19937_64& rng, float stddev = 1.0f, float mean = 0.0f) {
+  if (t.view.dtype != DType::kE4M3) throw std::logic_error("fill_normal_e4m3: the tensor is not e4m3");
+  std::normal_distribution<float> dist(mean, stddev);
+  std::vector<float> x(t.numel());
+  float largest = 0.0f;
+  for (float& value : x) {
+    value = dist(rng);
+    largest = std::max(largest, std::abs(value));
+  }
+  const float scale = largest > 0.0f ? largest / 448.0f : 1.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) t.bytes[i] = float_to_e4m3_bits(x[i] / scale);
+  return scale;
 }
 
 // Poison: NaN in every element, so an element the kernel forgot to write fails the check.
