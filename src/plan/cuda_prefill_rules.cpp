@@ -5,7 +5,8 @@
 // without a soft-cap, unless the tiled family below would split keys (too few query tiles to fill
 // the GPU: decode-like shapes), which the Hopper kernel does not do. One persistent block per SM
 // walks (query tile of 128 rows, head, sequence) work tiles, longest first (causal: in pairs of equal
-// total work).
+// total work). e4m3 inputs plan only this family (kHopperFp8Configs), with V^T staged in the
+// workspace; anything it cannot run is an error, since no other family has an fp8 kernel.
 //
 // Family kCooperativeTiled (key tiles shared by a block of query rows), two kernels:
 //   tensor cores (src/cuda/prefill/tiled_prefill.cuh) for f16/bf16 inputs at the head dims of
@@ -215,6 +216,7 @@ const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProbl
 void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefill_hopper::HopperConfig& c,
                       WorkPartition& part, std::vector<std::string>& reasons) {
   namespace hop = cuda_prefill_hopper;
+  const bool fp8 = is_fp8(p.dtype);
   const std::uint64_t rows = static_cast<std::uint64_t>(hop::kRowsPerBlock);
   const std::uint64_t bc = static_cast<std::uint64_t>(c.keys_per_tile);
   const std::uint64_t q_tiles = div_ceil(static_cast<std::uint64_t>(p.q_len), rows);
@@ -241,6 +243,14 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   // Q [128 x D] and the K/V ring [stages x 2 x Bc x D]. S, P and O live in registers.
   part.q_scratch_elements = static_cast<std::uint32_t>(rows * p.head_dim / 2);
   part.score_scratch_elements = static_cast<std::uint32_t>(2 * c.stages * c.keys_per_tile * p.head_dim / 2);
+  if (fp8) {
+    // e4m3 tiles hold one byte per element; the Q count also carries the mbarriers and the 1 KiB
+    // swizzle-alignment slack, so the evidence's shared bytes are hopper_fp8_shared_bytes exactly.
+    const std::int64_t ring = 2LL * c.stages * c.keys_per_tile * p.head_dim;
+    const std::int64_t q_and_rest = hop::hopper_fp8_shared_bytes(c) - ring;
+    part.q_scratch_elements = static_cast<std::uint32_t>(q_and_rest / 4);
+    part.score_scratch_elements = static_cast<std::uint32_t>(ring / 4);
+  }
   part.o_acc_scratch_elements = 0;
   part.split_reduce_scratch_elements = 0;
   // Causal: a block takes query tiles in pairs of one (sequence, head), the i-th longest with the
@@ -265,12 +275,22 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.heads_per_tile_group =
       uneven ? to_u32(std::clamp<std::uint64_t>(kL2GroupBytes / kv_head_bytes, 1, pairs), "heads_per_tile_group") : 1;
   reasons.push_back("warp_specialized_wgmma (Hopper sm_90): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
-                    std::to_string(p.head_dim) + " has a Hopper config, no soft-cap");
+                    std::to_string(p.head_dim) + " has a Hopper " + (fp8 ? "fp8 " : "") + "config, no soft-cap");
+  if (fp8) {
+    reasons.push_back("e4m3: fp8 wgmma reads its B operand K-major only, so for O += P V (B = V) a first pass stages "
+                      "V^T, e4m3 [batch][kv_heads][head_dim][keys padded to " +
+                      std::to_string(hop::kFp8KeyAlignment) + "], at offset 0 of the workspace (" +
+                      std::to_string(hop::hopper_fp8_vt_bytes(p.batch, p.kv_heads, p.head_dim, p.kv_len)) +
+                      " bytes); Q K^T reads K as stored");
+    reasons.push_back("e4m3: q_scale * k_scale folds into the score scale and v_scale into the output; P is rounded to "
+                      "e4m3 for P V (rel-L2 tolerance 5e-2)");
+  }
   reasons.push_back("block = 1 producer warpgroup (one thread issues TMA loads, setmaxnreg " +
                     std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(hop::kConsumerWarpgroups) +
                     " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::kConsumerRegisters) +
                     "): S = Q K^T by wgmma from shared memory, P V with P in registers");
   for (const hop::HopperConfig& other : hop::kHopperConfigs) {
+    if (fp8) break;  // one fp8 config per head_dim: nothing to compare
     if (other.head_dim != c.head_dim || other.keys_per_tile == c.keys_per_tile) continue;
     reasons.push_back(std::to_string(c.keys_per_tile) + "-key tiles, not " + std::to_string(other.keys_per_tile) +
                       ": key rows streamed per head " + std::to_string(padded_tile_rows(p, c.keys_per_tile)) + " vs " +
@@ -278,10 +298,13 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                       format_rate(c.relative_rate) + " vs " + format_rate(other.relative_rate) +
                       " measured speed (hopper_config.hpp)");
   }
+  // P packs two 16-bit or four 8-bit probabilities per register.
+  const int p_registers = c.keys_per_tile / (fp8 ? 8 : 4);
+  const std::int64_t smem = fp8 ? hop::hopper_fp8_shared_bytes(c) : hop::hopper_shared_bytes(c);
   reasons.push_back(std::to_string(c.keys_per_tile) + " keys per tile (registers: S " + std::to_string(c.keys_per_tile / 2) +
-                    " + P " + std::to_string(c.keys_per_tile / 4) + " + O " + std::to_string(p.head_dim / 2) +
+                    " + P " + std::to_string(p_registers) + " + O " + std::to_string(p.head_dim / 2) +
                     " per consumer thread), " + std::to_string(c.stages) + "-slot K/V ring, " +
-                    std::to_string(hop::hopper_shared_bytes(c)) + " bytes of shared memory, 1 block per SM");
+                    std::to_string(smem) + " bytes of shared memory, 1 block per SM");
   reasons.push_back(std::to_string(work_tiles) + " work tiles (128 rows x head x sequence) over " +
                     std::to_string(part.grid_blocks) + " persistent blocks" +
                     "; walked in groups of " + std::to_string(part.heads_per_tile_group) +
@@ -299,10 +322,48 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   }
 }
 
+// e4m3 inputs: only the Hopper family has an fp8 kernel, so there is no fallback: any target,
+// head_dim or option it cannot run is an error, and decode-like shapes (too few query tiles to
+// fill the GPU) still run on it without a key split.
+void partition_fp8(const PrefillProblem& p, const Target& t, const KernelFamily* requested, WorkPartition& part,
+                   std::vector<std::string>& reasons) {
+  namespace hop = cuda_prefill_hopper;
+  const std::string fallback = "or use f16/bf16 inputs";
+  require(requested == nullptr || *requested == KernelFamily::kWarpSpecializedWgmma, kContext,
+          "e4m3 inputs run only on warp_specialized_wgmma, " + to_string(requested ? *requested : part.family) +
+              " has no fp8 kernel",
+          "leave the family unset (or request warp_specialized_wgmma), " + fallback);
+  require(is_hopper(t), kContext,
+          "e4m3 prefill needs a Hopper GPU (sm_90), the target is " + t.name + " (sm_" + std::to_string(t.cc_major) +
+              std::to_string(t.cc_minor) + ")",
+          "run on an H100/H200 (plan for one with known_target(\"h200\")), " + fallback);
+  const hop::HopperConfig* config = hop::find_hopper_fp8_config(p.head_dim);
+  std::string supported;
+  for (const hop::HopperConfig& c : hop::kHopperFp8Configs) {
+    supported += (supported.empty() ? "" : ", ") + std::to_string(c.head_dim);
+  }
+  require(config != nullptr, kContext,
+          "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim) + " (e4m3 prefill has head_dim " + supported + ")",
+          "use head_dim " + supported + ", " + fallback);
+  require(p.options.softcap == 0.0f, kContext, "e4m3 prefill has no soft-cap",
+          "pass softcap=0, " + fallback + " (the tiled family has the soft-cap)");
+  partition_hopper(p, t, *config, part, reasons);
+  const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+  if (part.grid_blocks < sms) {
+    reasons.push_back("only " + std::to_string(part.grid_blocks) + " of " + std::to_string(sms) +
+                      " SMs get work: f16/bf16 would fall back to the tiled family's key split here, which has no fp8 "
+                      "kernel");
+  }
+}
+
 }  // namespace
 
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& part, std::vector<std::string>& reasons) {
+  if (is_fp8(p.dtype)) {
+    partition_fp8(p, t, requested, part, reasons);
+    return;
+  }
   const cuda_prefill_hopper::HopperConfig* hopper = choose_hopper_config(p);
   const bool half_inputs = p.dtype == DType::kF16 || p.dtype == DType::kBF16;
   const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;

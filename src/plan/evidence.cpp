@@ -6,10 +6,12 @@
 // merge) and, for a decode block that does not pack its GQA group, the K/V re-read per query head.
 // Only the keys some query can see are read (a sliding window skips the rest). The LSE (f32 per
 // row) is counted as written: the plan does not know whether the caller asks for it, and it is
-// small (4 bytes against head_dim * dtype bytes of output per row).
+// small (4 bytes against head_dim * dtype bytes of output per row). An e4m3 prefill on the Hopper
+// family also stages V transposed in the workspace: V read once more, V^T written (padded) and read.
 #include <algorithm>
 
 #include "attnkit/error.hpp"
+#include "cuda/prefill_hopper/hopper_config.hpp"
 #include "plan/checked_math.hpp"
 #include "plan/evidence.hpp"
 
@@ -39,16 +41,19 @@ double loosest_tolerance(std::initializer_list<DType> dtypes) {
 
 bool is_16_bit(DType t) { return dtype_size(t) == 2; }
 
-double predicted_seconds(const Evidence& e, const Target& target, bool tensor_core_inputs) {
+// `matmul_rate` scales the target's 16-bit tensor-core peak (2 for fp8, which Hopper's tensor cores
+// run at twice the 16-bit rate; 0 for f32 inputs, whose rate the target does not give).
+double predicted_seconds(const Evidence& e, const Target& target, double matmul_rate) {
   double seconds = 0;
   const double bytes = static_cast<double>(e.traffic.global_read_bytes) + static_cast<double>(e.traffic.global_write_bytes);
   if (target.peak_read_bytes_per_s > 0) seconds = bytes / target.peak_read_bytes_per_s;
-  // The matmul peak is the 16-bit tensor-core rate; f32 inputs run at a rate the target does not give.
-  if (tensor_core_inputs && target.peak_matmul_flops_per_s > 0) {
-    seconds = std::max(seconds, static_cast<double>(e.matmul_flops) / target.peak_matmul_flops_per_s);
+  if (matmul_rate > 0 && target.peak_matmul_flops_per_s > 0) {
+    seconds = std::max(seconds, static_cast<double>(e.matmul_flops) / (matmul_rate * target.peak_matmul_flops_per_s));
   }
   return seconds;
 }
+
+double matmul_rate(bool tensor_core_inputs) { return tensor_core_inputs ? 1.0 : 0.0; }
 
 // Split partial states: written by each split, read back by the merge.
 std::uint64_t split_state_bytes(std::uint32_t splits, std::uint64_t rows, std::int64_t head_dim, const char* ctx) {
@@ -103,7 +108,7 @@ Evidence compute_decode_evidence(const DecodeProblem& pr, const WorkPartition& p
   e.workspace_bytes = workspace_for(states, ctx);
   e.output_tolerance_abs = kFlashAttentionOutputToleranceAbs;
   e.rel_l2_tolerance = loosest_tolerance({pr.q_dtype, pr.kv_dtype, pr.out_dtype});
-  e.predicted_seconds = predicted_seconds(e, target, is_16_bit(pr.q_dtype) && is_16_bit(pr.kv_dtype));
+  e.predicted_seconds = predicted_seconds(e, target, matmul_rate(is_16_bit(pr.q_dtype) && is_16_bit(pr.kv_dtype)));
   return e;
 }
 
@@ -123,20 +128,29 @@ Evidence compute_prefill_evidence(const PrefillProblem& pr, const WorkPartition&
   const std::uint64_t out_bytes = checked_product({rows, hd, dtype_size(pr.out_dtype)}, ctx, "out bytes");
   const std::uint64_t lse_bytes = checked_mul(rows, kF32Bytes, ctx, "lse bytes");
   const std::uint64_t states = split_state_bytes(p.sequence_splits, rows, pr.head_dim, ctx);
+  // e4m3 on the Hopper family: the transpose pass reads all of V and writes V^T (rows padded to
+  // whole 128-key tiles); the kernel then reads V^T where kv_bytes counted V. No key splits.
+  const bool vt_staging = is_fp8(pr.dtype) && p.family == KernelFamily::kWarpSpecializedWgmma;
+  require(!vt_staging || states == 0, ctx, "an e4m3 plan splits keys", "plan e4m3 with the Hopper family, which does not");
+  const std::uint64_t v_stage_read =
+      vt_staging ? checked_product({u(pr.batch), u(pr.kv_heads), u(pr.kv_len), hd, in_size}, ctx, "V staging bytes") : 0;
+  const std::uint64_t vt_bytes =
+      vt_staging ? u(cuda_prefill_hopper::hopper_fp8_vt_bytes(pr.batch, pr.kv_heads, pr.head_dim, pr.kv_len)) : 0;
 
   Evidence e;
-  e.traffic.global_read_bytes = checked_sum({q_bytes, kv_bytes, states}, ctx, "global read bytes");
-  e.traffic.global_write_bytes = checked_sum({out_bytes, lse_bytes, states}, ctx, "global write bytes");
+  e.traffic.global_read_bytes = checked_sum({q_bytes, kv_bytes, states, v_stage_read}, ctx, "global read bytes");
+  e.traffic.global_write_bytes = checked_sum({out_bytes, lse_bytes, states, vt_bytes}, ctx, "global write bytes");
   e.traffic.shared_memory_bytes = shared_bytes(p, ctx);
   e.matmul_flops = checked_product({4, heads, per_head.pairs, hd}, ctx, "matmul FLOPs");
   e.non_matmul_flops = non_matmul_flops(p.family, checked_mul(heads, per_head.pairs, ctx, "pairs"),
                                         checked_mul(heads, per_head.tile_visits, ctx, "tile visits"), rows,
                                         pr.head_dim, p.sequence_splits, ctx);
   e.occupancy_proxy_bps = occupancy_proxy_bps(p, pr.head_dim, target);
-  e.workspace_bytes = workspace_for(states, ctx);
+  // V^T sits at offset 0 of the workspace and is all of it (no split states: nothing else is used).
+  e.workspace_bytes = vt_staging ? vt_bytes : workspace_for(states, ctx);
   e.output_tolerance_abs = kFlashAttentionOutputToleranceAbs;
   e.rel_l2_tolerance = loosest_tolerance({pr.dtype, pr.out_dtype});
-  e.predicted_seconds = predicted_seconds(e, target, is_16_bit(pr.dtype));
+  e.predicted_seconds = predicted_seconds(e, target, is_fp8(pr.dtype) ? 2.0 : matmul_rate(is_16_bit(pr.dtype)));
   return e;
 }
 

@@ -94,7 +94,7 @@ PrefillPlan plan_prefill_impl(const PrefillProblem& problem, const Target& targe
   }
   check_partition(target, Job::kPrefill, requested, plan.partition);
   plan.evidence = detail::compute_prefill_evidence(problem, plan.partition, target);
-  if (plan.evidence.workspace_bytes > 0) {
+  if (plan.partition.sequence_splits > 1) {  // (an e4m3 plan's workspace is its V^T: its reasons say so)
     plan.reasons.push_back("workspace: " + std::to_string(plan.partition.sequence_splits) +
                            " split states per row, merged after the splits");
   }

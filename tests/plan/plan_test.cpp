@@ -2,11 +2,13 @@
 // the partition the backend's rules chose (the CPU rules; the CUDA ones are checked where they exist).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 
 #include "attnkit/error.hpp"
 #include "attnkit/plan.hpp"
+#include "cuda/prefill_hopper/hopper_config.hpp"
 #include "plan/evidence.hpp"
 
 using namespace attnkit;
@@ -217,4 +219,99 @@ TEST(Targets, CpuTargetReadsTheHost) {
   EXPECT_FALSE(t.name.empty());
   EXPECT_EQ(cpu_target(3).threads, 3);
   EXPECT_THROW(cpu_target(-1), Error);
+}
+
+// e4m3 inputs: only the Hopper family has an fp8 kernel (hopper_config.hpp's kHopperFp8Configs),
+// so the planner takes it on sm_90 or fails; V^T is staged in the workspace, whose size the plan
+// reports exactly.
+TEST(PlanGpu, PrefillE4m3PlansTheHopperFp8KernelOrFails) {
+  namespace hop = cuda_prefill_hopper;
+  const Target h200 = known_target("h200");
+  PrefillProblem p;  // 32 heads, 8 KV heads, 4096 x 4096, causal
+  p.batch = 2;
+  p.dtype = DType::kE4M3;
+  p.out_dtype = DType::kBF16;
+  for (std::int64_t d : {128, 256}) {
+    PrefillProblem q = p;
+    q.head_dim = d;
+    q.kv_len = 1000;  // V^T rows padded to 1024 keys
+    q.q_len = 1000;
+    const hop::HopperConfig& config = *hop::find_hopper_fp8_config(d);
+    const PrefillPlan plan = plan_prefill(q, h200);
+    ASSERT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(plan);
+    EXPECT_EQ(plan.partition.tile_size, 128u);
+    EXPECT_EQ(plan.partition.tile_size, static_cast<std::uint32_t>(config.keys_per_tile));
+    EXPECT_EQ(plan.partition.pipeline_stages, static_cast<std::uint32_t>(config.stages));
+    EXPECT_EQ(plan.partition.rows_per_block, 128u);
+    EXPECT_EQ(plan.partition.sequence_splits, 1u);
+    EXPECT_EQ(plan.evidence.traffic.shared_memory_bytes, static_cast<std::uint64_t>(hop::hopper_fp8_shared_bytes(config)));
+    EXPECT_EQ(plan.evidence.workspace_bytes, 2ull * 8 * d * 1024);  // batch x kv_heads x head_dim x padded keys
+    EXPECT_EQ(plan.evidence.workspace_bytes, static_cast<std::uint64_t>(hop::hopper_fp8_vt_bytes(2, 8, d, 1000)));
+    EXPECT_EQ(plan.evidence.rel_l2_tolerance, 5e-2);
+    const std::string table = to_table(plan);
+    EXPECT_NE(table.find("K-major"), std::string::npos) << table;
+    EXPECT_NE(table.find("V^T"), std::string::npos) << table;
+    EXPECT_EQ(table.find("split states"), std::string::npos) << table;  // the workspace is V^T, not splits
+    // The same problem in bf16: the same FLOPs, about half the input bytes plus the V^T staging.
+    PrefillProblem bf16 = q;
+    bf16.dtype = DType::kBF16;
+    const PrefillPlan plan16 = plan_prefill(bf16, h200);
+    EXPECT_EQ(plan.evidence.matmul_flops, plan16.evidence.matmul_flops);
+    EXPECT_LT(plan.evidence.traffic.global_read_bytes, plan16.evidence.traffic.global_read_bytes);
+    EXPECT_LT(plan.evidence.predicted_seconds, plan16.evidence.predicted_seconds);
+    EXPECT_EQ(to_table(plan_prefill(q, h200, KernelFamily::kWarpSpecializedWgmma)), table);
+  }
+
+  // Bytes, counted exactly where every key is visible (non-causal, no window): q, k and v at one
+  // byte an element, V read once more by the transpose, V^T written (padded) and read.
+  PrefillProblem full = p;
+  full.causal = false;
+  full.q_len = 300;
+  full.kv_len = 700;
+  full.out_dtype = DType::kF32;
+  const PrefillPlan plan = plan_prefill(full, h200);
+  const std::uint64_t q_elems = 2ull * 32 * 300 * 128, kv_elems = 2ull * 8 * 700 * 128;
+  const std::uint64_t vt = 2ull * 8 * 128 * 768;
+  EXPECT_EQ(plan.evidence.traffic.global_read_bytes, q_elems + 2 * kv_elems + kv_elems);
+  EXPECT_EQ(plan.evidence.traffic.global_write_bytes, q_elems * 4 + 2ull * 32 * 300 * 4 + vt);
+  EXPECT_EQ(plan.evidence.workspace_bytes, vt);
+
+  // Decode-like shapes stay on the Hopper kernel (bf16 would split keys in the tiled family,
+  // which has no fp8), unsplit.
+  PrefillProblem long_keys = p;
+  long_keys.num_heads = long_keys.kv_heads = 2;
+  long_keys.q_len = 16;
+  long_keys.kv_len = 3000;
+  const PrefillPlan narrow = plan_prefill(long_keys, h200);
+  EXPECT_EQ(narrow.partition.family, KernelFamily::kWarpSpecializedWgmma);
+  EXPECT_EQ(narrow.partition.sequence_splits, 1u);
+  EXPECT_NE(to_table(narrow).find("no fp8"), std::string::npos) << to_table(narrow);
+  EXPECT_EQ(plan_prefill(p, known_target("h100")).partition.family, KernelFamily::kWarpSpecializedWgmma);
+
+  // Everything the fp8 kernel cannot run: an Error with a Fix naming why.
+  auto expect_rejected = [](const std::function<void()>& call, const std::string& needle) {
+    const std::string message = error_of(call);
+    EXPECT_NE(message.find(needle), std::string::npos) << "expected '" << needle << "' in: " << message;
+    EXPECT_NE(message.find("Fix:"), std::string::npos) << message;
+  };
+  PrefillProblem d64 = p;
+  d64.head_dim = 64;
+  expect_rejected([&] { plan_prefill(d64, h200); }, "no e4m3 kernel for head_dim=64 (e4m3 prefill has head_dim 128, 256)");
+  PrefillProblem d96 = p;
+  d96.head_dim = 96;
+  expect_rejected([&] { plan_prefill(d96, h200, KernelFamily::kWarpSpecializedWgmma); }, "head_dim=96");
+  Target ampere = h200;
+  ampere.cc_major = 8;
+  expect_rejected([&] { plan_prefill(p, ampere); }, "e4m3 prefill needs a Hopper GPU (sm_90)");
+  Target blackwell = h200;
+  blackwell.cc_major = 10;
+  expect_rejected([&] { plan_prefill(p, blackwell); }, "sm_100");
+  PrefillProblem capped = p;
+  capped.options.softcap = 30.0f;
+  expect_rejected([&] { plan_prefill(capped, h200); }, "e4m3 prefill has no soft-cap");
+  PrefillProblem e4m3_out = p;
+  e4m3_out.out_dtype = DType::kE4M3;
+  expect_rejected([&] { plan_prefill(e4m3_out, h200); }, "out_dtype is e4m3");
+  expect_rejected([&] { plan_prefill(p, h200, KernelFamily::kCooperativeTiled); }, "cooperative_tiled has no fp8 kernel");
+  expect_rejected([&] { plan_prefill(p, cpu(2)); }, "e4m3 prefill runs on the CUDA backend on Hopper (sm_90)");
 }
