@@ -186,12 +186,15 @@ void validate_flags(const BenchFlags& f, const std::vector<bench::Case>& cases) 
   require(f.ceiling_mib >= 0, "attnkit bench", "--ceiling-mib is negative", "pass a size in MiB, or leave it out");
   for (const bench::Case& c : cases) {
     if (c.op == "decode") {
+      require(!is_fp8(c.dtype), "attnkit bench", "--dtype e4m3 with decode: only prefill takes e4m3 inputs",
+              "pass --op prefill with --dtype e4m3");
       DecodeProblem p;
       p.batch = c.batch;
       p.num_heads = c.num_heads;
       p.kv_heads = c.kv_heads;
       p.head_dim = c.head_dim;
       p.max_seq = p.kv_len = c.kv_len;
+      p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
       p.options.window = c.window;
       p.validate();
     } else {
@@ -202,6 +205,8 @@ void validate_flags(const BenchFlags& f, const std::vector<bench::Case>& cases) 
       p.head_dim = c.head_dim;
       p.q_len = c.q_len;
       p.kv_len = c.kv_len;
+      p.dtype = c.dtype;
+      p.out_dtype = bench::prefill_out_dtype(c.dtype);
       p.options.window = c.window;
       p.validate();
     }
@@ -271,9 +276,11 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   f->model_opt = cmd->add_option("--model", f->model, "shape preset: " + model_preset_names())->capture_default_str();
   cmd->add_option("--batch", f->batches, "batch sizes, comma-separated (default: decode 1,8; prefill 1)")->delimiter(',');
   cmd->add_option("--kv-len", f->kv_lens, "key counts, comma-separated (default: decode 4096; prefill 1024)")->delimiter(',');
-  cmd->add_option("--dtype", f->dtypes, "dtypes, comma-separated: f32, f16, bf16 (default: bf16)")
+  cmd->add_option("--dtype", f->dtypes,
+                  "dtypes, comma-separated: f32, f16, bf16, e4m3 (prefill on Hopper, bf16 output, no peers) "
+                  "(default: bf16)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--heads", f->heads, "query heads (default: the model's)");
   cmd->add_option("--kv-heads", f->kv_heads, "KV heads (default: the model's)");
   cmd->add_option("--head-dim", f->head_dim, "head dimension (default: the model's)");

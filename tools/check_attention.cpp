@@ -1,5 +1,6 @@
 // `attnkit check` for attention: decode, prefill and the fused rope+append+decode step, on every
-// family the planner accepts, against the float64 golden. Inputs are fresh normal draws; outputs
+// family the planner accepts, against the float64 golden (e4m3 prefill: inputs quantized with a
+// per-tensor scale, golden and backend reading the same bytes). Inputs are fresh normal draws; outputs
 // are poisoned with NaN; KV-cache slots past each sequence's length are NaN too, because an
 // unwritten cache slot holds anything and a kernel must skip, not read, what it may not see.
 #include <algorithm>
@@ -77,9 +78,23 @@ std::vector<PrefillShape> prefill_shapes(bool quick) {
   return shapes;
 }
 
-std::vector<DType> dtypes(bool quick) {
-  if (quick) return {DType::kF32, DType::kBF16};
-  return {DType::kF32, DType::kF16, DType::kBF16};
+// e4m3 prefill (the Hopper family only): d128 and d256, each output dtype, scales != 1.
+struct Fp8PrefillCase {
+  PrefillShape shape;
+  DType out_dtype;
+};
+
+std::vector<Fp8PrefillCase> e4m3_prefill_cases(bool quick) {
+  std::vector<Fp8PrefillCase> cases = {
+      {{2, 8, 2, 128, 77, 130, true, 0, 0.0f}, DType::kBF16},
+      {{1, 4, 4, 256, 100, 100, false, 0, 0.0f}, DType::kF32},
+  };
+  if (!quick) {
+    cases.push_back({{1, 16, 2, 128, 300, 300, true, 0, 0.0f}, DType::kF16});
+    cases.push_back({{2, 8, 8, 256, 33, 200, true, 17, 0.0f}, DType::kBF16});
+    cases.push_back({{1, 4, 1, 128, 129, 1, false, 0, 0.0f}, DType::kBF16});  // one key
+  }
+  return cases;
 }
 
 // Lengths: the first sequence is full, the others random in [1, kv_len] (last 0 if asked).
@@ -173,11 +188,13 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
   });
 }
 
-void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, KernelFamily family) {
+// e4m3 inputs are quantized with a per-tensor scale (fill_normal_e4m3); the golden and the backend
+// get the same bytes and scales.
+void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, KernelFamily family, DType out_dtype) {
   CheckRow row;
   row.kernel = "prefill/" + family_flag_name(family);
   row.shape = describe(s);
-  row.dtype = dtype_pair(dtype, dtype);
+  row.dtype = dtype_pair(dtype, out_dtype);
   guarded(ctx, row, [&](CheckRow& r) {
     PrefillProblem p;
     p.batch = s.batch;
@@ -187,21 +204,35 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
     p.q_len = s.q_len;
     p.kv_len = s.kv_len;
     p.causal = s.causal;
-    p.dtype = p.out_dtype = dtype;
+    p.dtype = dtype;
+    p.out_dtype = out_dtype;
     p.options.window = s.window;
     p.options.softcap = s.softcap;
     PrefillPlan plan;
-    auto plan_fn = [](const PrefillProblem& pr, const Target& t, KernelFamily f) { return plan_prefill(pr, t, f); };
+    // e4m3: the planner's own choice (only the Hopper family takes it), so a target that cannot run
+    // it is skipped with the e4m3 reason rather than a family's.
+    auto plan_fn = [](const PrefillProblem& pr, const Target& t, KernelFamily f) {
+      return is_fp8(pr.dtype) ? plan_prefill(pr, t) : plan_prefill(pr, t, f);
+    };
     if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+    require(plan.partition.family == family, "attnkit check",
+            "the e4m3 plan names " + to_string(plan.partition.family) + ", not " + to_string(family),
+            "plan e4m3 prefill with the Hopper family");
 
     HostTensor q(dtype, {s.batch, s.heads, s.q_len, s.head_dim});
     HostTensor k(dtype, {s.batch, s.kv_heads, s.kv_len, s.head_dim});
     HostTensor v(dtype, {s.batch, s.kv_heads, s.kv_len, s.head_dim});
-    HostTensor out(dtype, {s.batch, s.heads, s.q_len, s.head_dim});
+    HostTensor out(out_dtype, {s.batch, s.heads, s.q_len, s.head_dim});
     HostTensor lse(DType::kF32, {s.batch, s.heads, s.q_len});
-    testing::fill_normal(q, ctx.rng);
-    testing::fill_normal(k, ctx.rng);
-    testing::fill_normal(v, ctx.rng);
+    Fp8Scales scales;
+    if (is_fp8(dtype)) {
+      scales = {testing::fill_normal_e4m3(q, ctx.rng), testing::fill_normal_e4m3(k, ctx.rng),
+                testing::fill_normal_e4m3(v, ctx.rng)};
+    } else {
+      testing::fill_normal(q, ctx.rng);
+      testing::fill_normal(k, ctx.rng);
+      testing::fill_normal(v, ctx.rng);
+    }
     testing::poison(out);
     testing::poison(lse);
     PrefillTensors host;
@@ -210,6 +241,7 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
     host.v = v.view;
     host.out = out.view;
     host.lse = lse.view;
+    host.scales = scales;
     const reference::Result golden = reference::prefill(p, host);
 
     Staging stage(ctx.cuda);
@@ -219,6 +251,7 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
     t.v = stage.put(v);
     t.out = stage.put(out);
     t.lse = stage.put(lse);
+    t.scales = scales;
     const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
     if (ctx.cuda) {
       cuda::prefill(plan, t, ws);
@@ -226,8 +259,11 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
       cpu::prefill(plan, t, ws);
     }
     stage.take_back();
-    judge(r, testing::compare(out, golden.out), tolerance_for(dtype, dtype));
-    const std::string lse_problem = check_lse(lse, golden.lse, tolerance_for(dtype, dtype).rel);
+    const Tolerance tol = tolerance_for(dtype, out_dtype);
+    judge(r, testing::compare(out, golden.out), tol);
+    // e4m3: the scores are exact e4m3 products summed by the tensor cores (only P is rounded), so
+    // the LSE keeps the 1e-3 rule rather than the output's 5e-2.
+    const std::string lse_problem = check_lse(lse, golden.lse, is_fp8(dtype) ? kLseToleranceAbs : tol.rel);
     if (!lse_problem.empty()) {
       r.status = Status::kFail;
       r.note += lse_problem;
@@ -403,20 +439,33 @@ void check_attention(CheckContext& ctx) {
   // The Hopper family plans only for an sm_90 target: elsewhere its rows say SKIPPED with the reason.
   const std::vector<KernelFamily> prefill_families = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled,
                                                       KernelFamily::kWarpSpecializedWgmma};
+  const std::vector<DType> dtypes = storage_dtypes(ctx);
   for (KernelFamily family : decode_families) {
+    if (!wants_op(ctx, "decode") || dtypes.empty()) break;
     collapsed(ctx, "decode/" + family_flag_name(family), [&] {
       for (const DecodeShape& s : decode_shapes(ctx.quick)) {
-        for (DType dtype : dtypes(ctx.quick)) check_decode(ctx, s, dtype, family);
+        for (DType dtype : dtypes) check_decode(ctx, s, dtype, family);
       }
     });
   }
   for (KernelFamily family : prefill_families) {
+    if (!wants_op(ctx, "prefill") || dtypes.empty()) break;
     collapsed(ctx, "prefill/" + family_flag_name(family), [&] {
       for (const PrefillShape& s : prefill_shapes(ctx.quick)) {
-        for (DType dtype : dtypes(ctx.quick)) check_prefill(ctx, s, dtype, family);
+        for (DType dtype : dtypes) check_prefill(ctx, s, dtype, family, dtype);
       }
     });
   }
+  // e4m3 runs only on the Hopper family: elsewhere (the CPU, other GPUs) one SKIPPED row says why.
+  if (wants_op(ctx, "prefill") && wants_dtype(ctx, DType::kE4M3)) {
+    const KernelFamily hopper = KernelFamily::kWarpSpecializedWgmma;
+    collapsed(ctx, "prefill/" + family_flag_name(hopper) + " (e4m3)", [&] {
+      for (const Fp8PrefillCase& c : e4m3_prefill_cases(ctx.quick)) {
+        check_prefill(ctx, c.shape, DType::kE4M3, hopper, c.out_dtype);
+      }
+    });
+  }
+  if (!wants_op(ctx, "fused") || dtypes.empty()) return;
   const std::vector<DecodeShape> fused_shapes = {
       {3, 8, 2, 128, 300, 320, 0, 0.0f, false},
       {2, 12, 4, 64, 2048, 2048, 256, 0.0f, false},
@@ -425,10 +474,10 @@ void check_attention(CheckContext& ctx) {
     collapsed(ctx, "fused-rope-append-decode/*/" + family_flag_name(family), [&] {
       for (const DecodeShape& s : fused_shapes) {
         for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
-          if (ctx.quick) {
+          if (ctx.quick && ctx.dtypes.empty()) {
             check_fused(ctx, s, style == RopeStyle::kHalf ? DType::kF32 : DType::kBF16, style, family);
           } else {
-            for (DType dtype : dtypes(false)) check_fused(ctx, s, dtype, style, family);
+            for (DType dtype : dtypes) check_fused(ctx, s, dtype, style, family);
           }
         }
         if (ctx.quick) break;  // one shape is enough for --quick

@@ -1,11 +1,13 @@
 // `attnkit check`: runs the CPU kernels, then the CUDA ones when a device is visible.
 #include "check_command.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnkit/cuda.hpp"
 #include "attnkit/error.hpp"
@@ -17,6 +19,8 @@ namespace {
 struct CheckFlags {
   bool quick = false;
   std::string backend = "all";
+  std::string op = "all";
+  std::vector<std::string> dtypes;
   std::uint64_t seed = 0;
   int threads = 0;
   bool verbose = false;
@@ -68,6 +72,8 @@ void run_backend(const CheckFlags& f, bool cuda, Tally& tally) {
   CheckContext ctx;
   ctx.cuda = cuda;
   ctx.quick = f.quick;
+  ctx.op = f.op;
+  for (const std::string& name : f.dtypes) ctx.dtypes.push_back(parse_dtype(name));
   ctx.rng.seed(f.seed);
   ctx.report = [&](CheckRow row) {
     print_row(row, f.verbose);
@@ -84,6 +90,10 @@ void run_backend(const CheckFlags& f, bool cuda, Tally& tally) {
 void run_check(const CheckFlags& flags, int& exit_code) {
   CheckFlags f = flags;
   if (f.seed == 0) f.seed = testing::fresh_seed();
+  const bool e4m3 = std::find(f.dtypes.begin(), f.dtypes.end(), "e4m3") != f.dtypes.end();
+  require(!e4m3 || f.op == "all" || f.op == "prefill", "attnkit check",
+          "--dtype e4m3 with --op " + f.op + ": only prefill takes e4m3 inputs",
+          "pass --op prefill (or all) with --dtype e4m3");
   const bool want_cpu = f.backend == "all" || f.backend == "cpu";
   const bool have_cuda = cuda::built() && cuda::device_count() > 0;
   if (f.backend == "cuda") {
@@ -118,6 +128,15 @@ void add_check_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--backend", flags->backend, "cpu, cuda or all (all: cuda too when a device is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "all"}))
       ->capture_default_str();
+  cmd->add_option("--op", flags->op, "only these kernels: decode, prefill, fused (rope+append+decode), kv (append, "
+                                     "RoPE, merge) or all")
+      ->check(CLI::IsMember({"all", "decode", "prefill", "fused", "kv"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", flags->dtypes,
+                  "only these input dtypes, comma-separated: f32, f16, bf16, e4m3 (prefill on Hopper) "
+                  "(default: all; --quick: f32, bf16 and e4m3)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--seed", flags->seed, "random seed (default: fresh; printed for replay)");
   cmd->add_option("--threads", flags->threads, "CPU worker threads (0 = all cores)");
   cmd->add_flag("--verbose", flags->verbose, "print the notes of passing rows too");

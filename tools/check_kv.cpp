@@ -14,11 +14,6 @@
 namespace attnkit::cli {
 namespace {
 
-std::vector<DType> dtypes(bool quick) {
-  if (quick) return {DType::kF32, DType::kBF16};
-  return {DType::kF32, DType::kF16, DType::kBF16};
-}
-
 // Distinct random positions would hide nothing here; any position in [0, max_seq) is valid.
 void fill_positions(HostTensor& positions, std::int64_t limit, std::mt19937_64& rng) {
   std::uniform_int_distribution<std::int64_t> dist(0, limit - 1);
@@ -177,7 +172,8 @@ void check_merge(CheckContext& ctx, DType out_dtype) {
 }  // namespace
 
 void check_kv(CheckContext& ctx) {
-  for (DType dtype : dtypes(ctx.quick)) {
+  if (!wants_op(ctx, "kv")) return;
+  for (DType dtype : storage_dtypes(ctx)) {
     check_append(ctx, dtype, true, true);
     if (!ctx.quick) {
       check_append(ctx, dtype, true, false);
@@ -185,12 +181,12 @@ void check_kv(CheckContext& ctx) {
     }
   }
   if (ctx.cuda) return;  // RoPE alone and merge are CPU entry points (the GPU fuses them)
-  for (DType dtype : dtypes(ctx.quick)) {
+  for (DType dtype : storage_dtypes(ctx)) {
     for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) check_rope(ctx, dtype, style, false);
   }
-  check_rope(ctx, DType::kF32, RopeStyle::kHalf, true);
-  check_merge(ctx, DType::kF32);
-  check_merge(ctx, DType::kBF16);
+  if (wants_dtype(ctx, DType::kF32)) check_rope(ctx, DType::kF32, RopeStyle::kHalf, true);
+  if (wants_dtype(ctx, DType::kF32)) check_merge(ctx, DType::kF32);
+  if (wants_dtype(ctx, DType::kBF16)) check_merge(ctx, DType::kBF16);
 }
 
 }  // namespace attnkit::cli

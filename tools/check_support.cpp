@@ -17,6 +17,23 @@ Tolerance tolerance_for(DType input, DType output) {
   return t;
 }
 
+bool wants_op(const CheckContext& ctx, const std::string& op) { return ctx.op == "all" || ctx.op == op; }
+
+bool wants_dtype(const CheckContext& ctx, DType dtype, bool default_set) {
+  if (ctx.dtypes.empty()) return default_set;
+  return std::find(ctx.dtypes.begin(), ctx.dtypes.end(), dtype) != ctx.dtypes.end();
+}
+
+std::vector<DType> storage_dtypes(const CheckContext& ctx) {
+  std::vector<DType> all = {DType::kF32, DType::kF16, DType::kBF16};
+  if (ctx.dtypes.empty() && ctx.quick) all = {DType::kF32, DType::kBF16};
+  std::vector<DType> wanted;
+  for (DType t : all) {
+    if (wants_dtype(ctx, t)) wanted.push_back(t);
+  }
+  return wanted;
+}
+
 void judge(CheckRow& row, const testing::Comparison& c, const Tolerance& tol) {
   row.max_abs = c.max_abs;
   row.rel_l2 = c.rel_l2;

@@ -39,8 +39,9 @@ struct Tolerance {
   double abs = std::numeric_limits<double>::infinity();
   double rel = 0;
 };
-// DESIGN.md: f32 max-abs 1e-3 and rel-L2 1e-5; f16 rel-L2 2e-3; bf16 1e-2 (the coarser of the
-// inputs' and the output's dtype decides, since rounding the output is part of the result).
+// DESIGN.md: f32 max-abs 1e-3 and rel-L2 1e-5; f16 rel-L2 2e-3; bf16 1e-2; e4m3 inputs 5e-2
+// (docs/architecture.md) (the coarser of the inputs' and the output's dtype decides, since rounding
+// the output is part of the result).
 Tolerance tolerance_for(DType input, DType output);
 // LSE (f32 for every dtype): |lse - golden| <= max(1e-3, rel * max(1, |golden|)), with `rel` the
 // dtype's rel-L2 tolerance: f16/bf16 inputs move every score by their rounding, and a kernel may
@@ -77,6 +78,8 @@ class Staging {
 struct CheckContext {
   bool cuda = false;  // backend under test
   bool quick = false;
+  std::string op = "all";     // all, decode, prefill, fused or kv (append, RoPE, merge)
+  std::vector<DType> dtypes;  // input dtypes to check (empty: the default set, e4m3 prefill included)
   Target target;
   std::mt19937_64 rng;
   std::function<void(CheckRow)> report;
@@ -86,7 +89,14 @@ struct CheckContext {
 // other exception into FAIL, so nothing unimplemented can pass.
 void guarded(CheckContext& ctx, CheckRow row, const std::function<void(CheckRow&)>& body);
 
-void check_attention(CheckContext& ctx);  // decode, prefill, fused rope+append+decode
+// Whether the context's --op / --dtype filters select an op, or an input dtype (`default_set`:
+// whether the dtype is one the op checks when no --dtype was given).
+bool wants_op(const CheckContext& ctx, const std::string& op);
+bool wants_dtype(const CheckContext& ctx, DType dtype, bool default_set = true);
+// The storage dtypes (f32, f16, bf16) to check: --dtype's, else all three (--quick: f32, bf16).
+std::vector<DType> storage_dtypes(const CheckContext& ctx);
+
+void check_attention(CheckContext& ctx);  // decode, prefill (e4m3 too), fused rope+append+decode
 void check_kv(CheckContext& ctx);         // append, RoPE, merge
 
 }  // namespace attnkit::cli

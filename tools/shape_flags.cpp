@@ -57,10 +57,12 @@ void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_op, const std::vect
   f.window_opt = app.add_option("--window", f.window, "sliding window in keys (0 = none)")->capture_default_str();
   f.softcap_opt = app.add_option("--softcap", f.softcap, "logit soft-cap c: s = c*tanh(s/c) (0 = none)");
   app.add_option("--scale", f.scale, "score scale (0 = 1/sqrt(head_dim))");
-  app.add_option("--dtype", f.dtype, "storage dtype of q, k, v: f32, f16, bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+  app.add_option("--dtype", f.dtype,
+                 "storage dtype of q, k, v: f32, f16, bf16, or e4m3 (fp8 prefill on Hopper; per-tensor scales "
+                 "are a run-time input)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}))
       ->capture_default_str();
-  app.add_option("--out-dtype", f.out_dtype, "output dtype (default: --dtype)")
+  app.add_option("--out-dtype", f.out_dtype, "output dtype (default: --dtype; bf16 for e4m3 inputs)")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
 }
 
@@ -104,7 +106,8 @@ PrefillProblem prefill_problem(const ShapeFlags& flags) {
   p.q_len = f.q_len > 0 ? f.q_len : f.kv_len;
   p.causal = f.causal;
   p.dtype = parse_dtype(f.dtype);
-  p.out_dtype = f.out_dtype.empty() ? p.dtype : parse_dtype(f.out_dtype);
+  // e4m3 is input-only: its default output is bf16, the usual fp8 attention output.
+  p.out_dtype = !f.out_dtype.empty() ? parse_dtype(f.out_dtype) : is_fp8(p.dtype) ? DType::kBF16 : p.dtype;
   p.options = options_of(f);
   p.validate();
   return p;

@@ -85,7 +85,9 @@ def load(path):
 
 def render(attnkit_path, torch_path, out):
     rows = load(attnkit_path) + load(torch_path)
-    key = lambda r: (r.get("head_dim"), r.get("causal"), r.get("seq_len"))
+    # Rows without a dtype are bf16 (the peers always are): e4m3 rows get their own lines, with no
+    # peer columns, since SDPA has no fp8 attention to compare against.
+    key = lambda r: (r.get("dtype", "bf16"), r.get("head_dim"), r.get("causal"), r.get("seq_len"))
     by = {}
     for r in rows:
         if "seq_len" in r and "tflops" in r and r["impl"] in ("attnkit", "attnkit-tiled", "torch-flash", "torch-cudnn"):
@@ -94,18 +96,18 @@ def render(attnkit_path, torch_path, out):
     tgemm = [r["tflops"] for r in rows if r["impl"] == "torch-bf16-gemm"]
     families = {key(r): r.get("family", "") for r in rows if r.get("impl") == "attnkit" and "seq_len" in r}
     lines = [
-        "| head_dim | causal | seq_len | batch x heads | attnkit TFLOP/s | % of GEMM | family | tiled (fallback) "
+        "| dtype | head_dim | causal | seq_len | batch x heads | attnkit TFLOP/s | % of GEMM | family | tiled (fallback) "
         "| torch flash (FA2) | torch cuDNN | attnkit / flash | attnkit / cuDNN |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for k in sorted(by):
-        d, causal, s = k
+        dtype, d, causal, s = k
         v = by[k]
         a, fl, cu, ti = v.get("attnkit"), v.get("torch-flash"), v.get("torch-cudnn"), v.get("attnkit-tiled")
         fmt = lambda x: f"{x:.0f}" if x else "-"
         ratio = lambda x, y: f"{x / y:.2f}x" if x and y else "-"
         pct = f"{100 * a / gemm[0]:.0f}%" if a and gemm else "-"
-        lines.append(f"| {d} | {'yes' if causal else 'no'} | {s} | {16384 // s} x {2048 // d} | {fmt(a)} | {pct} | "
+        lines.append(f"| {dtype} | {d} | {'yes' if causal else 'no'} | {s} | {16384 // s} x {2048 // d} | {fmt(a)} | {pct} | "
                      f"{families.get(k, '')} | {fmt(ti)} | {fmt(fl)} | {fmt(cu)} | {ratio(a, fl)} | {ratio(a, cu)} |")
     head = []
     if gemm:
@@ -126,13 +128,17 @@ def render(attnkit_path, torch_path, out):
         for col, d in enumerate((64, 128, 256)):
             for row, causal in enumerate((False, True)):
                 ax = axes[row][col]
-                seqs = sorted(s for (dd, c, s) in by if dd == d and c == causal)
+                seqs = sorted(s for (dt, dd, c, s) in by if dt == "bf16" and dd == d and c == causal)
                 if not seqs:  # a filtered sweep: nothing measured for this panel
                     ax.set_visible(False)
                     continue
                 for impl, style in (("attnkit", "o-"), ("attnkit-tiled", "x-."), ("torch-flash", "s--"), ("torch-cudnn", "^:")):
-                    ys = [by[(d, causal, s)].get(impl, float("nan")) for s in seqs]
+                    ys = [by[("bf16", d, causal, s)].get(impl, float("nan")) for s in seqs]
                     ax.plot(seqs, ys, style, label=impl)
+                fp8 = sorted(s for (dt, dd, c, s) in by if dt == "e4m3" and dd == d and c == causal)
+                if fp8:
+                    ax.plot(fp8, [by[("e4m3", d, causal, s)].get("attnkit", float("nan")) for s in fp8], "D-",
+                            label="attnkit e4m3")
                 if gemm:
                     ax.axhline(gemm[0], color="gray", lw=0.8, label="cuBLAS bf16 GEMM")
                 ax.set_xscale("log", base=2)
