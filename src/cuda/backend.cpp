@@ -78,7 +78,7 @@ DecodeParams base_params(const DecodePlan& plan) {
 }
 
 // The TMA descriptor of a [batch, kv_heads, max_seq, head_dim] cache (kv_box_map.hpp): boxes of
-// one padded row segment x tile rows.
+// one 128-byte row segment x tile rows.
 void set_kv_map(unsigned char (&dst)[128], const TensorView& kv, const DecodeParams& p, const char* ctx,
                 const char* name) {
   cuda_decode::KvBoxTensor t;

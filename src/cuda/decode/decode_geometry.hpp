@@ -54,15 +54,22 @@ constexpr int key_warps_of(std::int64_t warps_per_block, int chunks) {
 constexpr int tile_keys(int capacity, int key_warps, std::int64_t kv_elem_bytes) {
   return key_warps * (uses_mma(kv_elem_bytes) ? kMmaKeysPerWarp : kStepsPerTile * keys_per_warp_step(capacity));
 }
-// A key's row is kept in shared memory as capacity / box_width segments of box_width columns, each
-// padded by 16 bytes so 8 consecutive rows start in different banks (conflict-free ldmatrix and
-// 16-byte loads); a tile stores segment 0 of all its rows, then segment 1, ... (one TMA box of
-// rows per segment: a box row is at most 256 elements). row_stride_elems is the padded segment.
-constexpr int box_width(int capacity) { return capacity < 128 ? capacity : 128; }
-constexpr int row_stride_elems(int capacity, std::int64_t kv_elem_bytes) {
-  return box_width(capacity) + static_cast<int>(16 / kv_elem_bytes);
+// Shared-memory tile layout (every K/V ring slot, both engines): a key's row is cut into 128-byte
+// segments of segment_elems columns; a tile stores segment 0 of all its rows, then segment 1, ...
+// (one TMA box of segment_elems x tile rows per segment). Inside a segment, row r's 16-byte chunk c
+// sits at chunk c ^ (r % 8): TMA's 128-byte swizzle, so the 8 rows an ldmatrix (or 8 threads)
+// read at one column hit 8 different bank groups with no padding. Padded rows (a 136-column box)
+// cost 5% of the DRAM rate: the TMA unit reads a padded box slower (dev/tma_stream_probe.cu,
+// docs/perf-notes.md "Decode round 8").
+inline constexpr int kSegmentBytes = 128;
+constexpr int segment_elems(std::int64_t kv_elem_bytes) { return kSegmentBytes / static_cast<int>(kv_elem_bytes); }
+constexpr int row_segments(int capacity, std::int64_t kv_elem_bytes) { return capacity / segment_elems(kv_elem_bytes); }
+// Element offset of column d of row r inside a tile of `tile` rows (swizzled 16-byte chunks).
+constexpr int tile_offset(int r, int d, int tile, std::int64_t kv_elem_bytes) {
+  const int width = segment_elems(kv_elem_bytes), vec = 16 / static_cast<int>(kv_elem_bytes);
+  const int within = d % width;
+  return (d / width) * tile * width + r * width + (((within / vec) ^ (r & 7)) * vec) + within % vec;
 }
-constexpr int row_segments(int capacity) { return capacity / box_width(capacity); }
 
 // Paged caches: a tile is copied as TMA boxes, one per run of box_rows rows that share a page, when
 // every tile is page-aligned (no window: tiles start at multiples of the tile), the page holds at
@@ -81,15 +88,14 @@ constexpr bool page_boxes_fit(int tile, std::int64_t page_size, std::int64_t win
 
 // Static shared memory of the kernel: the full and empty mbarrier of each ring slot.
 inline constexpr std::int64_t kStaticSharedBytes = 2 * kMaxStages * 8;
-// The dynamic part starts with the ring, aligned up to 128 bytes (TMA destinations).
-inline constexpr std::int64_t kRingAlignment = 128;
+// The dynamic part starts with the ring, aligned up to 1024 bytes (TMA swizzled destinations).
+inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom
 
 // Dynamic shared memory of one block (bytes): alignment slack, the K/V ring, the f32 query staging (reused as the
 // cross-warp reduction), the (max, sum) pairs of each key warp and of the block, and the fused
 // kernel's new-key scratch.
 constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
-  return std::int64_t{2} * stages * tile * row_segments(capacity) * row_stride_elems(capacity, kv_elem_bytes) *
-         kv_elem_bytes;
+  return std::int64_t{2} * stages * tile * capacity * kv_elem_bytes;
 }
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {

@@ -57,24 +57,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const v
 
 template <class T, int kCap>
 struct MmaEngine {
-  static constexpr int kStride = row_stride_elems(kCap, 2);
   static constexpr int kKSteps = kCap / 16;  // QK^T k-steps over head_dim
   static constexpr int kNBlocks = kCap / 8;  // P.V n-blocks over head_dim
   static constexpr unsigned kFull = 0xffffffffu;
-
-  static constexpr int kBoxWidth = box_width(kCap);
   static constexpr int kMinBlocksPerSm = 1;  // registers: up to 255 (head_dim 256)
 
   std::uint32_t qa[kKSteps][4];
   float o[kNBlocks][4];
-  int segment_stride = 0;  // elements between a tile's row segments (decode_geometry.hpp)
+  int tile = 0;  // rows of a ring slot (decode_geometry.hpp's tile layout)
 
-  __device__ void set_tile(int tile) { segment_stride = tile * kStride; }
-  // Shared-memory offset of column d within a key row.
-  __device__ int col(int d) const {
-    if constexpr (kCap <= kBoxWidth) return d;
-    return (d / kBoxWidth) * segment_stride + d % kBoxWidth;
-  }
+  __device__ void set_tile(int tile_rows) { tile = tile_rows; }
+  // Shared-memory offset of column d (a multiple of 8: one 16-byte chunk) of key row r.
+  __device__ int at(int r, int d) const { return tile_offset(r, d, tile, 2); }
   float m[2], l[2];  // rows lane/4 and lane/4 + 8
   float score_scale;
   int lane;
@@ -132,7 +126,7 @@ struct MmaEngine {
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
         std::uint32_t b[4];
-        ldmatrix_x4(b, ks + (key0 + nb * 8 + (lane % 8)) * kStride + col(kk * 32 + (lane / 8) * 8));
+        ldmatrix_x4(b, ks + at(key0 + nb * 8 + (lane % 8), kk * 32 + (lane / 8) * 8));
         mma_16816<T>(s[nb], qa[2 * kk], b[0], b[1]);
         mma_16816<T>(s[nb], qa[2 * kk + 1], b[2], b[3]);
       }
@@ -190,7 +184,7 @@ struct MmaEngine {
 #pragma unroll
     for (int dn = 0; dn < kNBlocks; dn += 2) {
       std::uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + (key0 + ((lane / 8) & 1) * 8 + (lane % 8)) * kStride + col(dn * 8 + (lane / 16) * 8));
+      ldmatrix_x4_trans(b, vs + at(key0 + ((lane / 8) & 1) * 8 + (lane % 8), dn * 8 + (lane / 16) * 8));
       if (partial) {
         b[0] &= keep_lo;
         b[1] &= keep_hi;

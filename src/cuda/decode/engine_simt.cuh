@@ -15,24 +15,16 @@ struct SimtEngine {
   static constexpr int kChunks = kSliceElems / kVecElems;
   static constexpr int kTpk = threads_per_key(kCap);
   static constexpr int kKps = 32 / kTpk;
-  static constexpr int kStride = row_stride_elems(kCap, sizeof(T));
   static constexpr unsigned kFull = 0xffffffffu;
-
-  static constexpr int kBoxWidth = box_width(kCap);
   // 4 heads per warp fit in 128 registers, so three blocks share an SM (this latency-bound engine
   // needs the warps; decode_geometry.hpp); 8 heads need up to 255.
   static constexpr int kMinBlocksPerSm = kHpw <= 4 ? 2 : 1;
 
   float q[kHpw][kSliceElems], m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
   int lane, key_group, slice;
-  int segment_stride = 0;  // elements between a tile's row segments (decode_geometry.hpp)
+  int tile = 0;  // rows of a ring slot (decode_geometry.hpp's tile layout)
 
-  __device__ void set_tile(int tile) { segment_stride = tile * kStride; }
-  // Shared-memory offset of column d within a key row.
-  __device__ int col(int d) const {
-    if constexpr (kCap <= kBoxWidth) return d;
-    return (d / kBoxWidth) * segment_stride + d % kBoxWidth;
-  }
+  __device__ void set_tile(int tile_rows) { tile = tile_rows; }
 
   __device__ int dim_of(int j, int e) const { return (slice + j * kTpk) * kVecElems + e; }
 
@@ -58,7 +50,8 @@ struct SimtEngine {
   __device__ void load_row(const T* rows, int r, float (&x)[kSliceElems]) const {
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(rows + r * kStride + col((slice + j * kTpk) * kVecElems));
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(rows + tile_offset(r, (slice + j * kTpk) * kVecElems, tile, sizeof(T)));
       cuda_common::vec16_to_f32(raw, x + j * kVecElems, T{});
     }
   }

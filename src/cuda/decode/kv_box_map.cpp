@@ -34,8 +34,9 @@ void make_kv_box_map(unsigned char (&dst)[128], const KvBoxTensor& kv, int box_r
     spec.byte_strides[d] = static_cast<std::uint64_t>(stride * elem);
     span = std::max<std::int64_t>(span, stride * extents[d]);
   }
-  const int capacity = head_dim_capacity(kv.head_dim);
-  spec.box = {static_cast<std::uint32_t>(row_stride_elems(capacity, elem)), static_cast<std::uint32_t>(box_rows), 1, 1};
+  // One 128-byte row segment per box, swizzled as the engines read it (decode_geometry.hpp).
+  spec.box = {static_cast<std::uint32_t>(segment_elems(elem)), static_cast<std::uint32_t>(box_rows), 1, 1};
+  spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
   // 128-byte promotion: with 256 B, ncu counted half the box's L2 sector reads as hits and DRAM ran
   // at 87% of peak (cuDNN: no hits, 94%); with 128 B the large points read 3-5% faster.
   spec.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;

@@ -1,8 +1,8 @@
 // Host: the TMA descriptor through which the decode producer copies K or V tiles (split_kv_decode.cuh).
 // A cache is seen as a 4-D tensor (head_dim, rows, kv_heads, outer): rows are a sequence's keys and
 // outer its batch index (contiguous caches), or a page's slots and the page (paged pools, either
-// layout). A box is one padded row segment (decode_geometry.hpp: the columns past the row read as
-// zeros) by box_rows rows; coordinates outside the tensor (rows past the cache, pages outside the
+// layout). A box is one 128-byte row segment, swizzled (decode_geometry.hpp), by box_rows rows;
+// coordinates outside the tensor (columns past head_dim, rows past the cache, pages outside the
 // pool) read as zeros.
 #pragma once
 #include <cstdint>
