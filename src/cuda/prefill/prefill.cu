@@ -135,17 +135,25 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   p.window = pr.options.window;
   p.scale = pr.effective_scale();
   p.softcap = pr.options.softcap;
-  require(pr.out_dtype == pr.dtype || pr.out_dtype == DType::kF32, kContext,
+  const bool fp8 = pr.dtype == DType::kE4M3;
+  require(pr.out_dtype == pr.dtype || pr.out_dtype == DType::kF32 ||
+              (fp8 && (pr.out_dtype == DType::kBF16 || pr.out_dtype == DType::kF16)),
+          kContext,
           "out_dtype " + std::string(dtype_name(pr.out_dtype)) + " with inputs " + std::string(dtype_name(pr.dtype)),
-          "use out_dtype equal to the input dtype, or f32");
-  p.out_kind = pr.out_dtype == DType::kF32 ? OutKind::kF32 : OutKind::kInput;
+          "use out_dtype equal to the input dtype, or f32 (e4m3 inputs: bf16, f16 or f32)");
+  p.out_kind = pr.out_dtype == DType::kF32 ? OutKind::kF32 : OutKind::kInput;  // e4m3: the launcher picks bf16/f16
   p.splits = 1;
   p.tiles_per_split = 0;
   p.workspace_rows = pr.batch * pr.q_len;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
 
   if (part.family == KernelFamily::kWarpSpecializedWgmma) {  // Hopper: src/cuda/prefill_hopper/
-    const cuda_prefill_hopper::HopperConfig* hc = cuda_prefill_hopper::find_hopper_config(pr.head_dim, part.tile_size);
+    const cuda_prefill_hopper::HopperConfig* hc =
+        fp8 ? cuda_prefill_hopper::find_hopper_fp8_config(pr.head_dim)
+            : cuda_prefill_hopper::find_hopper_config(pr.head_dim, part.tile_size);
+    require(hc == nullptr || hc->keys_per_tile == static_cast<int>(part.tile_size), kContext,
+            "the plan's key tile (" + std::to_string(part.tile_size) + ") is not the e4m3 kernel's",
+            "plan with plan_prefill from this build of attnkit");
     require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::kRowsPerBlock) &&
                 part.sequence_splits == 1,
             kContext, "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
@@ -155,7 +163,14 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
     require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
             "pass out with even strides and an aligned base pointer");
-    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, *hc, part.grid_blocks, part.heads_per_tile_group, stream);
+    if (fp8) {
+      validate_workspace(workspace,
+                         static_cast<std::uint64_t>(cuda_prefill_hopper::hopper_fp8_vt_bytes(pr.batch, pr.kv_heads,
+                                                                                             pr.head_dim, pr.kv_len)),
+                         DeviceKind::kCuda);
+    }
+    cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, pr.out_dtype, *hc, part.grid_blocks,
+                                               part.heads_per_tile_group, workspace, stream);
     return;
   }
   require(part.family == KernelFamily::kCooperativeTiled, kContext,

@@ -21,6 +21,10 @@ struct HopperConfig {
   double relative_rate;
 };
 
+// The kernel's input element type (q, k and v): 16-bit floats, or fp8 e4m3 with per-tensor scales.
+enum class HopperInput : int { kF16, kBF16, kE4M3 };
+constexpr int input_bytes(HopperInput in) { return in == HopperInput::kE4M3 ? 1 : 2; }
+
 inline constexpr int kConsumerWarpgroups = 2;
 inline constexpr int kRowsPerBlock = 64 * kConsumerWarpgroups;
 inline constexpr int kThreadsPerBlock = 128 * (kConsumerWarpgroups + 1);

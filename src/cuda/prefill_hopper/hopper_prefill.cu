@@ -1,6 +1,6 @@
 // Launcher of the Hopper warp-specialized prefill kernel (hopper_prefill.cuh): TMA descriptors
 // made on the host (cuda/common/tensor_map.hpp), and one instantiation per kHopperConfigs entry x
-// {f16, bf16}.
+// {f16, bf16} and per kHopperFp8Configs entry for e4m3 (after the V^T staging, fp8_v_transpose.cuh).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -10,6 +10,7 @@
 
 #include "attnkit/error.hpp"
 #include "cuda/common/tensor_map.hpp"
+#include "cuda/prefill_hopper/fp8_v_transpose.cuh"
 #include "cuda/prefill_hopper/hopper_launch.hpp"
 #include "cuda/prefill_hopper/hopper_prefill.cuh"
 
@@ -18,9 +19,10 @@ namespace {
 
 constexpr const char* kContext = "cuda::prefill (hopper)";
 
-// A 4-D map (D, rows, heads, batch) of a [batch, heads, rows, D] view with 16-bit elements, boxes
-// of 64 columns x box_rows rows, 128-byte swizzle; rows past the end read as zeros.
+// A 4-D map (D, rows, heads, batch) of a [batch, heads, rows, D] view, boxes of one 128-byte
+// swizzled row chunk x box_rows rows; rows past the end read as zeros.
 CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char* name) {
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(v.shape[3]), static_cast<cuuint64_t>(v.shape[2]),
                               static_cast<cuuint64_t>(v.shape[1]), static_cast<cuuint64_t>(v.shape[0])};
   cuuint64_t strides[3];
@@ -29,34 +31,60 @@ CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char*
   std::int64_t span = v.shape[3];
   for (int d = 2; d >= 0; --d) {
     const std::int64_t s = v.shape[d] == 1 ? span : v.strides[d];
-    require(s > 0 && s % 8 == 0 && s < (1LL << 39), kContext,
+    require(s > 0 && (s * elem) % 16 == 0 && s * elem < (1LL << 40), kContext,
             std::string(name) + " " + v.describe() + " has a stride TMA cannot use (" + std::to_string(s) + " elements)",
-            "pass tensors whose row, head and batch strides are positive multiples of 8 elements");
-    strides[2 - d] = static_cast<cuuint64_t>(s) * 2;
+            "pass tensors whose row, head and batch strides are positive multiples of 16 bytes");
+    strides[2 - d] = static_cast<cuuint64_t>(s * elem);
     span = std::max<std::int64_t>(span, s * v.shape[d]);
   }
   require(reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0, kContext, std::string(name) + " is not 16-byte aligned",
           "pass 16-byte aligned tensors");
   cuda_common::TensorMapSpec spec;
-  spec.dtype = dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  spec.dtype = dtype == DType::kBF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+               : dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                      : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   spec.data = v.data;
   spec.dims = {dims[0], dims[1], dims[2], dims[3]};
   spec.byte_strides = {strides[0], strides[1], strides[2]};
-  spec.box = {static_cast<std::uint32_t>(kSwizzleElements), static_cast<std::uint32_t>(box_rows), 1, 1};
+  spec.box = {static_cast<std::uint32_t>(128 / elem), static_cast<std::uint32_t>(box_rows), 1, 1};
   spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  const CUtensorMap map = cuda_common::make_tensor_map_4d(spec, kContext, name);
-  return map;
+  return cuda_common::make_tensor_map_4d(spec, kContext, name);
 }
 
-template <int kIndex, bool Bf16>
+// The V^T staging (fp8_v_transpose.cuh) as a 4-D map (keys, D, kv_heads, batch): boxes of 128 keys
+// x D rows, 128-byte swizzle.
+CUtensorMap make_vt_map(void* vt, const VtParams& vp) {
+  cuda_common::TensorMapSpec spec;
+  spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  spec.data = vt;
+  spec.dims = {static_cast<cuuint64_t>(vp.row_keys), static_cast<cuuint64_t>(vp.head_dim),
+               static_cast<cuuint64_t>(vp.kv_heads), static_cast<cuuint64_t>(vp.batch)};
+  const cuuint64_t row = static_cast<cuuint64_t>(vp.row_keys);
+  spec.byte_strides = {row, row * vp.head_dim, row * vp.head_dim * vp.kv_heads};
+  spec.box = {static_cast<std::uint32_t>(kVtTileKeys), static_cast<std::uint32_t>(vp.head_dim), 1, 1};
+  spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  return cuda_common::make_tensor_map_4d(spec, kContext, "v^T staging");
+}
+
+template <int D>
+void launch_v_transpose(const VtParams& vp, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(vp.row_keys / kVtTileKeys), static_cast<unsigned>(vp.kv_heads),
+                  static_cast<unsigned>(vp.batch));
+  fp8_v_transpose_kernel<D><<<grid, kVtThreads, 0, stream>>>(vp);
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, kContext, std::string("fp8_v_transpose_kernel failed to launch: ") + cudaGetErrorString(err),
+          "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
+}
+
+template <const HopperConfig* kTable, int kIndex, HopperInput In>
 void launch_config(HopperParams& hp, const PrefillTensors& t, DType dtype, std::uint64_t grid_blocks,
                    cudaStream_t stream) {
-  constexpr HopperConfig c = kHopperConfigs[kIndex];
+  constexpr HopperConfig c = kTable[kIndex];
   hp.q_map = make_map(t.q, dtype, kRowsPerBlock, "q");
   hp.k_map = make_map(t.k, dtype, c.keys_per_tile, "k");
-  hp.v_map = make_map(t.v, dtype, c.keys_per_tile, "v");
-  auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, Bf16>;
-  constexpr int smem = static_cast<int>(hopper_shared_bytes(c));
+  if constexpr (In != HopperInput::kE4M3) hp.v_map = make_map(t.v, dtype, c.keys_per_tile, "v");  // else: V^T's
+  auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In>;
+  constexpr int smem = static_cast<int>(In == HopperInput::kE4M3 ? hopper_fp8_shared_bytes(c) : hopper_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   require(attr == cudaSuccess, kContext,
           "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
@@ -68,32 +96,35 @@ void launch_config(HopperParams& hp, const PrefillTensors& t, DType dtype, std::
           "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
 }
 
-template <bool Bf16, std::size_t... kIndex>
+template <const HopperConfig* kTable, HopperInput In, std::size_t... kIndex>
 void launch_any(HopperParams& hp, const PrefillTensors& t, DType dtype, const HopperConfig& config,
                 std::uint64_t grid_blocks, cudaStream_t stream, std::index_sequence<kIndex...>) {
   bool launched = false;
-  ((kHopperConfigs[kIndex].head_dim == config.head_dim && kHopperConfigs[kIndex].keys_per_tile == config.keys_per_tile &&
-            !launched
-        ? (launch_config<static_cast<int>(kIndex), Bf16>(hp, t, dtype, grid_blocks, stream), launched = true)
+  ((kTable[kIndex].head_dim == config.head_dim && kTable[kIndex].keys_per_tile == config.keys_per_tile && !launched
+        ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, t, dtype, grid_blocks, stream), launched = true)
         : false),
    ...);
   require(launched && config.head_dim == hp.p.head_dim, kContext,
           "no Hopper kernel for head_dim=" + std::to_string(hp.p.head_dim) + " with " +
               std::to_string(config.keys_per_tile) + "-key tiles",
-          "plan again: the planner only picks configs listed in kHopperConfigs");
+          "plan again: the planner only picks configs listed in kHopperConfigs / kHopperFp8Configs");
 }
 
 }  // namespace
 
-void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype,
+void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype, DType out_dtype,
                            const HopperConfig& config, std::uint64_t grid_blocks, std::uint32_t heads_per_group,
-                           void* stream) {
-  require(dtype == DType::kBF16 || dtype == DType::kF16, kContext, "inputs are " + std::string(dtype_name(dtype)),
-          "use f16 or bf16 inputs (f32 runs on the cooperative_tiled family)");
+                           Workspace workspace, void* stream) {
+  const bool fp8 = dtype == DType::kE4M3;
+  require(dtype == DType::kBF16 || dtype == DType::kF16 || fp8, kContext, "inputs are " + std::string(dtype_name(dtype)),
+          "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
   require(p.softcap == 0.0f && p.splits == 1, kContext, "the plan asks for a soft-cap or key splits",
           "plan again with plan_prefill (the Hopper family has neither)");
   HopperParams hp{};
   hp.p = p;
+  hp.qk_scale = fp8 ? t.scales.q * t.scales.k : 1.0f;
+  hp.v_scale = fp8 ? t.scales.v : 1.0f;
+  hp.out_bf16 = out_dtype == DType::kBF16 ? 1 : 0;
   hp.m_tiles = (p.q_len + kRowsPerBlock - 1) / kRowsPerBlock;
   const std::int64_t total = static_cast<std::int64_t>(hp.m_tiles) * p.num_heads * p.batch;
   require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
@@ -102,13 +133,48 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::int64_t{p.num_heads} * p.batch));
   hp.tiles_per_unit = p.causal ? 2 : 1;  // causal: equal work per unit (hopper_prefill.cuh)
   hp.total_units = p.num_heads * p.batch * (p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (fp8) {
+    // V^T staging first (fp8_v_transpose.cuh), at the start of the caller's workspace.
+    VtParams vp{};
+    vp.v = static_cast<const std::uint8_t*>(t.v.data);
+    vp.v_batch_stride = t.v.strides[0], vp.v_head_stride = t.v.strides[1], vp.v_row_stride = t.v.strides[2];
+    vp.cu_seqlens_k = p.cu_seqlens_k;
+    vp.batch = p.batch, vp.kv_heads = p.num_heads / p.group_size, vp.head_dim = p.head_dim, vp.kv_len = p.kv_len;
+    vp.row_keys = static_cast<int>(hopper_fp8_vt_row_keys(p.kv_len));
+    const std::int64_t need = hopper_fp8_vt_bytes(p.batch, vp.kv_heads, p.head_dim, p.kv_len);
+    require(workspace.data != nullptr && static_cast<std::int64_t>(workspace.bytes) >= need, kContext,
+            "the workspace holds " + std::to_string(workspace.bytes) + " bytes, the e4m3 V^T staging needs " +
+                std::to_string(need),
+            "pass a device workspace of at least the plan's workspace_bytes");
+    require(reinterpret_cast<std::uintptr_t>(workspace.data) % 128 == 0, kContext, "the workspace is not 128-byte aligned",
+            "pass a 128-byte aligned workspace (cudaMalloc's are)");
+    bool rows_ok = reinterpret_cast<std::uintptr_t>(t.v.data) % 16 == 0;
+    for (int d = 0; d < 3; ++d) rows_ok = rows_ok && (t.v.strides[d] % 16 == 0 || t.v.shape[d] == 1);
+    require(rows_ok, kContext, "v " + t.v.describe() + " is not 16-byte aligned per row",
+            "pass e4m3 v whose base and row, head and batch strides are multiples of 16 bytes");
+    hp.v_map = make_vt_map(workspace.data, vp);
+    hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");  // checked before anything runs
+    hp.q_map = make_map(t.q, dtype, kRowsPerBlock, "q");
+    if (hp.total_tiles == 0) return;
+    vp.vt = static_cast<std::uint8_t*>(workspace.data);
+    if (p.head_dim == 128) {
+      launch_v_transpose<128>(vp, s);
+    } else {
+      require(p.head_dim == 256, kContext, "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim),
+              "use head_dim 128 or 256 with e4m3 inputs");
+      launch_v_transpose<256>(vp, s);
+    }
+    launch_any<kHopperFp8Configs, HopperInput::kE4M3>(hp, t, dtype, config, grid_blocks, s,
+                                                       std::make_index_sequence<std::size(kHopperFp8Configs)>{});
+    return;
+  }
   if (hp.total_tiles == 0) return;
   const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kBF16) {
-    launch_any<true>(hp, t, dtype, config, grid_blocks, s, configs);
+    launch_any<kHopperConfigs, HopperInput::kBF16>(hp, t, dtype, config, grid_blocks, s, configs);
   } else {
-    launch_any<false>(hp, t, dtype, config, grid_blocks, s, configs);
+    launch_any<kHopperConfigs, HopperInput::kF16>(hp, t, dtype, config, grid_blocks, s, configs);
   }
 }
 

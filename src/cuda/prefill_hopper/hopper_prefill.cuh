@@ -3,9 +3,14 @@
 // Inputs:  q [batch, heads, q_len, D], k/v [batch, kv_heads, kv_len, D] (f16 or bf16, any strides
 //          with D contiguous, 16-byte aligned rows), or ragged [1, heads, total, D] + cu_seqlens;
 //          the launcher describes each as a 4-D TMA tensor map (D, rows, heads, batch).
-// Output:  out in the input dtype or f32 (written from registers), optional f32 LSE.
-// Layout:  shared tiles are split into 64-column chunks of [rows][64] with the 128-byte swizzle
-//          (what TMA writes and wgmma reads): Q [chunk][128 rows], K and V [chunk][Bc keys] per slot.
+//          e4m3 (fp8) inputs with per-tensor scales: the same, except that V is read from a V^T
+//          staging [batch][kv_heads][D][keys] (fp8_v_transpose.cuh), since 8-bit wgmma takes its B
+//          operand K-major only; P is rounded to e4m3 for P V (the 5e-2 parity rule).
+// Output:  out in the input dtype or f32 (e4m3: bf16, f16 or f32), written from registers,
+//          optional f32 LSE.
+// Layout:  shared tiles are split into 128-byte row chunks ([rows][64] 16-bit or [rows][128] e4m3
+//          elements) with the 128-byte swizzle (what TMA writes and wgmma reads): Q [chunk][128
+//          rows], K and V [chunk][Bc keys] per slot; e4m3 V^T [D rows][128 keys] per slot.
 // Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
 //          query tiles first inside a group). Causal: a block takes tiles in pairs of one
@@ -58,6 +63,11 @@ struct HopperParams {
   int heads_per_group;  // the plan's heads_per_tile_group
   int tiles_per_unit;   // 2: causal pairs (i-th longest, i-th shortest query tile); 1: single tiles
   int total_units;      // units over all (sequence, head) pairs
+  // e4m3 inputs: the per-tensor scales (q x k folded into the score scale), and whether a 16-bit
+  // output is bf16 (16-bit inputs write their own type).
+  float qk_scale;
+  float v_scale;
+  int out_bf16;
 };
 
 // Work tile (the plan's order index, decoded by work_tile) of unit u's k-th tile, or -1 (the middle
@@ -123,6 +133,21 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// Four f32 into four e4m3 bytes (a in the lowest byte), rounded to nearest even, saturating.
+__device__ __forceinline__ std::uint32_t pack4_e4m3(float a, float b, float c, float d) {
+  std::uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+}
+
+// Keys of one wgmma k-step of O += P V (32 bytes of the operand's K dimension).
+constexpr int keys_per_step(HopperInput in) { return in == HopperInput::kE4M3 ? 32 : 16; }
+// e4m3 P is computed 2^8 times too large (folded into the exponent, undone by the row sum and in
+// the LSE), so probabilities down to 2^-14 stay normal e4m3 numbers instead of flushing to zero
+// below 2^-10; the largest, 256, is well under e4m3's 448.
+constexpr float p_log2_offset(HopperInput in) { return in == HopperInput::kE4M3 ? 8.0f : 0.0f; }
+
 // The consumer's per-row softmax state for its two rows (g and g + 8 of its warp's 16).
 struct RowState {
   float m[2];  // running max, score units (-inf: nothing seen yet)
@@ -152,9 +177,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillPar
   }
 }
 
-// Online softmax of one S tile: new running max, P = exp2((s - m) * sl) in place, row sums;
-// returns the factors the previous O must be scaled by.
-template <int Bc>
+// Online softmax of one S tile: new running max, P = exp2((s - m) * sl + offset) in place, row
+// sums; returns the factors the previous O must be scaled by.
+template <int Bc, HopperInput In>
 __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2]) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -166,39 +191,61 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, f
     const float m_scaled = (mx == -INFINITY ? 0.0f : mx) * sl;  // all masked so far: keep exp2 finite
     alpha[hr] = exp2_approx(st.m[hr] * sl - m_scaled);          // -inf (first tile) gives 0
     st.m[hr] = mx;
+    const float bias = p_log2_offset(In) - m_scaled;
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < Bc / 8; ++i) {
-      s[4 * i + 2 * hr] = exp2_approx(fmaf(s[4 * i + 2 * hr], sl, -m_scaled));
-      s[4 * i + 2 * hr + 1] = exp2_approx(fmaf(s[4 * i + 2 * hr + 1], sl, -m_scaled));
+      s[4 * i + 2 * hr] = exp2_approx(fmaf(s[4 * i + 2 * hr], sl, bias));
+      s[4 * i + 2 * hr + 1] = exp2_approx(fmaf(s[4 * i + 2 * hr + 1], sl, bias));
       sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
     }
     st.l[hr] = st.l[hr] * alpha[hr] + sum;
   }
 }
 
-// P (f32 accumulator layout of m64nBc) into the register-A fragments of m64nDk16, key block kk =
-// accumulator n8 blocks 2kk and 2kk + 1.
-template <int Bc, bool Bf16>
-__device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint32_t (&pf)[Bc / 16][4]) {
+// P (f32 accumulator layout of m64nBc) into the register-A fragments of O += P V.
+// 16-bit: m64nDk16, key block kk = accumulator n8 blocks 2kk and 2kk + 1, in place.
+// e4m3: m64nDk32, whose A fragment wants keys 4t..4t+3 (and 16 + 4t..) of each 32-key block in
+// lane t of a quad, while the accumulator holds keys 2t, 2t + 1 of each n8 block. Rather than
+// shuffle, each lane packs what it holds: its A slot for key 4t + b of a 16-key half takes the
+// accumulator's key 8(b / 2) + 2t + b % 2, and V^T is staged with its keys permuted the same way
+// (fp8_v_transpose.cuh), so the products pair up exactly.
+template <int Bc, HopperInput In>
+__device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint32_t (&pf)[Bc / keys_per_step(In)][4]) {
+  if constexpr (In == HopperInput::kE4M3) {
 #pragma unroll
-  for (int kk = 0; kk < Bc / 16; ++kk) {
-    pf[kk][0] = pack2<Bf16>(s[8 * kk + 0], s[8 * kk + 1]);
-    pf[kk][1] = pack2<Bf16>(s[8 * kk + 2], s[8 * kk + 3]);
-    pf[kk][2] = pack2<Bf16>(s[8 * kk + 4], s[8 * kk + 5]);
-    pf[kk][3] = pack2<Bf16>(s[8 * kk + 6], s[8 * kk + 7]);
+    for (int kk = 0; kk < Bc / 32; ++kk) {
+      const float* x = s + 16 * kk;  // n8 blocks 4kk .. 4kk + 3: [block][row half][2 keys]
+      pf[kk][0] = pack4_e4m3(x[0], x[1], x[4], x[5]);      // row g, keys of blocks 0 and 1
+      pf[kk][1] = pack4_e4m3(x[2], x[3], x[6], x[7]);      // row g + 8
+      pf[kk][2] = pack4_e4m3(x[8], x[9], x[12], x[13]);    // row g, blocks 2 and 3
+      pf[kk][3] = pack4_e4m3(x[10], x[11], x[14], x[15]);  // row g + 8
+    }
+  } else {
+    constexpr bool kBf16 = In == HopperInput::kBF16;
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) {
+      pf[kk][0] = pack2<kBf16>(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack2<kBf16>(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack2<kBf16>(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack2<kBf16>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
   }
 }
 
-template <int D, int Bc, int Stages, bool Bf16>
+template <int D, int Bc, int Stages, HopperInput In>
 __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
-  using T = std::conditional_t<Bf16, __nv_bfloat16, __half>;
+  constexpr bool kFp8 = In == HopperInput::kE4M3;
+  constexpr int kBytes = input_bytes(In);
+  constexpr int kChunkElems = 128 / kBytes;  // elements of one 128-byte swizzled row chunk
+  constexpr int kKeysPerStep = keys_per_step(In);
   constexpr int Br = kRowsPerBlock;
-  constexpr int Chunks = D / kSwizzleElements;
-  constexpr std::uint32_t kQBytes = Br * D * 2;
-  constexpr std::uint32_t kTileBytes = Bc * D * 2;  // one K (or V) tile
+  constexpr int Chunks = D / kChunkElems;
+  constexpr std::uint32_t kQBytes = Br * D * kBytes;
+  constexpr std::uint32_t kTileBytes = Bc * D * kBytes;  // one K (or V, or V^T) tile
   constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
-  static_assert(D % kSwizzleElements == 0 && Bc % 16 == 0, "tile sizes");
+  static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
+  static_assert(!kFp8 || Bc == 128, "an e4m3 V^T tile is one 128-byte swizzle row per head_dim row");
 
   extern __shared__ unsigned char shared_raw[];
   unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t{1023});
@@ -259,7 +306,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
       mbar_wait(q_empty, (q_iter & 1) ^ 1);
       mbar_arrive_expect_tx(q_full, kQBytes);
 #pragma unroll
-      for (int c = 0; c < Chunks; ++c) tma_load_4d(s_q + c * kQChunkBytes, &hp.q_map, q_full, c * 64, q_row, w.h, batch);
+      for (int c = 0; c < Chunks; ++c) {
+        tma_load_4d(s_q + c * kQChunkBytes, &hp.q_map, q_full, c * kChunkElems, q_row, w.h, batch);
+      }
       ++q_iter;
       for (int j = w.tile_lo; j < w.tile_hi; ++j, ++kv_iter) {
         const int stage = kv_iter % Stages;
@@ -269,12 +318,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
 #pragma unroll
         for (int c = 0; c < Chunks; ++c) {
-          tma_load_4d(s_k + stage * kTileBytes + c * kKvChunkBytes, &hp.k_map, &k_full[stage], c * 64, k_row, kvh, batch);
+          tma_load_4d(s_k + stage * kTileBytes + c * kKvChunkBytes, &hp.k_map, &k_full[stage], c * kChunkElems, k_row,
+                      kvh, batch);
         }
         mbar_arrive_expect_tx(&v_full[stage], kTileBytes);
+        if constexpr (kFp8) {
+          // V^T staging [batch][kv_heads][D][keys]: one box of D rows x 128 keys, the sequence's own slot.
+          tma_load_4d(s_v + stage * kTileBytes, &hp.v_map, &v_full[stage], j * Bc, 0, kvh, w.b);
+        } else {
 #pragma unroll
-        for (int c = 0; c < Chunks; ++c) {
-          tma_load_4d(s_v + stage * kTileBytes + c * kKvChunkBytes, &hp.v_map, &v_full[stage], c * 64, k_row, kvh, batch);
+          for (int c = 0; c < Chunks; ++c) {
+            tma_load_4d(s_v + stage * kTileBytes + c * kKvChunkBytes, &hp.v_map, &v_full[stage], c * kChunkElems, k_row,
+                        kvh, batch);
+          }
         }
       }
     }
@@ -288,7 +344,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   const int g = lane / 4, c = lane % 4;
   const int row0 = cw * 64 + warp * 16 + g;  // this thread's rows in the block tile: row0, row0 + 8
   const bool lane_leader = lane == 0;
-  const float sl = p.scale * kLog2e;
+  const float sl = p.scale * hp.qk_scale * kLog2e;  // qk_scale: e4m3's q and k scales, else 1
   const std::uint32_t q_base = smem_u32(s_q) + cw * 64 * 128;
   const std::uint32_t k_base = smem_u32(s_k), v_base = smem_u32(s_v);
   std::uint32_t q_iter = 0, kv_iter = 0;
@@ -325,24 +381,28 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
       auto issue_s = [&](float (&s)[Bc / 2], int stage) {
         const std::uint32_t kb = k_base + stage * kTileBytes;
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
+        for (int kk = 0; kk < D * kBytes / 32; ++kk) {  // k-steps of 32 bytes of head_dim
           const std::uint32_t off_q = (kk / 4) * kQChunkBytes + (kk % 4) * 32;
           const std::uint32_t off_k = (kk / 4) * kKvChunkBytes + (kk % 4) * 32;
-          wgmma_ss<Bc, Bf16>(s, smem_descriptor(q_base + off_q, 16, 1024), smem_descriptor(kb + off_k, 16, 1024),
-                             kk > 0 ? 1 : 0);
+          wgmma_ss<Bc, In>(s, smem_descriptor(q_base + off_q, 16, 1024), smem_descriptor(kb + off_k, 16, 1024),
+                           kk > 0 ? 1 : 0);
         }
       };
-      auto issue_pv = [&](const std::uint32_t (&pf)[Bc / 16][4], int stage) {
+      auto issue_pv = [&](const std::uint32_t (&pf)[Bc / kKeysPerStep][4], int stage) {
         const std::uint32_t vb = v_base + stage * kTileBytes;
 #pragma unroll
-        for (int kk = 0; kk < Bc / 16; ++kk) {
-          wgmma_rs<D, Bf16>(o, pf[kk], smem_descriptor(vb + kk * 16 * 128, kKvChunkBytes, 1024), 1);
+        for (int kk = 0; kk < Bc / kKeysPerStep; ++kk) {
+          if constexpr (kFp8) {  // V^T rows (head_dim) of 128 keys, K-major like Q and K
+            wgmma_rs<D, In>(o, pf[kk], smem_descriptor(vb + kk * 32, 16, 1024), 1);
+          } else {  // V rows (keys) of head_dim, MN-major
+            wgmma_rs<D, In>(o, pf[kk], smem_descriptor(vb + kk * 16 * 128, kKvChunkBytes, 1024), 1);
+          }
         }
       };
 
       mbar_wait(q_full, q_iter & 1);
       float s[Bc / 2];
-      std::uint32_t pf[Bc / 16][4];
+      std::uint32_t pf[Bc / kKeysPerStep][4];
       float alpha[2];
       // First key tile: S, mask, softmax (O is still zero, nothing to rescale).
       {
@@ -361,8 +421,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         }
         const int key0 = w.tile_lo * Bc;
         if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
-        softmax_tile<Bc>(s, st, sl, alpha);
-        scores_to_a<Bc, Bf16>(s, pf);
+        softmax_tile<Bc, In>(s, st, sl, alpha);
+        scores_to_a<Bc, In>(s, pf);
       }
       for (int it = 1; it < n; ++it) {
         const std::uint32_t prev = kv_iter + it - 1, cur = kv_iter + it;
@@ -385,7 +445,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         }
         const int key0 = (w.tile_lo + it) * Bc;
         if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
-        softmax_tile<Bc>(s, st, sl, alpha);  // runs while P V is on the tensor cores
+        softmax_tile<Bc, In>(s, st, sl, alpha);  // runs while P V is on the tensor cores
         // Pin the softmax's results before the wait: without this the compiler may schedule the
         // whole softmax after it (no data dependence), and the overlap is gone.
         fence_registers(s);
@@ -403,7 +463,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
           o[4 * i + 2] *= alpha[1];
           o[4 * i + 3] *= alpha[1];
         }
-        scores_to_a<Bc, Bf16>(s, pf);
+        scores_to_a<Bc, In>(s, pf);
       }
       {
         const std::uint32_t last = kv_iter + n - 1;
@@ -435,7 +495,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
       if (r >= rows_here) continue;
       const float l = st.l[hr];
       const bool any = l > 0.0f;
-      const float inv = any ? 1.0f / l : 0.0f;
+      const float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
       const std::int64_t row = w.e.q_start + w.m0 + r;
       const std::int64_t out_off = w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride + row * p.o_row_stride;
       if (p.out_kind == OutKind::kF32) {
@@ -445,16 +505,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
           *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
         }
       } else {
-        T* dst = static_cast<T*>(p.out) + out_off;
+        // A 16-bit output: the input's type, or for e4m3 inputs the plan's (bf16 or f16).
+        const bool bf16_out = kFp8 ? hp.out_bf16 != 0 : In == HopperInput::kBF16;
+        auto* dst = static_cast<std::uint16_t*>(p.out) + out_off;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
-          *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * c) =
-              pack2<Bf16>(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
+          const float a = o[4 * i + 2 * hr] * inv, b = o[4 * i + 2 * hr + 1] * inv;
+          *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * c) = bf16_out ? pack2<true>(a, b) : pack2<false>(a, b);
         }
       }
       if (p.lse != nullptr && c == 0) {
         p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] =
-            any ? (st.m[hr] * sl + log2f(l)) * kLn2 : -INFINITY;
+            any ? (st.m[hr] * sl + log2f(l) - p_log2_offset(In)) * kLn2 : -INFINITY;
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common/sm90_primitives.cuh"
+#include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_hopper/wgmma_ops.cuh"
 
 namespace attnkit::cuda_prefill_hopper {
@@ -58,34 +59,41 @@ __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t addr, std
   return d;
 }
 
-template <int N, bool Bf16>
+template <int N, HopperInput In>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, int accumulate) {
-  if constexpr (Bf16) {
+  if constexpr (In == HopperInput::kBF16) {
     if constexpr (N == 64) wgmma_ss_bf16_n64(d, da, db, accumulate);
     else if constexpr (N == 80) wgmma_ss_bf16_n80(d, da, db, accumulate);
     else if constexpr (N == 128) wgmma_ss_bf16_n128(d, da, db, accumulate);
     else static_assert(N == 64, "no wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
-  } else {
+  } else if constexpr (In == HopperInput::kF16) {
     if constexpr (N == 64) wgmma_ss_f16_n64(d, da, db, accumulate);
     else if constexpr (N == 80) wgmma_ss_f16_n80(d, da, db, accumulate);
     else if constexpr (N == 128) wgmma_ss_f16_n128(d, da, db, accumulate);
     else static_assert(N == 64, "no wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
+  } else {
+    if constexpr (N == 128) wgmma_ss_e4m3_n128(d, da, db, accumulate);
+    else static_assert(N == 128, "no e4m3 wgmma_ss instance for this N (dev/hopper/gen_wgmma.py)");
   }
 }
 
-template <int N, bool Bf16>
+template <int N, HopperInput In>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db,
                                          int accumulate) {
-  if constexpr (Bf16) {
+  if constexpr (In == HopperInput::kBF16) {
     if constexpr (N == 64) wgmma_rs_bf16_n64(d, a, db, accumulate);
     else if constexpr (N == 128) wgmma_rs_bf16_n128(d, a, db, accumulate);
     else if constexpr (N == 256) wgmma_rs_bf16_n256(d, a, db, accumulate);
     else static_assert(N == 64, "no wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
-  } else {
+  } else if constexpr (In == HopperInput::kF16) {
     if constexpr (N == 64) wgmma_rs_f16_n64(d, a, db, accumulate);
     else if constexpr (N == 128) wgmma_rs_f16_n128(d, a, db, accumulate);
     else if constexpr (N == 256) wgmma_rs_f16_n256(d, a, db, accumulate);
     else static_assert(N == 64, "no wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
+  } else {
+    if constexpr (N == 128) wgmma_rs_e4m3_n128(d, a, db, accumulate);
+    else if constexpr (N == 256) wgmma_rs_e4m3_n256(d, a, db, accumulate);
+    else static_assert(N == 128, "no e4m3 wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
   }
 }
 
