@@ -6,13 +6,15 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
-_NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "bfloat16": "bf16"}
-_TORCH_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.int32": "i32"}
+_NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
+_TORCH_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.int32": "i32",
+                "torch.float8_e4m3fn": "e4m3"}
 _CANONICAL = {
     "f32": "f32", "float32": "f32", "float": "f32",
     "f16": "f16", "float16": "f16", "half": "f16", "fp16": "f16",
     "bf16": "bf16", "bfloat16": "bf16",
     "i32": "i32", "int32": "i32",
+    "e4m3": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e4m3": "e4m3",
 }
 
 
@@ -27,8 +29,8 @@ def library(x: Any) -> str:
 
 
 def dtype_name(dtype: Any) -> str:
-    """attnkit's name ('f32', 'f16', 'bf16', 'i32') for a dtype given as a string, a numpy
-    dtype or a torch dtype."""
+    """attnkit's name ('f32', 'f16', 'bf16', 'i32', 'e4m3') for a dtype given as a string, a numpy
+    dtype or a torch dtype (torch.float8_e4m3fn is 'e4m3')."""
     if isinstance(dtype, str):
         key = dtype.lower()
         if key in _CANONICAL:
@@ -41,7 +43,8 @@ def dtype_name(dtype: Any) -> str:
         return _NUMPY_NAMES[name]
     from ._attnkit import Error
 
-    raise Error(f"dtype: {dtype!r} is not supported. Fix: use float32, float16 or bfloat16 (int32 for indices)")
+    raise Error(f"dtype: {dtype!r} is not supported. Fix: use float32, float16 or bfloat16 (int32 for indices; "
+                "float8_e4m3fn for e4m3 prefill inputs)")
 
 
 def array_dtype(x: Any) -> str:
@@ -63,9 +66,18 @@ def device_of(x: Any) -> tuple[str, int]:
 
 def exported(x: Any) -> Any:
     """The array as the native module takes it. A torch tensor that requires grad cannot be
-    exported through DLPack; detach() gives the same memory without the autograd record."""
-    if x is not None and library(x) == "torch" and x.requires_grad:
-        return x.detach()
+    exported through DLPack; detach() gives the same memory without the autograd record. A
+    torch.float8_e4m3fn tensor goes as a uint8 view of the same memory (not every torch exports
+    float8 through DLPack); the native side reads those bytes as e4m3 for the q/k/v of an e4m3
+    prefill plan only, and rejects them everywhere else."""
+    if x is None or library(x) != "torch":
+        return x
+    if x.requires_grad:
+        x = x.detach()
+    if str(x.dtype) == "torch.float8_e4m3fn":
+        import torch
+
+        x = x.view(torch.uint8)
     return x
 
 

@@ -89,12 +89,19 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
 
 
 def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None, *, cu_seqlens_q: Any = None,
-            cu_seqlens_k: Any = None, return_lse: bool = False) -> Any:
+            cu_seqlens_k: Any = None, return_lse: bool = False, q_scale: float = 1.0, k_scale: float = 1.0,
+            v_scale: float = 1.0) -> Any:
     """Prefill attention. q [batch, num_heads, q_len, head_dim]; k, v
     [batch, kv_heads, kv_len, head_dim]; any strides with head_dim contiguous, so BHSD tensors
     and BSHD tensors viewed as BHSD (x.transpose(1, 2)) both work. Ragged batches pass
     cu_seqlens_q / cu_seqlens_k (int32 [batch + 1]) with q [1, heads, total_q, head_dim].
-    Returns out shaped like q (and lse f32 [batch, num_heads, q_len])."""
+    Returns out shaped like q (and lse f32 [batch, num_heads, q_len]).
+
+    fp8: with a plan of dtype 'e4m3' (CUDA on Hopper, head_dim 128 or 256), q, k and v are
+    torch.float8_e4m3fn tensors (or uint8 arrays of e4m3 bytes) and q_scale, k_scale, v_scale
+    their per-tensor dequantization scales: the real value of a stored element x is x * scale
+    (a quantizer that divided by s passes s). Scales must be finite and > 0, and stay 1.0 for
+    f32/f16/bf16 inputs. out is f32, f16 or bf16 (the plan's out_dtype, bf16 by default)."""
     _require_plan(plan, "prefill", "prefill")
     _require_arrays("prefill", q=q, k=k, v=v)
     _require_one_device("prefill", q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
@@ -109,7 +116,7 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     if cu_seqlens_k is not None:
         cu_seqlens_k = _arrays.index_array(cu_seqlens_k, q)
     _native.prefill(plan._native, _x(q), _x(k), _x(v), _x(out), _x(lse), _x(cu_seqlens_q), _x(cu_seqlens_k),
-                    _x(plan.workspace(q)), _arrays.current_stream(q))
+                    _x(plan.workspace(q)), _arrays.current_stream(q), float(q_scale), float(k_scale), float(v_scale))
     return (out, lse) if lse is not None else out
 
 
@@ -179,14 +186,17 @@ def reference_decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: An
     return _native.reference_decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths))
 
 
-def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None):
-    """The float64 golden of prefill on host arrays: (out, lse) as float64 numpy arrays."""
+def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                      q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0):
+    """The float64 golden of prefill on host arrays: (out, lse) as float64 numpy arrays. e4m3
+    inputs (an 'e4m3' plan) are read as stored value x their scale, as in prefill()."""
     _require_plan(plan, "prefill", "reference_prefill")
     if cu_seqlens_q is not None:
         cu_seqlens_q = _arrays.index_array(cu_seqlens_q, q)
     if cu_seqlens_k is not None:
         cu_seqlens_k = _arrays.index_array(cu_seqlens_k, q)
-    return _native.reference_prefill(plan._native, _x(q), _x(k), _x(v), _x(cu_seqlens_q), _x(cu_seqlens_k))
+    return _native.reference_prefill(plan._native, _x(q), _x(k), _x(v), _x(cu_seqlens_q), _x(cu_seqlens_k),
+                                     float(q_scale), float(k_scale), float(v_scale))
 
 
 # ---------------------------------------------------------------- paged cache (docs/paged.md)

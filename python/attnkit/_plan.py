@@ -146,9 +146,11 @@ def plan_prefill(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, q_
                  device: Optional[int] = None) -> Plan:
     """Plan a prefill: q_len query rows against kv_len keys (default q_len) per sequence; a
     causal mask with q_len != kv_len is bottom-right aligned. dtype is q/k/v's, out_dtype
-    defaults to it. backend/threads/target/device as for plan_decode."""
+    defaults to it (bf16 for dtype 'e4m3' / torch.float8_e4m3fn, an input-only dtype: fp8 prefill
+    plans on CUDA Hopper targets only, head_dim 128 or 256; its per-tensor scales are passed to
+    prefill()). backend/threads/target/device as for plan_decode."""
     dt = _arrays.dtype_name(dtype)
-    out = dt if out_dtype is None else _arrays.dtype_name(out_dtype)
+    out = ("bf16" if dt == "e4m3" else dt) if out_dtype is None else _arrays.dtype_name(out_dtype)
     tgt = _resolve_target(backend, target, threads, device)
     return Plan(_native.plan_prefill(batch, num_heads, kv_heads, head_dim, q_len,
                                      q_len if kv_len is None else kv_len, causal, dt, out, window, scale, softcap,

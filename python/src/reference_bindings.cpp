@@ -67,11 +67,12 @@ void bind_reference(nb::module_& m) {
   m.def(
       "reference_prefill",
       [](const PrefillPlan& plan, const InArray& q, const InArray& k, const InArray& v, const OptIn& cu_seqlens_q,
-         const OptIn& cu_seqlens_k) {
+         const OptIn& cu_seqlens_k, float q_scale, float k_scale, float v_scale) {
         PrefillTensors t;
-        t.q = view_of(q, "q");
-        t.k = view_of(k, "k");
-        t.v = view_of(v, "v");
+        t.q = prefill_input_view_of(q, "q", plan.problem.dtype);
+        t.k = prefill_input_view_of(k, "k", plan.problem.dtype);
+        t.v = prefill_input_view_of(v, "v", plan.problem.dtype);
+        t.scales = {q_scale, k_scale, v_scale};
         t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
         t.cu_seqlens_k = view_of(cu_seqlens_k, "cu_seqlens_k");
         for (auto [v, name] : {std::pair{&t.q, "q"}, {&t.k, "k"}, {&t.v, "v"}}) require_host(*v, name);
@@ -83,7 +84,8 @@ void bind_reference(nb::module_& m) {
         return std::make_pair(numpy_f64(std::move(r.out), t.q, t.q.rank), numpy_f64(std::move(r.lse), t.q, t.q.rank - 1));
       },
       "plan"_a, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(),
-      "The float64 golden of prefill: (out, lse) as float64 numpy arrays.");
+      "q_scale"_a = 1.0f, "k_scale"_a = 1.0f, "v_scale"_a = 1.0f,
+      "The float64 golden of prefill: (out, lse) as float64 numpy arrays (e4m3 inputs: stored value x scale).");
 }
 
 }  // namespace attnkit::python

@@ -79,11 +79,12 @@ void bind_runs(nb::module_& m) {
       "prefill",
       [](const PrefillPlan& plan, const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
          const OptOut& lse, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_k, const OptOut& workspace,
-         std::uintptr_t stream) {
+         std::uintptr_t stream, float q_scale, float k_scale, float v_scale) {
         PrefillTensors t;
-        t.q = view_of(q, "q");
-        t.k = view_of(k, "k");
-        t.v = view_of(v, "v");
+        t.q = prefill_input_view_of(q, "q", plan.problem.dtype);
+        t.k = prefill_input_view_of(k, "k", plan.problem.dtype);
+        t.v = prefill_input_view_of(v, "v", plan.problem.dtype);
+        t.scales = {q_scale, k_scale, v_scale};
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
         t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
@@ -97,7 +98,7 @@ void bind_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(),
-      "workspace"_a.none(), "stream"_a = 0);
+      "workspace"_a.none(), "stream"_a = 0, "q_scale"_a = 1.0f, "k_scale"_a = 1.0f, "v_scale"_a = 1.0f);
 
   m.def(
       "append_kv",

@@ -15,6 +15,7 @@ constexpr int kDLUInt = 1;
 constexpr int kDLFloat = 2;
 constexpr int kDLBfloat = 4;
 constexpr int kDLBool = 6;
+constexpr int kDLFloat8E4m3fn = 10;  // dlpack.h 1.1
 constexpr int kDLCPU = 1;
 constexpr int kDLCUDA = 2;
 constexpr int kDLCUDAHost = 3;  // pinned host memory: the CPU reads it directly
@@ -26,31 +27,36 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
   if (t.code == kDLFloat) kind = "float";
   if (t.code == kDLBfloat) kind = "bfloat";
   if (t.code == kDLBool) kind = "bool";
-  std::string name = kind + std::to_string(t.bits);
+  if (t.code == kDLFloat8E4m3fn) kind = "float8_e4m3fn";
+  std::string name = t.code == kDLFloat8E4m3fn ? kind : kind + std::to_string(t.bits);
   if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
   return name;
 }
 
-DType dtype_of(const nb::dlpack::dtype& t, const char* name) {
+// `bytes_as_e4m3`: uint8 arrays are e4m3 bytes (prefill inputs of an e4m3 plan).
+DType dtype_of(const nb::dlpack::dtype& t, const char* name, bool bytes_as_e4m3) {
   if (t.lanes == 1) {
     if (t.code == kDLFloat && t.bits == 32) return DType::kF32;
     if (t.code == kDLFloat && t.bits == 16) return DType::kF16;
     if (t.code == kDLBfloat && t.bits == 16) return DType::kBF16;
     if (t.code == kDLInt && t.bits == 32) return DType::kI32;
+    if (t.code == kDLFloat8E4m3fn && t.bits == 8) return DType::kE4M3;
+    if (bytes_as_e4m3 && t.code == kDLUInt && t.bits == 8) return DType::kE4M3;
   }
   fail(name, "dtype " + dlpack_dtype_name(t) + " is not supported",
-       "pass float32, float16 or bfloat16 arrays (int32 for lengths, positions and offsets)");
+       "pass float32, float16 or bfloat16 arrays (int32 for lengths, positions and offsets; e4m3, as "
+       "torch.float8_e4m3fn or uint8 bytes, for the q/k/v of an e4m3 prefill plan only)");
 }
 
 template <class Array>
-TensorView view_of_array(const Array& array, const char* name) {
+TensorView view_of_array(const Array& array, const char* name, bool bytes_as_e4m3 = false) {
   TensorView v;
   const int rank = static_cast<int>(array.ndim());
   require(rank <= TensorView::kMaxRank, name,
           "rank " + std::to_string(rank) + " is above " + std::to_string(TensorView::kMaxRank),
           "pass the tensor in the documented shape");
   v.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  v.dtype = dtype_of(array.dtype(), name);
+  v.dtype = dtype_of(array.dtype(), name, bytes_as_e4m3);
   v.rank = rank;
   for (int i = 0; i < rank; ++i) {
     v.shape[i] = static_cast<std::int64_t>(array.shape(i));
@@ -82,6 +88,10 @@ TensorView view_of_array(const Array& array, const char* name) {
 
 TensorView view_of(const InArray& array, const char* name) { return view_of_array(array, name); }
 TensorView view_of(const OutArray& array, const char* name) { return view_of_array(array, name); }
+
+TensorView prefill_input_view_of(const InArray& array, const char* name, DType plan_dtype) {
+  return view_of_array(array, name, is_fp8(plan_dtype));
+}
 
 TensorView view_of(const std::optional<InArray>& array, const char* name) {
   return array ? view_of_array(*array, name) : TensorView{};
