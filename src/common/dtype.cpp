@@ -96,7 +96,9 @@ std::uint8_t float_to_e4m3_bits(float x) {
   return static_cast<std::uint8_t>(sign | (biased << 3) | (steps - 8));
 }
 
-float e4m3_bits_to_float(std::uint8_t bits) {
+namespace {
+
+float decode_e4m3(std::uint8_t bits) {
   const int exponent = (bits >> 3) & 0xF;
   const int mantissa = bits & 0x7;
   float magnitude;
@@ -108,6 +110,21 @@ float e4m3_bits_to_float(std::uint8_t bits) {
     magnitude = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
   }
   return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+// All 256 values, decoded once: the golden reads every e4m3 element through this.
+struct E4m3Table {
+  float value[256];
+  E4m3Table() {
+    for (int code = 0; code < 256; ++code) value[code] = decode_e4m3(static_cast<std::uint8_t>(code));
+  }
+};
+
+}  // namespace
+
+float e4m3_bits_to_float(std::uint8_t bits) {
+  static const E4m3Table table;  // built on first use (thread-safe), never written after
+  return table.value[bits];
 }
 
 float load_as_float(const void* data, DType t, std::size_t i) {
