@@ -115,7 +115,8 @@ struct PrefillCase {
   std::string note() const { return shape.name + " (ATTNKIT_TEST_SEED=" + std::to_string(seed) + ")"; }
 };
 
-// DESIGN.md parity: f32 max-abs <= 1e-3 and rel-L2 <= 1e-5; f16 rel-L2 <= 2e-3; bf16 <= 1e-2.
+// DESIGN.md parity: f32 max-abs <= 1e-3 and rel-L2 <= 1e-5; f16 rel-L2 <= 2e-3; bf16 <= 1e-2;
+// e4m3 inputs <= 5e-2 (docs/architecture.md, against the golden of the same quantized inputs).
 // Returns an empty string when `actual` passes, else why not.
 inline std::string prefill_parity_failure(const HostTensor& actual, const std::vector<double>& golden, DType input) {
   if (actual.numel() != golden.size()) return "size mismatch";
@@ -123,6 +124,8 @@ inline std::string prefill_parity_failure(const HostTensor& actual, const std::v
   bool ok = c.nan_count == 0;
   if (input == DType::kF32) {
     ok = ok && c.max_abs <= 1e-3 && c.rel_l2 <= 1e-5;
+  } else if (input == DType::kE4M3) {
+    ok = ok && c.rel_l2 <= 5e-2;
   } else {
     ok = ok && c.rel_l2 <= (input == DType::kF16 ? 2e-3 : 1e-2);
   }
