@@ -123,7 +123,7 @@ if want prefill; then
     --gtest_filter="*/ragged_causal_empty_len1_d128_bf16:*/causal_long_keys_split_d128_bf16" > "$LOG/prefill_memcheck.log" 2>&1
   rc=$?; echo "prefill memcheck rc=$rc"; ((rc)) && status=1
   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ibench \
-    -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas -Xcompiler=-fopenmp \
+    -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas -lcublasLt -Xcompiler=-fopenmp \
     -o $BUILD/prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 || { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
   PQ=""; ((quick)) && PQ="--quick"
   timeout 200 $BUILD/prefill_bench $PQ > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" || status=1

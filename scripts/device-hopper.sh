@@ -56,7 +56,7 @@ TI="-std=c++20 -O2 -Iinclude -Isrc -Itests -I.deps/devprefix/include -Xcompiler=
     -lgtest_main -lgtest -Xcompiler=-fopenmp -o $TESTS >> "$LOG/build.log" 2>&1 ||
   { grep -E "error" "$LOG/build.log" | head -20; exit 1; }
 nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ibench \
-  -I.deps/devprefix/include -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas \
+  -I.deps/devprefix/include -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas -lcublasLt \
   -Xcompiler=-fopenmp -o $BUILD/prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 ||
   { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
 note "build: $(( $(date +%s) - t0 )) s"

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,6 +54,8 @@ __global__ void fill_random_kernel(T* x, std::int64_t n, std::uint32_t seed) {
       x[i] = u;
     } else if constexpr (std::is_same_v<T, __half>) {
       x[i] = __float2half_rn(u);
+    } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+      x[i] = __nv_fp8_e4m3(u);
     } else {
       x[i] = __float2bfloat16_rn(u);
     }
@@ -63,6 +66,7 @@ inline void fill_random(void* data, DType t, std::int64_t n, std::uint32_t seed)
   switch (t) {
     case DType::kF32: fill_random_kernel<<<2048, 256>>>(static_cast<float*>(data), n, seed); break;
     case DType::kF16: fill_random_kernel<<<2048, 256>>>(static_cast<__half*>(data), n, seed); break;
+    case DType::kE4M3: fill_random_kernel<<<2048, 256>>>(static_cast<__nv_fp8_e4m3*>(data), n, seed); break;
     default: fill_random_kernel<<<2048, 256>>>(static_cast<__nv_bfloat16*>(data), n, seed); break;
   }
   check(cudaGetLastError(), "bench", "fill_random");

@@ -5,6 +5,7 @@
 //
 // Built with -DATTNKIT_PREFILL_BENCH_MAIN it is also a standalone program (the device script's
 // prefill step): `prefill_bench [--quick]` prints the sweep's rows as JSON lines.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,7 +50,8 @@ PrefillProblem problem_of(const Case& c) {
   p.kv_len = c.kv_len;
   p.causal = c.causal;
   p.options.window = c.window;
-  p.dtype = p.out_dtype = c.dtype;
+  p.dtype = c.dtype;
+  p.out_dtype = prefill_out_dtype(c.dtype);
   return p;
 }
 
@@ -71,6 +73,49 @@ double cuda_bf16_gemm_ceiling(const Options& options, int size) {
           "cublasGemmEx");
   });
   cublasDestroy(handle);
+  return 2.0 * static_cast<double>(n) * n * n / t.median_s;
+}
+
+double cuda_e4m3_gemm_ceiling(const Options& options, int size) {
+  const std::size_t n = static_cast<std::size_t>(size);
+  Buffer a(n * n), b(n * n), c(n * n * 2), flush(kFlushBytes);
+  const std::size_t ws_bytes = 64 << 20;
+  Buffer ws(ws_bytes);
+  fill(a.data, DType::kE4M3, static_cast<std::int64_t>(n * n), 1);
+  fill(b.data, DType::kE4M3, static_cast<std::int64_t>(n * n), 2);
+  cublasLtHandle_t lt;
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  cublasLtMatmulDesc_t op;
+  check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;  // fp8 GEMMs take A transposed ("TN")
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+  cublasLtMatrixLayout_t la, lb, lc;
+  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n), "layout a");
+  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n), "layout b");
+  check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n), "layout c");
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)),
+        "workspace preference");
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heuristic, &found), "heuristic");
+  require(found > 0, kContext, "cuBLASLt has no e4m3 GEMM algorithm here", "run on a Hopper GPU (sm_90) with CUDA 12+");
+  const float alpha = 1.0f, beta = 0.0f;
+  Options o = options;
+  o.repetitions = std::min(options.repetitions, 20);
+  const Timing t = time_events(o, flush, [&] {
+    check(cublasLtMatmul(lt, op, &alpha, a.data, la, b.data, lb, &beta, c.data, lc, c.data, lc, &heuristic.algo, ws.data,
+                         ws_bytes, nullptr),
+          "cublasLtMatmul");
+  });
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
   return 2.0 * static_cast<double>(n) * n * n / t.median_s;
 }
 
@@ -117,6 +162,22 @@ std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const O
     r.pct_of_ceiling = 100.0;
     rows.push_back(r);
   }
+  // e4m3 rows are measured against an e4m3 GEMM of the same run.
+  double gemm_e4m3 = 0.0;
+  if (std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.op == "prefill" && is_fp8(c.dtype); })) {
+    gemm_e4m3 = cuda_e4m3_gemm_ceiling(options);
+    Row r;
+    r.backend = "cuda";
+    r.impl = "cublaslt-e4m3-gemm";
+    r.timing = "events";
+    r.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+    r.achieved_flops_per_s = gemm_e4m3;
+    r.median_s = r.flops / gemm_e4m3;
+    r.ceiling_name = "e4m3-gemm";
+    r.ceiling_value = gemm_e4m3;
+    r.pct_of_ceiling = 100.0;
+    rows.push_back(r);
+  }
   const Target target = cuda::target();
   Buffer flush(kFlushBytes);
   for (const Case& c : cases) {
@@ -154,10 +215,11 @@ std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const O
     r.flops = static_cast<double>(plan.evidence.matmul_flops);
     r.achieved_bytes_per_s = r.bytes / tm.median_s;
     r.achieved_flops_per_s = r.flops / tm.median_s;
-    r.ceiling_name = "bf16-gemm";
-    r.ceiling_value = gemm;
-    r.pct_of_ceiling = 100.0 * r.achieved_flops_per_s / gemm;
-    r.predicted_s = r.flops / gemm;
+    const double ceiling = is_fp8(p.dtype) ? gemm_e4m3 : gemm;
+    r.ceiling_name = is_fp8(p.dtype) ? "e4m3-gemm" : "bf16-gemm";
+    r.ceiling_value = ceiling;
+    r.pct_of_ceiling = 100.0 * r.achieved_flops_per_s / ceiling;
+    r.predicted_s = r.flops / ceiling;
     r.plan_json = to_json(plan);
     rows.push_back(r);
   }
