@@ -287,6 +287,8 @@ void fuzz_prefill(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
     t.cu_seqlens_q = maybe_absent(in, arena, rng, {{B + 1}, DType::kI32, true, total_q});
     t.cu_seqlens_k = maybe_absent(in, arena, rng, {{B + 1}, DType::kI32, true, total_k});
   }
+  // e4m3 scales: 1 unless e4m3 (the CPU plans no e4m3, so anything else must be rejected).
+  if (in.ConsumeBool()) t.scales = {float_value(in), float_value(in), float_value(in)};
   const Workspace ws = workspace_for(in, arena, plan.evidence.workspace_bytes);
   check_call(arena, [&] { validate_prefill(plan.problem, t, DeviceKind::kCpu); }, [&] { cpu::prefill(plan, t, ws); });
 }
