@@ -28,7 +28,7 @@ constexpr std::int64_t kMinTilesPerSplit = 1;
 // not the limit. CUDA-core blocks (f32) are bound by instruction latency: two tiles, three blocks
 // per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
-constexpr std::int64_t kRingBudgetBytesSimt = 64 << 10;
+constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
 // Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
 constexpr std::int64_t registers_per_thread(int heads_per_warp, int capacity) {
   if (heads_per_warp == geo::kMmaRows) return capacity <= 64 ? 120 : capacity <= 128 ? 168 : 255;

@@ -54,21 +54,36 @@ constexpr int key_warps_of(std::int64_t warps_per_block, int chunks) {
 constexpr int tile_keys(int capacity, int key_warps, std::int64_t kv_elem_bytes) {
   return key_warps * (uses_mma(kv_elem_bytes) ? kMmaKeysPerWarp : kStepsPerTile * keys_per_warp_step(capacity));
 }
-// Shared-memory tile layout (every K/V ring slot, both engines): a key's row is cut into 128-byte
-// segments of segment_elems columns; a tile stores segment 0 of all its rows, then segment 1, ...
-// (one TMA box of segment_elems x tile rows per segment). Inside a segment, row r's 16-byte chunk c
-// sits at chunk c ^ (r % 8): TMA's 128-byte swizzle, so the 8 rows an ldmatrix (or 8 threads)
-// read at one column hit 8 different bank groups with no padding. Padded rows (a 136-column box)
-// cost 5% of the DRAM rate: the TMA unit reads a padded box slower (dev/tma_stream_probe.cu,
-// docs/perf-notes.md "Decode round 8").
-inline constexpr int kSegmentBytes = 128;
-constexpr int segment_elems(std::int64_t kv_elem_bytes) { return kSegmentBytes / static_cast<int>(kv_elem_bytes); }
-constexpr int row_segments(int capacity, std::int64_t kv_elem_bytes) { return capacity / segment_elems(kv_elem_bytes); }
-// Element offset of column d of row r inside a tile of `tile` rows (swizzled 16-byte chunks).
-constexpr int tile_offset(int r, int d, int tile, std::int64_t kv_elem_bytes) {
-  const int width = segment_elems(kv_elem_bytes), vec = 16 / static_cast<int>(kv_elem_bytes);
-  const int within = d % width;
-  return (d / width) * tile * width + r * width + (((within / vec) ^ (r & 7)) * vec) + within % vec;
+// Shared-memory tile layout (every K/V ring slot): a key's row is cut into segments of
+// segment_elems columns; a tile stores segment 0 of all its rows, then segment 1, ... (one TMA box
+// of segment_pitch x tile rows per segment).
+// - 16-bit K/V: 128-byte segments with TMA's 128-byte swizzle (row r's 16-byte chunk c sits at
+//   chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads at one column hit 8 bank groups with no
+//   padding. Padded boxes (136 columns) cost 5% of the DRAM rate (dev/tma_stream_probe.cu,
+//   docs/perf-notes.md "Decode round 8").
+// - f32 K/V: segments of up to 128 columns, each row padded by 16 bytes (a 132-column box). Its
+//   swizzled segments would be 32 columns, four 4 KiB boxes per K tile, and measured 5-10% slower
+//   at batch >= 64 with 1k-4k keys (same round): the f32 engine runs three blocks per SM.
+constexpr bool swizzled_tiles(std::int64_t kv_elem_bytes) { return kv_elem_bytes == 2; }
+constexpr int segment_elems(int capacity, std::int64_t kv_elem_bytes) {
+  return swizzled_tiles(kv_elem_bytes) ? 64 : (capacity < 128 ? capacity : 128);
+}
+constexpr int segment_pitch(int capacity, std::int64_t kv_elem_bytes) {
+  return segment_elems(capacity, kv_elem_bytes) + (swizzled_tiles(kv_elem_bytes) ? 0 : 16 / static_cast<int>(kv_elem_bytes));
+}
+constexpr int row_segments(int capacity, std::int64_t kv_elem_bytes) {
+  return capacity / segment_elems(capacity, kv_elem_bytes);
+}
+// Element offset of column d (inside a 16-byte chunk) of row r in a tile of `tile` rows.
+constexpr int tile_offset(int r, int d, int tile, int capacity, std::int64_t kv_elem_bytes) {
+  const int width = segment_elems(capacity, kv_elem_bytes), pitch = segment_pitch(capacity, kv_elem_bytes);
+  const int vec = 16 / static_cast<int>(kv_elem_bytes), within = d % width;
+  const int col = swizzled_tiles(kv_elem_bytes) ? (((within / vec) ^ (r & 7)) * vec) + within % vec : within;
+  return (d / width) * tile * pitch + r * pitch + col;
+}
+// Elements of one tile (one ring slot of K or of V).
+constexpr int tile_elems(int tile, int capacity, std::int64_t kv_elem_bytes) {
+  return tile * row_segments(capacity, kv_elem_bytes) * segment_pitch(capacity, kv_elem_bytes);
 }
 
 // Paged caches: a tile is copied as TMA boxes, one per run of box_rows rows that share a page, when
@@ -89,13 +104,13 @@ constexpr bool page_boxes_fit(int tile, std::int64_t page_size, std::int64_t win
 // Static shared memory of the kernel: the full and empty mbarrier of each ring slot.
 inline constexpr std::int64_t kStaticSharedBytes = 2 * kMaxStages * 8;
 // The dynamic part starts with the ring, aligned up to 1024 bytes (TMA swizzled destinations).
-inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom
+inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom (16-bit K/V)
 
 // Dynamic shared memory of one block (bytes): alignment slack, the K/V ring, the f32 query staging (reused as the
 // cross-warp reduction), the (max, sum) pairs of each key warp and of the block, and the fused
 // kernel's new-key scratch.
 constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
-  return std::int64_t{2} * stages * tile * capacity * kv_elem_bytes;
+  return std::int64_t{2} * stages * tile_elems(tile, capacity, kv_elem_bytes) * kv_elem_bytes;
 }
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {

@@ -68,7 +68,7 @@ struct MmaEngine {
 
   __device__ void set_tile(int tile_rows) { tile = tile_rows; }
   // Shared-memory offset of column d (a multiple of 8: one 16-byte chunk) of key row r.
-  __device__ int at(int r, int d) const { return tile_offset(r, d, tile, 2); }
+  __device__ int at(int r, int d) const { return tile_offset(r, d, tile, kCap, 2); }
   float m[2], l[2];  // rows lane/4 and lane/4 + 8
   float score_scale;
   int lane;

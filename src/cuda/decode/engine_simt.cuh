@@ -51,7 +51,7 @@ struct SimtEngine {
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
       const uint4 raw =
-          *reinterpret_cast<const uint4*>(rows + tile_offset(r, (slice + j * kTpk) * kVecElems, tile, sizeof(T)));
+          *reinterpret_cast<const uint4*>(rows + tile_offset(r, (slice + j * kTpk) * kVecElems, tile, kCap, sizeof(T)));
       cuda_common::vec16_to_f32(raw, x + j * kVecElems, T{});
     }
   }

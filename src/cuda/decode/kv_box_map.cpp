@@ -34,9 +34,11 @@ void make_kv_box_map(unsigned char (&dst)[128], const KvBoxTensor& kv, int box_r
     spec.byte_strides[d] = static_cast<std::uint64_t>(stride * elem);
     span = std::max<std::int64_t>(span, stride * extents[d]);
   }
-  // One 128-byte row segment per box, swizzled as the engines read it (decode_geometry.hpp).
-  spec.box = {static_cast<std::uint32_t>(segment_elems(elem)), static_cast<std::uint32_t>(box_rows), 1, 1};
-  spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  // One row segment per box: 128 bytes swizzled (16-bit), or padded by 16 bytes whose columns lie
+  // past the row and read as zeros (f32), as the engines read it (decode_geometry.hpp).
+  const int capacity = head_dim_capacity(kv.head_dim);
+  spec.box = {static_cast<std::uint32_t>(segment_pitch(capacity, elem)), static_cast<std::uint32_t>(box_rows), 1, 1};
+  spec.swizzle = swizzled_tiles(elem) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
   // 128-byte promotion: with 256 B, ncu counted half the box's L2 sector reads as hits and DRAM ran
   // at 87% of peak (cuDNN: no hits, 94%); with 128 B the large points read 3-5% faster.
   spec.l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;

@@ -11,7 +11,7 @@
 //   cores for f16 and bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32
 //   (engine_simt.cuh). Contiguous caches, and paged pools whose tiles are page-aligned (plan's
 //   page_boxes: no window, pages of >= 16 rows): one more warp, the producer, streams the tiles
-//   into a ring of `stages` slots with TMA boxes (one swizzled 128-byte row segment x tile rows, or x the rows
+//   into a ring of `stages` slots with TMA boxes (one row segment x tile rows, or x the rows
 //   of one page run), guarded by mbarriers (full: the slot's boxes have landed; empty: every
 //   consumer warp is done with it), so the whole ring is in flight with no block-wide barrier per
 //   tile; the first tiles go out while the consumer warps stage q. Other paged pools and
@@ -91,8 +91,9 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   static_assert(kPaged || !kExtend, "extend reads a paged cache");
   static_assert(!kPageBoxes || (kPaged && !kExtend), "page boxes serve paged decode");
   using Traits = cuda_common::StorageTraits<T>;
-  constexpr int kBoxWidth = segment_elems(sizeof(T));  // columns of one 128-byte row segment (one TMA box row)
-  constexpr int kBoxes = kCap / kBoxWidth;             // row segments per key
+  constexpr int kBoxWidth = segment_elems(kCap, sizeof(T));  // columns of one row segment (one TMA box)
+  constexpr int kPitch = segment_pitch(kCap, sizeof(T));     // its shared-memory row (padded for f32)
+  constexpr int kBoxes = row_segments(kCap, sizeof(T));      // row segments per key
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ std::uint64_t full_bar[kMaxStages], empty_bar[kMaxStages];
 
@@ -167,10 +168,10 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   const int n_mine = producer ? 0 : max(0, min(hpw, rows_here - g_base));
   const int h0 = kvh * p.group + row0;  // first query head of this block
 
-  // Shared memory: [K/V ring: stages x boxes x tile x kBoxWidth each] [q staging, later the
+  // Shared memory: [K/V ring: stages x boxes x tile x kPitch each] [q staging, later the
   // cross-warp reduction] [stats] [fused scratch] [paged: row offsets] [extend: row key ranges].
   // The ring is 128-byte aligned (TMA destinations).
-  const int ring_elems = p.stages * kCap * p.tile;
+  const int ring_elems = p.stages * cuda_decode::tile_elems(p.tile, kCap, sizeof(T));
   // The ring region also holds the key warps' output slices once the ring is idle (epilogue).
   const int ring_bytes = max(2 * ring_elems * static_cast<int>(sizeof(T)), p.key_warps * p.rows_per_block * kCap * 4);
   unsigned char* aligned =
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
       }
     }
   };
-  const int tile_elems = kCap * p.tile;  // one ring slot of K (or V)
+  const int tile_elems = cuda_decode::tile_elems(p.tile, kCap, sizeof(T));  // one ring slot of K (or V)
   auto process_tile = [&](Engine& engine, int t, int slot) {
     const int tile_key0 = k_begin + t * p.tile;
     if constexpr (kExtend) {
@@ -240,9 +241,9 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
 
   if constexpr (kTmaTiles) {
-    // TMA. The producer warp's lane 0 copies each tile as kBoxes swizzled 128-byte row segments of
-    // K and of V (columns past head_dim, rows past the cache and pages outside the pool read as
-    // zeros), into a ring of `stages` slots guarded by mbarriers:
+    // TMA. The producer warp's lane 0 copies each tile as kBoxes row segments of K and of V
+    // (decode_geometry.hpp's layout: swizzled 128-byte segments, or padded f32 ones; columns past
+    // head_dim, rows past the cache and pages outside the pool read as zeros), into a ring of `stages` slots guarded by mbarriers:
     // full[s] completes when slot s holds its tile (the arrival plus the boxes' bytes), empty[s] when
     // every consumer warp is done with it. Rows past cache_end are copied too and masked by the
     // engines. A paged tile is tile / box_rows runs of rows that share a page, one box per run and
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
       cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
 #pragma unroll
       for (int box = 0; box < kBoxes; ++box) {
-        const int offset = slot * tile_elems + box * p.tile * kBoxWidth;
+        const int offset = slot * tile_elems + box * p.tile * kPitch;
         if constexpr (!kPaged) {
           cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
           cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
             const int key = key0 + i * box_rows;
             if (i * box_rows >= p.tile) break;
             const int slot_in_page = key - page_index(key) * p.page_size;  // 0 unless a page holds several tiles
-            const int run = offset + i * box_rows * kBoxWidth;  // whole 8-row swizzle atoms (box_rows >= 16)
+            const int run = offset + i * box_rows * kPitch;  // whole 8-row swizzle atoms (box_rows >= 16)
             cuda_common::tma_load_4d(k_ring + run, k_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
             cuda_common::tma_load_4d(v_ring + run, v_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
           }
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
         const int r = i / kRowVecs, vec = i % kRowVecs;
         const longlong2 row = row_offsets[slot * p.tile + r];
         const int c = vec * kVecElems;  // column of the key row -> its segment's shared-memory offset
-        const int dst = tile_offset(r, c, p.tile, sizeof(T));
+        const int dst = tile_offset(r, c, p.tile, kCap, sizeof(T));
         const bool ok = row.x >= 0 && c < p.head_dim;
         cuda_common::cp_async_16(ks + dst, k_base + (ok ? row.x + c : 0), ok);
         cuda_common::cp_async_16(vs + dst, v_base + (ok ? row.y + c : 0), ok);
@@ -413,11 +414,11 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
     __syncthreads();
     T* k_dst = static_cast<T*>(p.k_cache_out) + b * p.k_stride_b + kvh * p.k_stride_h + new_pos * p.k_stride_s;
     T* v_dst = static_cast<T*>(p.v_cache_out) + b * p.v_stride_b + kvh * p.v_stride_h + new_pos * p.v_stride_s;
-    for (int i = tid; i < tile_elems; i += blockDim.x) {
+    for (int i = tid; i < p.tile * kCap; i += blockDim.x) {
       const int r = i / kCap, d = i % kCap;  // row 0 holds the new key, the other rows zeros
       const T kv = Traits::from_f32(r == 0 ? new_k[d] : 0.0f);
       const T vv = Traits::from_f32(r == 0 ? new_v[d] : 0.0f);
-      const int at = tile_offset(r, d, p.tile, sizeof(T));
+      const int at = tile_offset(r, d, p.tile, kCap, sizeof(T));
       k_ring[at] = kv;
       v_ring[at] = vv;
       if (r == 0 && d < p.head_dim && pass == 0) {
