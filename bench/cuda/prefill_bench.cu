@@ -133,6 +133,11 @@ std::vector<Case> prefill_sweep_cases() {
         c.causal = causal;
         c.dtype = DType::kBF16;
         cases.push_back(c);
+        // e4m3 inputs at the head dims the Hopper kernel has them for (kHopperFp8Configs).
+        if (d == 128 || d == 256) {
+          c.dtype = DType::kE4M3;
+          cases.push_back(c);
+        }
       }
     }
   }
@@ -258,16 +263,18 @@ int main(int argc, char** argv) {
   std::vector<Row> rows = run_cuda_prefill(cases, options);
   if (also_tiled) {
     const attnkit::KernelFamily tiled = attnkit::KernelFamily::kCooperativeTiled;
-    const std::vector<Row> more = run_cuda_prefill_family(cases, options, &tiled, "attnkit-tiled", rows[0].ceiling_value);
+    std::vector<Case> tiled_cases = cases;  // the tiled family has no e4m3
+    std::erase_if(tiled_cases, [](const Case& c) { return attnkit::is_fp8(c.dtype); });
+    const std::vector<Row> more = run_cuda_prefill_family(tiled_cases, options, &tiled, "attnkit-tiled", rows[0].ceiling_value);
     rows.insert(rows.end(), more.begin(), more.end());
   }
   for (const Row& r : rows) {
     const std::string family = r.plan_json.empty() ? "" : nlohmann::json::parse(r.plan_json)["partition"]["family"].get<std::string>();
     std::printf(
-        "{\"impl\": \"%s\", \"family\": \"%s\", \"head_dim\": %lld, \"causal\": %s, \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, "
+        "{\"impl\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", \"head_dim\": %lld, \"causal\": %s, \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, "
         "\"median_s\": %.9g, \"min_s\": %.9g, \"max_s\": %.9g, \"reps\": %d, \"flops\": %.6g, \"tflops\": %.3f, "
         "\"pct_of_gemm\": %.2f, \"gemm_tflops\": %.3f}\n",
-        r.impl.c_str(), family.c_str(), static_cast<long long>(r.c.head_dim), r.c.causal ? "true" : "false",
+        r.impl.c_str(), family.c_str(), std::string(attnkit::dtype_name(r.c.dtype)).c_str(), static_cast<long long>(r.c.head_dim), r.c.causal ? "true" : "false",
         static_cast<long long>(r.c.q_len), static_cast<long long>(r.c.batch), static_cast<long long>(r.c.num_heads),
         r.median_s, r.min_s, r.max_s, r.repetitions, r.flops, r.achieved_flops_per_s / 1e12, r.pct_of_ceiling,
         r.ceiling_value / 1e12);

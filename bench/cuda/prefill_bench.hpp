@@ -27,7 +27,8 @@ double cuda_bf16_gemm_ceiling(const Options& options, int size = 8192);
 double cuda_e4m3_gemm_ceiling(const Options& options, int size = 8192);
 
 // The prefill sweep of BASELINES.md: 16k tokens per batch, hidden 2048 (heads = 2048 / head_dim,
-// kv_heads = heads), head_dim 64 / 128 / 256, causal and not, seq_len 512 .. 16384, bf16.
+// kv_heads = heads), head_dim 64 / 128 / 256, causal and not, seq_len 512 .. 16384, bf16; and the
+// same points in e4m3 at head_dim 128 and 256.
 std::vector<Case> prefill_sweep_cases();
 
 }  // namespace attnkit::bench
