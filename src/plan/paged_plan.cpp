@@ -91,6 +91,62 @@ void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DT
           "use a smaller head_dim or fewer query heads per KV head");
 }
 
+// Blocks of the paged kernel the GPU holds at once (shared memory with the page-row offsets, threads).
+std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
+  namespace geo = cuda_decode;
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
+  const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
+  const std::int64_t smem =
+      geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), static_cast<int>(p.tile_size),
+                        static_cast<int>(p.pipeline_stages), kv_bytes, p.rows_per_block,
+                        geo::key_warps_of(p.warps_per_block, chunks)) +
+      geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
+  const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : std::int64_t{228} << 10;
+  const std::int64_t threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : 2048;
+  const std::int64_t per_sm =
+      std::max<std::int64_t>(1, std::min(smem_sm / (smem + geo::kStaticSharedBytes + 1024), threads_sm / (32 * std::int64_t{p.warps_per_block})));
+  return per_sm * (t.sm_count > 0 ? t.sm_count : 132);
+}
+
+// Sets the plan's key splits (base blocks per split: sequences x KV heads x passes).
+void set_splits(WorkPartition& p, std::int64_t base, std::int64_t splits, std::int64_t range) {
+  const std::int64_t tile = p.tile_size;
+  const std::int64_t keys_per_split = ((range + splits - 1) / splits + tile - 1) / tile * tile;
+  p.sequence_splits = static_cast<std::uint32_t>((range + keys_per_split - 1) / keys_per_split);
+  p.keys_per_split = static_cast<std::uint32_t>(keys_per_split);
+  p.tiles_per_split = static_cast<std::uint32_t>(keys_per_split / tile);
+  p.workgroups_per_row = p.sequence_splits;
+  p.grid_blocks = static_cast<std::uint64_t>(base) * p.sequence_splits;
+}
+
+// Pages shorter than a tile make the producer issue one box per page run and row segment (a bf16
+// tile of 64 keys in pages of 16: eight 2 KiB boxes of K and eight of V), so one block per SM,
+// the contiguous rule for 16-bit K/V, cannot keep the DRAM busy: uniform b16 x 16k / 64k read
+// 0.76 / 0.74 of the contiguous kernel and b1 x 64k 0.88 (7d23576). Such plans are split until the
+// GPU's resident blocks (one wave) are filled, never below the contiguous count: then 0.93 / 0.92
+// and 0.95 in the same call (docs/paged.md).
+constexpr std::int64_t kShortPageMinTiles = 16;
+void split_for_short_pages(const PagedDecodePlan& plan, const Target& t, WorkPartition& p,
+                           std::vector<std::string>& reasons) {
+  const PagedDecodeProblem& pr = plan.problem;
+  if (pr.cache.page_size >= static_cast<std::int64_t>(p.tile_size)) return;
+  const std::int64_t wave = resident_wave(pr, t, p);
+  const std::int64_t passes = (pr.group_size() + p.rows_per_block - 1) / p.rows_per_block;
+  const std::int64_t base = pr.batch * pr.kv_heads * passes;
+  const std::int64_t range = pr.options.window > 0 ? std::min(pr.kv_len, pr.options.window) : pr.kv_len;
+  // At least kShortPageMinTiles tiles per split: b16 x 1k split in two read 0.943 of contiguous, unsplit 0.987.
+  const std::int64_t most = std::clamp<std::int64_t>(range / (kShortPageMinTiles * p.tile_size), 1, cuda_decode::kMaxSplits);
+  const std::int64_t splits = std::min(wave / base, most);
+  if (splits <= static_cast<std::int64_t>(p.sequence_splits)) return;
+  const std::uint32_t was = p.sequence_splits;
+  set_splits(p, base, splits, range);
+  reasons.push_back("paged: sequence_splits " + std::to_string(p.sequence_splits) + " of " +
+                    std::to_string(p.keys_per_split) + " keys (was " + std::to_string(was) + "): pages of " +
+                    std::to_string(pr.cache.page_size) + " keys are shorter than a tile of " +
+                    std::to_string(p.tile_size) + ", so a tile is several small copies and one block per SM cannot "
+                    "keep the memory busy: splits fill the " + std::to_string(wave) + " resident blocks");
+}
+
 // CUDA paged decode serves ragged batches: a block's time grows with its sequence's length, so with
 // few long blocks the longest sequences set the tail. When there is more than one sequence, keys
 // are split until the grid holds kRaggedWaves waves of resident blocks, with at least
@@ -117,18 +173,7 @@ void split_for_ragged_batches(const PagedDecodeProblem& pr, const Target& t, Wor
                       "): the contiguous decode partition, no extra splits for mixed lengths");
     return;
   }
-  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
-  const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
-  const std::int64_t smem =
-      geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), static_cast<int>(p.tile_size),
-                        static_cast<int>(p.pipeline_stages), kv_bytes, p.rows_per_block,
-                        geo::key_warps_of(p.warps_per_block, chunks)) +
-      geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
-  const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : std::int64_t{228} << 10;
-  const std::int64_t threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : 2048;
-  const std::int64_t per_sm =
-      std::max<std::int64_t>(1, std::min(smem_sm / (smem + geo::kStaticSharedBytes + 1024), threads_sm / (32 * std::int64_t{p.warps_per_block})));
-  const std::int64_t wave = per_sm * (t.sm_count > 0 ? t.sm_count : 132);
+  const std::int64_t wave = resident_wave(pr, t, p);
   const std::int64_t passes = (pr.group_size() + p.rows_per_block - 1) / p.rows_per_block;
   const std::int64_t base = pr.batch * pr.kv_heads * passes;
   const std::int64_t range = pr.options.window > 0 ? std::min(pr.kv_len, pr.options.window) : pr.kv_len;
@@ -137,17 +182,13 @@ void split_for_ragged_batches(const PagedDecodeProblem& pr, const Target& t, Wor
   std::int64_t splits = std::min((kRaggedWaves * wave + base - 1) / base, most);
   if (splits <= static_cast<std::int64_t>(p.sequence_splits)) return;
   const std::int64_t keys_per_split = ((range + splits - 1) / splits + tile - 1) / tile * tile;
-  splits = (range + keys_per_split - 1) / keys_per_split;
-  if (splits <= static_cast<std::int64_t>(p.sequence_splits)) return;
-  reasons.push_back("paged: sequence_splits " + std::to_string(splits) + " of " + std::to_string(keys_per_split) +
-                    " keys (was " + std::to_string(p.sequence_splits) + "): a batch of mixed lengths balances in " +
-                    std::to_string(kRaggedWaves) + " waves of " + std::to_string(wave) +
-                    " resident blocks; short sequences use fewer splits");
-  p.sequence_splits = static_cast<std::uint32_t>(splits);
-  p.keys_per_split = static_cast<std::uint32_t>(keys_per_split);
-  p.tiles_per_split = static_cast<std::uint32_t>(keys_per_split / tile);
-  p.workgroups_per_row = p.sequence_splits;
-  p.grid_blocks = static_cast<std::uint64_t>(base) * p.sequence_splits;
+  if ((range + keys_per_split - 1) / keys_per_split <= static_cast<std::int64_t>(p.sequence_splits)) return;
+  const std::uint32_t was = p.sequence_splits;
+  set_splits(p, base, splits, range);
+  reasons.push_back("paged: sequence_splits " + std::to_string(p.sequence_splits) + " of " +
+                    std::to_string(p.keys_per_split) + " keys (was " + std::to_string(was) +
+                    "): a batch of mixed lengths balances in " + std::to_string(kRaggedWaves) + " waves of " +
+                    std::to_string(wave) + " resident blocks; short sequences use fewer splits");
 }
 
 std::string cache_line(const PagedCacheSpec& c) {
@@ -225,7 +266,10 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   require(plan.partition.family == KernelFamily::kSplitKvDecode, ctx,
           "the decode rules chose " + to_string(plan.partition.family) + ", which has no paged kernel",
           "paged decode runs the split_kv_decode family; fix the rules");
-  if (target.backend == Backend::kCuda) split_for_ragged_batches(problem, target, plan.partition, plan.reasons);
+  if (target.backend == Backend::kCuda) {
+    split_for_short_pages(plan, target, plan.partition, plan.reasons);
+    split_for_ragged_batches(problem, target, plan.partition, plan.reasons);
+  }
   plan.evidence = detail::compute_decode_evidence(d, plan.partition, target);
   add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
   if (target.backend == Backend::kCuda) {
