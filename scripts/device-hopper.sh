@@ -79,7 +79,7 @@ grep -E "rel_l2|max_abs|lse\[" "$LOG/smoke.log" | head -6
 if ((rc == 124)); then note "smoke test hung: skipping the rest"; tests=0 sanitize=0 bench=0 status=1; fi
 
 if ((tests)); then
-  timeout 300 $TESTS --gtest_filter="*PrefillHopper*:*PrefillShapesCuda*:PrefillCuda.*" > "$LOG/prefill_tests.log" 2>&1
+  timeout 300 $TESTS --gtest_filter="*PrefillHopper*:*PrefillShapesCuda*:PrefillCuda.*:*PrefillFp8*" > "$LOG/prefill_tests.log" 2>&1
   rc=$?; ((rc)) && status=1
   note "prefill tests rc=$rc: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$LOG/prefill_tests.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \] .*\." "$LOG/prefill_tests.log" | head -20
@@ -88,6 +88,7 @@ fi
 
 if ((sanitize)); then
   SMALL="Shapes/PrefillHopper.MatchesGolden/causal_window50_d128_bf16:Shapes/PrefillHopper.MatchesGolden/ragged_causal_empty_len1_d128_bf16:Shapes/PrefillHopper.MatchesGolden/noncausal_window70_d256_bf16"
+  SMALL+=":Shapes/PrefillFp8.MatchesGolden/fp8_causal_window129_q129_kv1000_gqa8_d128_bf16:Shapes/PrefillFp8.MatchesGolden/fp8_ragged_causal_window_gqa8_d256_f16"
   for tool in memcheck racecheck synccheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $TESTS --gtest_filter="$SMALL" > "$LOG/$tool.log" 2>&1
     rc=$?; ((rc)) && status=1
