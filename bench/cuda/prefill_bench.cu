@@ -152,36 +152,29 @@ std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const O
                                          const KernelFamily* family, const std::string& impl, double gemm) {
   require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
   std::vector<Row> rows;
-  const bool gemm_row = gemm <= 0.0;
-  if (gemm_row) gemm = cuda_bf16_gemm_ceiling(options);
-  if (gemm_row) {
+  // A GEMM ceiling as a row of its own (8192^3).
+  auto ceiling_row = [](const char* impl, const char* name, double rate) {
     Row r;
     r.backend = "cuda";
-    r.impl = "cublas-bf16-gemm";
+    r.impl = impl;
     r.timing = "events";
     r.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
-    r.achieved_flops_per_s = gemm;
-    r.median_s = r.flops / gemm;
-    r.ceiling_name = "bf16-gemm";
-    r.ceiling_value = gemm;
+    r.achieved_flops_per_s = rate;
+    r.median_s = r.flops / rate;
+    r.ceiling_name = name;
+    r.ceiling_value = rate;
     r.pct_of_ceiling = 100.0;
-    rows.push_back(r);
+    return r;
+  };
+  if (gemm <= 0.0) {
+    gemm = cuda_bf16_gemm_ceiling(options);
+    rows.push_back(ceiling_row("cublas-bf16-gemm", "bf16-gemm", gemm));
   }
   // e4m3 rows are measured against an e4m3 GEMM of the same run.
   double gemm_e4m3 = 0.0;
   if (std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.op == "prefill" && is_fp8(c.dtype); })) {
     gemm_e4m3 = cuda_e4m3_gemm_ceiling(options);
-    Row r;
-    r.backend = "cuda";
-    r.impl = "cublaslt-e4m3-gemm";
-    r.timing = "events";
-    r.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
-    r.achieved_flops_per_s = gemm_e4m3;
-    r.median_s = r.flops / gemm_e4m3;
-    r.ceiling_name = "e4m3-gemm";
-    r.ceiling_value = gemm_e4m3;
-    r.pct_of_ceiling = 100.0;
-    rows.push_back(r);
+    rows.push_back(ceiling_row("cublaslt-e4m3-gemm", "e4m3-gemm", gemm_e4m3));
   }
   const Target target = cuda::target();
   Buffer flush(kFlushBytes);

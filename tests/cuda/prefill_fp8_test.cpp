@@ -17,40 +17,11 @@
 
 #include "attnkit/attnkit.hpp"
 #include "cuda/prefill_hopper/hopper_config.hpp"
+#include "cuda/hopper_support.hpp"
 #include "cuda/prefill_shapes.hpp"
 
 namespace attnkit::testing {
 namespace {
-
-bool have_hopper() {
-  if (!cuda::built() || cuda::device_count() == 0) return false;
-  const Target t = cuda::target();
-  return t.cc_major == 9 && t.cc_minor == 0;
-}
-
-#define SKIP_WITHOUT_HOPPER()                                                                   \
-  if (!have_hopper()) {                                                                         \
-    GTEST_SKIP() << "no Hopper (sm_90) device: the e4m3 prefill kernel was compiled, not run"; \
-  }
-
-// A device copy of a host tensor (same shape and strides), freed on destruction.
-struct DeviceTensor {
-  void* data = nullptr;
-  TensorView view;
-  explicit DeviceTensor(const HostTensor& h) : view(h.view) {
-    const std::size_t bytes = h.bytes.empty() ? 16 : h.bytes.size();
-    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
-    if (!h.bytes.empty()) EXPECT_EQ(cudaMemcpy(data, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    view.data = data;
-    view.device = DeviceKind::kCuda;
-  }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  ~DeviceTensor() { cudaFree(data); }
-  void copy_to(HostTensor& h) const {
-    if (!h.bytes.empty()) ASSERT_EQ(cudaMemcpy(h.bytes.data(), data, h.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-};
 
 // A device workspace filled with 0xFF bytes (e4m3 NaN, f32 NaN), freed on destruction.
 struct DeviceWorkspace {
@@ -133,7 +104,7 @@ void run_fp8(Fp8Case& f, const PrefillPlan& plan) {
 class PrefillFp8 : public ::testing::TestWithParam<PrefillShape> {};
 
 TEST_P(PrefillFp8, MatchesGolden) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("e4m3 prefill kernel");
   Fp8Case f(GetParam());
   const PrefillProblem& p = f.c.problem;
   const PrefillPlan plan = plan_prefill(p, cuda::target());
@@ -153,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillFp8, ::testing::ValuesIn(fp8_shapes()),
 // The scales are applied, not assumed: the same bytes with every scale doubled give the golden of
 // doubled inputs (scores x4, values x2), and the kernel follows it.
 TEST(PrefillFp8Checks, ScalesChangeTheResultAsTheGoldenSays) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("e4m3 prefill kernel");
   Fp8Case f({"fp8_scales_doubled", 1, 4, 2, 128, 129, 300, true, DType::kE4M3, DType::kF32});
   f.scales = {2.0f * f.scales.q, 2.0f * f.scales.k, 2.0f * f.scales.v};
   const PrefillPlan plan = plan_prefill(f.c.problem, cuda::target());
@@ -165,7 +136,7 @@ TEST(PrefillFp8Checks, ScalesChangeTheResultAsTheGoldenSays) {
 
 // BSHD memory ([batch, seq, heads, D]) seen through BHSD strides, e4m3 inputs.
 TEST(PrefillFp8Checks, BshdStridedViewsMatchGolden) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("e4m3 prefill kernel");
   const std::int64_t B = 2, H = 8, G = 2, D = 128, S = 301;
   PrefillProblem p;
   p.batch = B, p.num_heads = H, p.kv_heads = G, p.head_dim = D, p.q_len = S, p.kv_len = S;
@@ -211,7 +182,7 @@ TEST(PrefillFp8Checks, BshdStridedViewsMatchGolden) {
 
 // Rejected calls throw before any launch: out and LSE keep their poison, bit for bit.
 TEST(PrefillFp8Checks, RejectedCallsLeaveOutputsUntouched) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("e4m3 prefill kernel");
   Fp8Case f({"fp8_rejects", 2, 8, 2, 128, 129, 300, true, DType::kE4M3, DType::kBF16});
   const PrefillPlan plan = plan_prefill(f.c.problem, cuda::target());
   ASSERT_GT(plan.evidence.workspace_bytes, 0u);

@@ -12,40 +12,11 @@
 #include <vector>
 
 #include "attnkit/attnkit.hpp"
+#include "cuda/hopper_support.hpp"
 #include "cuda/prefill_shapes.hpp"
 
 namespace attnkit::testing {
 namespace {
-
-bool have_hopper() {
-  if (!cuda::built() || cuda::device_count() == 0) return false;
-  const Target t = cuda::target();
-  return t.cc_major == 9 && t.cc_minor == 0;
-}
-
-#define SKIP_WITHOUT_HOPPER()                                                                     \
-  if (!have_hopper()) {                                                                           \
-    GTEST_SKIP() << "no Hopper (sm_90) device: the warp-specialized kernel was compiled, not run"; \
-  }
-
-// A device copy of a host tensor (same shape and strides), freed on destruction.
-struct DeviceTensor {
-  void* data = nullptr;
-  TensorView view;
-  explicit DeviceTensor(const HostTensor& h) : view(h.view) {
-    const std::size_t bytes = h.bytes.empty() ? 16 : h.bytes.size();
-    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
-    if (!h.bytes.empty()) EXPECT_EQ(cudaMemcpy(data, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    view.data = data;
-    view.device = DeviceKind::kCuda;
-  }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  ~DeviceTensor() { cudaFree(data); }
-  void copy_to(HostTensor& h) const {
-    if (!h.bytes.empty()) ASSERT_EQ(cudaMemcpy(h.bytes.data(), data, h.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-};
 
 bool hopper_can_run(const PrefillShape& s) {
   return (s.dtype == DType::kBF16 || s.dtype == DType::kF16) && s.softcap == 0.0f &&
@@ -97,7 +68,7 @@ void run_hopper(PrefillCase& c, const PrefillPlan& plan) {
 class PrefillHopper : public ::testing::TestWithParam<PrefillShape> {};
 
 TEST_P(PrefillHopper, MatchesGolden) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("warp-specialized kernel");
   PrefillCase c(GetParam());
   const PrefillPlan plan = plan_prefill(c.problem, cuda::target(), KernelFamily::kWarpSpecializedWgmma);
   ASSERT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma);
@@ -112,14 +83,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PrefillHopper, ::testing::ValuesIn(hopper_shape
 
 // The planner's own choice on this device: the Hopper family for the common long-prefill shape.
 TEST(PrefillHopperPlan, PlannerPicksItOnHopper) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("warp-specialized kernel");
   const PrefillPlan plan = plan_prefill(PrefillProblem{}, cuda::target());
   EXPECT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(plan);
 }
 
 // BSHD memory ([batch, seq, heads, D]) seen through BHSD strides: the TMA maps take the strides.
 TEST(PrefillHopperPlan, BshdStridedViewsMatchGolden) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("warp-specialized kernel");
   const std::int64_t B = 2, H = 8, G = 2, D = 128, S = 301;
   PrefillProblem p;
   p.batch = B, p.num_heads = H, p.kv_heads = G, p.head_dim = D, p.q_len = S, p.kv_len = S;
@@ -164,7 +135,7 @@ TEST(PrefillHopperPlan, BshdStridedViewsMatchGolden) {
 // Rows TMA cannot describe (a q view one element off 16 bytes) are rejected before any launch,
 // and out keeps its poison.
 TEST(PrefillHopperPlan, RejectsMisalignedRowsBeforeWriting) {
-  SKIP_WITHOUT_HOPPER();
+  ATTNKIT_SKIP_WITHOUT_HOPPER("warp-specialized kernel");
   PrefillShape s{"misaligned", 1, 2, 2, 128, 63, 64, false, DType::kBF16, DType::kBF16};
   PrefillCase c(s);
   DeviceTensor q(c.q), k(c.k), v(c.v), out(c.out);
