@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
 
   // Shared memory: [K/V ring: stages x boxes x tile x kPitch each] [q staging, later the
   // cross-warp reduction] [stats] [fused scratch] [paged: row offsets] [extend: row key ranges].
-  // The ring is 128-byte aligned (TMA destinations).
+  // The ring is 1024-byte aligned (TMA destinations; the 128-byte swizzle's 8-row atom).
   const int ring_elems = p.stages * cuda_decode::tile_elems(p.tile, kCap, sizeof(T));
   // The ring region also holds the key warps' output slices once the ring is idle (epilogue).
   const int ring_bytes = max(2 * ring_elems * static_cast<int>(sizeof(T)), p.key_warps * p.rows_per_block * kCap * 4);
@@ -243,10 +243,10 @@ __global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv
   if constexpr (kTmaTiles) {
     // TMA. The producer warp's lane 0 copies each tile as kBoxes row segments of K and of V
     // (decode_geometry.hpp's layout: swizzled 128-byte segments, or padded f32 ones; columns past
-    // head_dim, rows past the cache and pages outside the pool read as zeros), into a ring of `stages` slots guarded by mbarriers:
-    // full[s] completes when slot s holds its tile (the arrival plus the boxes' bytes), empty[s] when
-    // every consumer warp is done with it. Rows past cache_end are copied too and masked by the
-    // engines. A paged tile is tile / box_rows runs of rows that share a page, one box per run and
+    // head_dim, rows past the cache and pages outside the pool read as zeros), into a ring of
+    // `stages` slots guarded by mbarriers: full[s] completes when slot s holds its tile (the
+    // arrival plus the boxes' bytes), empty[s] when every consumer warp is done with it. Rows past
+    // cache_end are copied too and masked by the engines. A paged tile is tile / box_rows runs of rows that share a page, one box per run and
     // segment; the runs' pages are looked up before the wait for the slot, so the table latency
     // overlaps it.
     if (tid == 0) {
