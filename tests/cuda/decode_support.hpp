@@ -1,5 +1,6 @@
 // Test support for the CUDA decode, append and fused tests (label gpu): device copies of host
 // tensors, the skip when no GPU is present, and the golden comparison with DESIGN.md's tolerances.
+// The device copies and the workspace serve the Hopper prefill tests too (hopper_support.hpp).
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -43,19 +44,22 @@ struct DeviceTensor {
   }
 };
 
-// Caller-owned device workspace of exactly the plan's size.
+// Caller-owned device workspace of exactly the plan's size, optionally filled with `poison` bytes
+// (0xFF: NaN as f32 and as e4m3) so a kernel that reads what it did not write is caught.
 struct DeviceWorkspace {
   void* data = nullptr;
   std::size_t bytes = 0;
-  explicit DeviceWorkspace(std::size_t n) : bytes(n) {
+  explicit DeviceWorkspace(std::size_t n, int poison = -1) : bytes(n) {
     if (n > 0) EXPECT_EQ(cudaMalloc(&data, n), cudaSuccess);
+    if (n > 0 && poison >= 0) EXPECT_EQ(cudaMemset(data, poison, n), cudaSuccess);
   }
   DeviceWorkspace(const DeviceWorkspace&) = delete;
   DeviceWorkspace& operator=(const DeviceWorkspace&) = delete;
   ~DeviceWorkspace() {
     if (data != nullptr) cudaFree(data);
   }
-  Workspace view() const { return Workspace{data, bytes, DeviceKind::kCuda}; }
+  Workspace view() const { return view(bytes); }
+  Workspace view(std::size_t size) const { return Workspace{data, size, DeviceKind::kCuda}; }
 };
 
 // DESIGN.md's parity rule for the storage dtypes involved (the loosest one applies).

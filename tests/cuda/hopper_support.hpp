@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "attnkit/attnkit.hpp"
-#include "support/random_tensors.hpp"
+#include "cuda/decode_support.hpp"
 
 namespace attnkit::testing {
 
@@ -21,23 +21,8 @@ inline bool have_hopper() {
     GTEST_SKIP() << "no Hopper (sm_90) device: the " << (kernel) << " was compiled, not run"; \
   }
 
-// A device copy of a host tensor (same shape and strides), freed on destruction.
-struct DeviceTensor {
-  void* data = nullptr;
-  TensorView view;
-  explicit DeviceTensor(const HostTensor& h) : view(h.view) {
-    const std::size_t bytes = h.bytes.empty() ? 16 : h.bytes.size();
-    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
-    if (!h.bytes.empty()) EXPECT_EQ(cudaMemcpy(data, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    view.data = data;
-    view.device = DeviceKind::kCuda;
-  }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  ~DeviceTensor() { cudaFree(data); }
-  void copy_to(HostTensor& h) const {
-    if (!h.bytes.empty()) ASSERT_EQ(cudaMemcpy(h.bytes.data(), data, h.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-};
+// Device copies of host tensors and the (poisonable) workspace: decode_support.hpp's.
+using cuda_decode_tests::DeviceTensor;
+using cuda_decode_tests::DeviceWorkspace;
 
 }  // namespace attnkit::testing

@@ -23,21 +23,6 @@
 namespace attnkit::testing {
 namespace {
 
-// A device workspace filled with 0xFF bytes (e4m3 NaN, f32 NaN), freed on destruction.
-struct DeviceWorkspace {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  explicit DeviceWorkspace(std::size_t n) : bytes(n) {
-    if (n == 0) return;
-    EXPECT_EQ(cudaMalloc(&data, n), cudaSuccess);
-    EXPECT_EQ(cudaMemset(data, 0xFF, n), cudaSuccess);
-  }
-  DeviceWorkspace(const DeviceWorkspace&) = delete;
-  DeviceWorkspace& operator=(const DeviceWorkspace&) = delete;
-  ~DeviceWorkspace() { cudaFree(data); }
-  Workspace view(std::size_t size) const { return Workspace{data, size, DeviceKind::kCuda}; }
-};
-
 // The case's buffers (prefill_shapes.hpp) with q, k and v re-drawn as e4m3 with per-tensor scales:
 // q at the shape's stddev, k at twice it, v at 0.5, so the three scales differ and none is 1.
 struct Fp8Case {
@@ -94,7 +79,7 @@ void run_fp8(Fp8Case& f, const PrefillPlan& plan) {
     t.cu_seqlens_q = keep[0]->view;
     t.cu_seqlens_k = keep[1]->view;
   }
-  DeviceWorkspace ws(plan.evidence.workspace_bytes);
+  DeviceWorkspace ws(plan.evidence.workspace_bytes, 0xFF);  // NaN as e4m3 and f32
   cuda::prefill(plan, t, ws.view(ws.bytes));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.note();
   out.copy_to(c.out);
@@ -162,7 +147,7 @@ TEST(PrefillFp8Checks, BshdStridedViewsMatchGolden) {
   const reference::Result golden = reference::prefill(p, host);
   DeviceTensor dq(q), dk(k), dv(v), dout(out);
   const PrefillPlan plan = plan_prefill(p, cuda::target());
-  DeviceWorkspace ws(plan.evidence.workspace_bytes);
+  DeviceWorkspace ws(plan.evidence.workspace_bytes, 0xFF);  // NaN as e4m3 and f32
   PrefillTensors t{dq.view, dk.view, dv.view, dout.view, {}, {}, {}};
   t.scales = scales;
   cuda::prefill(plan, t, ws.view(ws.bytes));
@@ -188,7 +173,7 @@ TEST(PrefillFp8Checks, RejectedCallsLeaveOutputsUntouched) {
   ASSERT_GT(plan.evidence.workspace_bytes, 0u);
   PrefillCase& c = f.c;
   DeviceTensor q(c.q), k(c.k), v(c.v), out(c.out), lse(c.lse);
-  DeviceWorkspace ws(plan.evidence.workspace_bytes);
+  DeviceWorkspace ws(plan.evidence.workspace_bytes, 0xFF);  // NaN as e4m3 and f32
   const PrefillTensors good = [&] {
     PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
     t.scales = f.scales;

@@ -77,12 +77,8 @@ void launch_v_transpose(const VtParams& vp, cudaStream_t stream) {
 }
 
 template <const HopperConfig* kTable, int kIndex, HopperInput In>
-void launch_config(HopperParams& hp, const PrefillTensors& t, DType dtype, std::uint64_t grid_blocks,
-                   cudaStream_t stream) {
+void launch_config(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
   constexpr HopperConfig c = kTable[kIndex];
-  hp.q_map = make_map(t.q, dtype, kRowsPerBlock, "q");
-  hp.k_map = make_map(t.k, dtype, c.keys_per_tile, "k");
-  if constexpr (In != HopperInput::kE4M3) hp.v_map = make_map(t.v, dtype, c.keys_per_tile, "v");  // else: V^T's
   auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In>;
   constexpr int smem = static_cast<int>(In == HopperInput::kE4M3 ? hopper_fp8_shared_bytes(c) : hopper_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -97,11 +93,11 @@ void launch_config(HopperParams& hp, const PrefillTensors& t, DType dtype, std::
 }
 
 template <const HopperConfig* kTable, HopperInput In, std::size_t... kIndex>
-void launch_any(HopperParams& hp, const PrefillTensors& t, DType dtype, const HopperConfig& config,
-                std::uint64_t grid_blocks, cudaStream_t stream, std::index_sequence<kIndex...>) {
+void launch_any(const HopperParams& hp, const HopperConfig& config, std::uint64_t grid_blocks, cudaStream_t stream,
+                std::index_sequence<kIndex...>) {
   bool launched = false;
   ((kTable[kIndex].head_dim == config.head_dim && kTable[kIndex].keys_per_tile == config.keys_per_tile && !launched
-        ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, t, dtype, grid_blocks, stream), launched = true)
+        ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, grid_blocks, stream), launched = true)
         : false),
    ...);
   require(launched && config.head_dim == hp.p.head_dim, kContext,
@@ -133,49 +129,46 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::int64_t{p.num_heads} * p.batch));
   hp.tiles_per_unit = p.causal ? 2 : 1;  // causal: equal work per unit (hopper_prefill.cuh)
   hp.total_units = p.num_heads * p.batch * (p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles);
+  if (hp.total_tiles == 0) return;
+  // Every descriptor is made (and every tensor checked) before anything runs.
+  hp.q_map = make_map(t.q, dtype, kRowsPerBlock, "q");
+  hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (fp8) {
-    // V^T staging first (fp8_v_transpose.cuh), at the start of the caller's workspace.
-    VtParams vp{};
-    vp.v = static_cast<const std::uint8_t*>(t.v.data);
-    vp.v_batch_stride = t.v.strides[0], vp.v_head_stride = t.v.strides[1], vp.v_row_stride = t.v.strides[2];
-    vp.cu_seqlens_k = p.cu_seqlens_k;
-    vp.batch = p.batch, vp.kv_heads = p.num_heads / p.group_size, vp.head_dim = p.head_dim, vp.kv_len = p.kv_len;
-    vp.row_keys = static_cast<int>(hopper_fp8_vt_row_keys(p.kv_len));
-    const std::int64_t need = hopper_fp8_vt_bytes(p.batch, vp.kv_heads, p.head_dim, p.kv_len);
-    require(workspace.data != nullptr && static_cast<std::int64_t>(workspace.bytes) >= need, kContext,
-            "the workspace holds " + std::to_string(workspace.bytes) + " bytes, the e4m3 V^T staging needs " +
-                std::to_string(need),
-            "pass a device workspace of at least the plan's workspace_bytes");
-    require(reinterpret_cast<std::uintptr_t>(workspace.data) % 128 == 0, kContext, "the workspace is not 128-byte aligned",
-            "pass a 128-byte aligned workspace (cudaMalloc's are)");
-    bool rows_ok = reinterpret_cast<std::uintptr_t>(t.v.data) % 16 == 0;
-    for (int d = 0; d < 3; ++d) rows_ok = rows_ok && (t.v.strides[d] % 16 == 0 || t.v.shape[d] == 1);
-    require(rows_ok, kContext, "v " + t.v.describe() + " is not 16-byte aligned per row",
-            "pass e4m3 v whose base and row, head and batch strides are multiples of 16 bytes");
-    hp.v_map = make_vt_map(workspace.data, vp);
-    hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");  // checked before anything runs
-    hp.q_map = make_map(t.q, dtype, kRowsPerBlock, "q");
-    if (hp.total_tiles == 0) return;
-    vp.vt = static_cast<std::uint8_t*>(workspace.data);
-    if (p.head_dim == 128) {
-      launch_v_transpose<128>(vp, s);
+  if (!fp8) {
+    hp.v_map = make_map(t.v, dtype, config.keys_per_tile, "v");
+    const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
+    if (dtype == DType::kBF16) {
+      launch_any<kHopperConfigs, HopperInput::kBF16>(hp, config, grid_blocks, s, configs);
     } else {
-      require(p.head_dim == 256, kContext, "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim),
-              "use head_dim 128 or 256 with e4m3 inputs");
-      launch_v_transpose<256>(vp, s);
+      launch_any<kHopperConfigs, HopperInput::kF16>(hp, config, grid_blocks, s, configs);
     }
-    launch_any<kHopperFp8Configs, HopperInput::kE4M3>(hp, t, dtype, config, grid_blocks, s,
-                                                       std::make_index_sequence<std::size(kHopperFp8Configs)>{});
     return;
   }
-  if (hp.total_tiles == 0) return;
-  const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
-  if (dtype == DType::kBF16) {
-    launch_any<kHopperConfigs, HopperInput::kBF16>(hp, t, dtype, config, grid_blocks, s, configs);
+  // e4m3: V^T staged first (fp8_v_transpose.cuh) at the start of the caller's workspace, whose
+  // size cuda::prefill has checked against the plan.
+  require(p.head_dim == 128 || p.head_dim == 256, kContext, "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim),
+          "use head_dim 128 or 256 with e4m3 inputs");
+  require(reinterpret_cast<std::uintptr_t>(workspace.data) % 128 == 0, kContext, "the workspace is not 128-byte aligned",
+          "pass a 128-byte aligned workspace (cudaMalloc's are)");
+  bool rows_ok = reinterpret_cast<std::uintptr_t>(t.v.data) % 16 == 0;
+  for (int d = 0; d < 3; ++d) rows_ok = rows_ok && (t.v.strides[d] % 16 == 0 || t.v.shape[d] == 1);
+  require(rows_ok, kContext, "v " + t.v.describe() + " is not 16-byte aligned per row",
+          "pass e4m3 v whose base and row, head and batch strides are multiples of 16 bytes");
+  VtParams vp{};
+  vp.v = static_cast<const std::uint8_t*>(t.v.data);
+  vp.v_batch_stride = t.v.strides[0], vp.v_head_stride = t.v.strides[1], vp.v_row_stride = t.v.strides[2];
+  vp.cu_seqlens_k = p.cu_seqlens_k;
+  vp.vt = static_cast<std::uint8_t*>(workspace.data);
+  vp.batch = p.batch, vp.kv_heads = p.num_heads / p.group_size, vp.head_dim = p.head_dim, vp.kv_len = p.kv_len;
+  vp.row_keys = static_cast<int>(hopper_fp8_vt_row_keys(p.kv_len));
+  hp.v_map = make_vt_map(workspace.data, vp);
+  if (p.head_dim == 128) {
+    launch_v_transpose<128>(vp, s);
   } else {
-    launch_any<kHopperConfigs, HopperInput::kF16>(hp, t, dtype, config, grid_blocks, s, configs);
+    launch_v_transpose<256>(vp, s);
   }
+  launch_any<kHopperFp8Configs, HopperInput::kE4M3>(hp, config, grid_blocks, s,
+                                                     std::make_index_sequence<std::size(kHopperFp8Configs)>{});
 }
 
 }  // namespace attnkit::cuda_prefill_hopper
