@@ -6,7 +6,9 @@
 # 1, 2, 4 and 8 GPUs (as many as the machine has) in both modes (one thread driving every GPU, one
 # thread per rank). NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0).
 # Results and logs go to $OUT; a short table is printed last.
-#   scripts/device-multi-gpu.sh [--build] [--tests] [--sanitize] [--bench] [--quick]   (none = all)
+#   scripts/device-multi-gpu.sh [--build] [--tests] [--sanitize] [--bench] [--quick] [--prebuilt DIR]
+#   (no part named = all; --prebuilt DIR uses DIR/attnkit_cuda_tests and DIR/attnkit_sharded_bench,
+#   built on the host from this tree, and skips the build)
 # Build dependencies the device image lacks (GTest, CLI11, nlohmann-json) come from the carried
 # .deps/devprefix (CMAKE_PREFIX_PATH), as for scripts/device-check.sh.
 set -uo pipefail
@@ -18,14 +20,21 @@ LOG=$OUT/logs
 mkdir -p "$LOG"
 BUILD=build/device-multi
 parts=()
-quick=0
-for a in "$@"; do
-  case $a in
+quick=0 prebuilt=""
+while (($#)); do
+  case $1 in
     --quick) quick=1 ;;
-    --*) parts+=("${a#--}") ;;
+    --prebuilt) prebuilt=$2; shift ;;
+    --*) parts+=("${1#--}") ;;
   esac
+  shift
 done
 ((${#parts[@]})) || parts=(build tests sanitize bench)
+if [[ -n $prebuilt ]]; then
+  parts=("${parts[@]/build}")
+  BUILD=$prebuilt
+  export LD_LIBRARY_PATH=$PWD/.deps/devprefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 status=0
 step() { echo "== $* ($(date +%T))"; }
@@ -45,8 +54,12 @@ if want build; then
     { grep -E "error|FAILED" "$LOG/build.log" | head -40; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
-TESTS=$BUILD/tests/attnkit_cuda_tests
-BENCH=$BUILD/attnkit_sharded_bench
+if [[ -n $prebuilt ]]; then
+  TESTS=$BUILD/attnkit_cuda_tests BENCH=$BUILD/attnkit_sharded_bench
+  echo "build: prebuilt binaries from $prebuilt"
+else
+  TESTS=$BUILD/tests/attnkit_cuda_tests BENCH=$BUILD/attnkit_sharded_bench
+fi
 
 if want tests; then
   step "sharded gpu tests"

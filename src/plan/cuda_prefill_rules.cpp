@@ -360,6 +360,11 @@ void partition_fp8(const PrefillProblem& p, const Target& t, const KernelFamily*
 
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& part, std::vector<std::string>& reasons) {
+  // The GPU kernels hold positions (and TMA coordinates) in 32 bits, with room for a tile past the end.
+  constexpr std::int64_t kMaxLen = std::int64_t{1} << 30;
+  require(p.q_len <= kMaxLen && p.kv_len <= kMaxLen, kContext,
+          "q_len=" + std::to_string(p.q_len) + ", kv_len=" + std::to_string(p.kv_len) + ": the GPU kernels take at most 2^30",
+          "split the sequence into chunks of at most 2^30 tokens and merge their states");
   if (is_fp8(p.dtype)) {
     partition_fp8(p, t, requested, part, reasons);
     return;

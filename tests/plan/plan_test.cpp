@@ -140,6 +140,8 @@ TEST(PlanGpu, PrefillHead256ChoosesItsKeyTileByPaddedWork) {
   EXPECT_EQ(plan_prefill(d128, h200, hopper).partition.tile_size, 128u);  // one config
 }
 
+constexpr KernelFamily kHopperFamily = KernelFamily::kWarpSpecializedWgmma;
+
 TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   const Target h200 = known_target("h200");
   PrefillProblem p;  // bf16, d128, 32 heads, 4096 x 4096, causal
@@ -195,6 +197,18 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   }
   const std::string cpu_message = error_of([&] { plan_prefill(p, cpu(2), KernelFamily::kWarpSpecializedWgmma); });
   EXPECT_NE(cpu_message.find("cooperative_tiled"), std::string::npos) << cpu_message;
+  // The GPU kernels index positions in 32 bits: longer sequences are refused, whatever the family.
+  PrefillProblem huge = p;
+  huge.num_heads = huge.kv_heads = 1;
+  huge.head_dim = 64;
+  huge.q_len = 1;
+  huge.kv_len = (std::int64_t{1} << 30) + 1;
+  for (const KernelFamily* f : {static_cast<const KernelFamily*>(nullptr), &kHopperFamily}) {
+    const std::string message = error_of([&] { f ? plan_prefill(huge, h200, *f) : plan_prefill(huge, h200); });
+    EXPECT_NE(message.find("2^30"), std::string::npos) << message;
+  }
+  huge.kv_len = std::int64_t{1} << 30;
+  EXPECT_NO_THROW(plan_prefill(huge, h200));
 }
 
 TEST(Targets, KnownTargets) {

@@ -154,18 +154,20 @@ struct RowState {
   float l[2];  // running sum of this thread's columns
 };
 
-// Masks S (this thread's entries) to the keys rows `pos0` and `pos0 + 8` may see.
+// Masks S (this thread's entries) to the keys rows `pos0` and `pos0 + 8` may see. 32-bit
+// arithmetic: the planner keeps lengths <= 2^30, and the window is clamped to what can matter.
 template <int Bc>
-__device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillParams& p, int kv_len, std::int64_t pos0,
-                                            int key0, int c) {
+__device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillParams& p, int kv_len, int pos0, int key0,
+                                            int c) {
+  const int window = static_cast<int>(cuda_prefill::min_i64(p.window, std::int64_t{1} << 30));
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
-    const std::int64_t pos = pos0 + hr * 8;
-    const std::int64_t hi = p.causal ? cuda_prefill::min_i64(kv_len - 1, pos) : kv_len - 1;
-    const std::int64_t lo = p.window > 0 ? cuda_prefill::max_i64(0, pos - p.window + 1) : 0;
-    // Relative to this lane's first column; clamped so the int compare cannot overflow.
-    const int rlo = static_cast<int>(cuda_prefill::max_i64(-1, cuda_prefill::min_i64(lo - key0 - 2 * c, Bc + 1)));
-    const int rhi = static_cast<int>(cuda_prefill::max_i64(-2, cuda_prefill::min_i64(hi - key0 - 2 * c, Bc + 1)));
+    const int pos = pos0 + hr * 8;
+    const int hi = p.causal ? min(kv_len - 1, pos) : kv_len - 1;
+    const int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    // Relative to this lane's first column, clamped to the tile (the compares below stay small).
+    const int rlo = max(-1, min(lo - key0 - 2 * c, Bc + 1));
+    const int rhi = max(-2, min(hi - key0 - 2 * c, Bc + 1));
 #pragma unroll
     for (int i = 0; i < Bc / 8; ++i) {
 #pragma unroll
@@ -363,9 +365,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
     const WorkTile w = work_tile<Bc>(hp, t);
     if (!w.active) continue;
     const int rows_here = min(Br, w.e.q_len - w.m0);
-    const std::int64_t offset = static_cast<std::int64_t>(w.e.kv_len) - w.e.q_len;
-    const std::int64_t pos0 = w.m0 + row0 + offset;
-    const std::int64_t wg_first = w.m0 + cw * 64 + offset, wg_last = wg_first + 63;
+    // Positions fit 32 bits (kv_len is an int); the key loop keeps only 32-bit state, so that d256
+    // (O alone is 128 registers) does not spill inside it.
+    const int pos0 = w.m0 + row0 + w.e.kv_len - w.e.q_len;
 
     float o[D / 2];
 #pragma unroll
@@ -374,10 +376,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
     const int n = w.tile_hi - w.tile_lo;
 
     if (n > 0) {
-      auto needs_mask = [&](int key0) {
-        return key0 + Bc > w.e.kv_len || (p.causal && key0 + Bc - 1 > wg_first) ||
-               (p.window > 0 && key0 < wg_last - p.window + 1);
-      };
+      // Iterations [free_lo, free_hi] of the key loop need no mask: their whole tile lies inside
+      // the sequence and every row of the warpgroup sees all of it.
+      int free_lo, free_hi;
+      {
+        const std::int64_t wg_first = static_cast<std::int64_t>(w.m0) + cw * 64 + w.e.kv_len - w.e.q_len;
+        std::int64_t last_key0 = w.e.kv_len - Bc;  // the largest unmasked tile start
+        if (p.causal) last_key0 = cuda_prefill::min_i64(last_key0, wg_first - Bc + 1);
+        const std::int64_t first_key0 = p.window > 0 ? wg_first + 63 - p.window + 1 : 0;
+        const auto floor_div = [](std::int64_t a) { return a >= 0 ? a / Bc : -((-a + Bc - 1) / Bc); };
+        free_hi = static_cast<int>(cuda_prefill::max_i64(-1, floor_div(last_key0) - w.tile_lo));
+        free_lo = static_cast<int>(cuda_prefill::min_i64(n, cuda_prefill::max_i64(0, -floor_div(-first_key0) - w.tile_lo)));
+      }
+      auto needs_mask = [&](int it) { return it < free_lo || it > free_hi; };
       auto issue_s = [&](float (&s)[Bc / 2], int stage) {
         const std::uint32_t kb = k_base + stage * kTileBytes;
 #pragma unroll
@@ -419,8 +430,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
           __syncwarp();
           if (lane_leader) mbar_arrive(q_empty);
         }
-        const int key0 = w.tile_lo * Bc;
-        if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
+        if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, w.tile_lo * Bc, c);
         softmax_tile<Bc, In>(s, st, sl, alpha);
         scores_to_a<Bc, In>(s, pf);
       }
@@ -443,8 +453,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
           __syncwarp();
           if (lane_leader) mbar_arrive(q_empty);
         }
-        const int key0 = (w.tile_lo + it) * Bc;
-        if (needs_mask(key0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, key0, c);
+        if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, (w.tile_lo + it) * Bc, c);
         softmax_tile<Bc, In>(s, st, sl, alpha);  // runs while P V is on the tensor cores
         // Pin the softmax's results before the wait: without this the compiler may schedule the
         // whole softmax after it (no data dependence), and the overlap is gone.
