@@ -18,8 +18,8 @@
 //          number of key tiles. Units (pairs, or single tiles) go out in rounds of gridDim.x, odd
 //          rounds in reverse block order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
-//          (k_full / v_full barriers carry the TMA byte counts; kv_empty is released by the
-//          consumers). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
+//          (k_full / v_full barriers carry the TMA byte counts; the consumers release K slots
+//          after S and V slots after P V, through k_empty / v_empty). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
 //          shared memory, online softmax in registers, O += P V with P straight from registers
 //          (wgmma's register-A form). The two consumer warpgroups take turns to issue (ping-pong
 //          on named barriers), so one's softmax runs under the other's matrix work; inside a
@@ -259,7 +259,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   std::uint64_t* q_empty = bars + 1;
   std::uint64_t* k_full = bars + 2;
   std::uint64_t* v_full = k_full + Stages;
-  std::uint64_t* kv_empty = v_full + Stages;
+  // K and V slots are released apart: K(j) is free once S(j) is done, a whole iteration before P V
+  // of tile j frees V(j), so the producer can refill K slots early (with one shared release, a
+  // 2-stage ring left no time to load K(j + 2) before it was needed).
+  std::uint64_t* k_empty = v_full + Stages;
+  std::uint64_t* v_empty = k_empty + Stages;
   constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
 
   const PrefillParams& p = hp.p;
@@ -283,7 +287,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
     for (int s = 0; s < Stages; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&v_full[s], 1);
-      mbar_init(&kv_empty[s], kConsumerWarps);
+      mbar_init(&k_empty[s], kConsumerWarps);
+      mbar_init(&v_empty[s], kConsumerWarps);
     }
     mbar_init_fence();
   }
@@ -316,13 +321,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         const int stage = kv_iter % Stages;
         const std::uint32_t phase = (kv_iter / Stages) & 1;
         const int k_row = static_cast<int>(w.e.k_start) + j * Bc;
-        mbar_wait(&kv_empty[stage], phase ^ 1);
+        mbar_wait(&k_empty[stage], phase ^ 1);
         mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
 #pragma unroll
         for (int c = 0; c < Chunks; ++c) {
           tma_load_4d(s_k + stage * kTileBytes + c * kKvChunkBytes, &hp.k_map, &k_full[stage], c * kChunkElems, k_row,
                       kvh, batch);
         }
+        mbar_wait(&v_empty[stage], phase ^ 1);
         mbar_arrive_expect_tx(&v_full[stage], kTileBytes);
         if constexpr (kFp8) {
           // V^T staging [batch][kv_heads][D][keys]: one box of D rows x 128 keys, the sequence's own slot.
@@ -426,9 +432,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         their_turn();
         wgmma_wait<0>();
         fence_registers(s);
-        if (n == 1) {
-          __syncwarp();
-          if (lane_leader) mbar_arrive(q_empty);
+        __syncwarp();
+        if (lane_leader) {
+          mbar_arrive(&k_empty[stage]);
+          if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, w.tile_lo * Bc, c);
         softmax_tile<Bc, In>(s, st, sl, alpha);
@@ -447,11 +454,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         issue_pv(pf, prev_stage);  // ... and P V of tile it - 1 in flight together
         wgmma_commit();
         their_turn();
-        wgmma_wait<1>();  // S done
+        wgmma_wait<1>();  // S done: K(it) is free
         fence_registers(s);
-        if (it == n - 1) {
-          __syncwarp();
-          if (lane_leader) mbar_arrive(q_empty);
+        __syncwarp();
+        if (lane_leader) {
+          mbar_arrive(&k_empty[stage]);
+          if (it == n - 1) mbar_arrive(q_empty);
         }
         if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, (w.tile_lo + it) * Bc, c);
         softmax_tile<Bc, In>(s, st, sl, alpha);  // runs while P V is on the tensor cores
@@ -464,7 +472,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         fence_registers(o);
         fence_registers(pf[0]);
         __syncwarp();
-        if (lane_leader) mbar_arrive(&kv_empty[prev_stage]);
+        if (lane_leader) mbar_arrive(&v_empty[prev_stage]);
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
           o[4 * i + 0] *= alpha[0];
@@ -486,7 +494,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
         wgmma_wait<0>();
         fence_registers(o);
         __syncwarp();
-        if (lane_leader) mbar_arrive(&kv_empty[stage]);
+        if (lane_leader) mbar_arrive(&v_empty[stage]);
       }
       kv_iter += n;
       ++q_iter;
