@@ -182,11 +182,12 @@ std::string format_rate(double rate) {
   return text;
 }
 
-// Key rows the 128-row blocks stream in `bc`-key tiles, over one (sequence, head): each block reads
-// the tiles its rows' visible keys touch, masked parts included, as the kernel's work_tile walks
-// them (bottom-right causal, window counted back from the block's first row).
-std::uint64_t padded_tile_rows(const PrefillProblem& p, std::int64_t bc) {
-  const std::int64_t rows = cuda_prefill_hopper::kRowsPerBlock, offset = p.kv_len - p.q_len;
+// Key rows the config's blocks (of rows_per_block query rows) stream in its key tiles, over one
+// (sequence, head): each block reads the tiles its rows' visible keys touch, masked parts
+// included, as the kernel's work_tile walks them (bottom-right causal, window counted back from
+// the block's first row).
+std::uint64_t padded_tile_rows(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
+  const std::int64_t rows = cuda_prefill_hopper::rows_per_block(c), bc = c.keys_per_tile, offset = p.kv_len - p.q_len;
   std::uint64_t total = 0;
   for (std::int64_t m0 = 0; m0 < p.q_len; m0 += rows) {
     const std::int64_t first = m0 + offset, last = std::min(p.q_len, m0 + rows) - 1 + offset;
@@ -197,6 +198,12 @@ std::uint64_t padded_tile_rows(const PrefillProblem& p, std::int64_t bc) {
   return total;
 }
 
+// Matrix work of a config, in (query row, key row) pairs its blocks compute, padding included: the
+// key rows each block streams times the block's rows.
+double padded_tile_work(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
+  return static_cast<double>(padded_tile_rows(p, c)) * cuda_prefill_hopper::rows_per_block(c);
+}
+
 // The Hopper config for the problem's head_dim with the least padded tile work per unit of speed
 // (nullptr: none compiled for that head_dim). The loop over query blocks is O(q_len / 128).
 const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProblem& p) {
@@ -204,7 +211,7 @@ const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProbl
   double best_cost = 0;
   for (const cuda_prefill_hopper::HopperConfig& c : cuda_prefill_hopper::kHopperConfigs) {
     if (c.head_dim != p.head_dim) continue;
-    const double cost = static_cast<double>(padded_tile_rows(p, c.keys_per_tile)) / c.relative_rate;
+    const double cost = padded_tile_work(p, c) / c.relative_rate;
     if (best == nullptr || cost < best_cost) {
       best = &c;
       best_cost = cost;
@@ -217,7 +224,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                       WorkPartition& part, std::vector<std::string>& reasons) {
   namespace hop = cuda_prefill_hopper;
   const bool fp8 = is_fp8(p.dtype);
-  const std::uint64_t rows = static_cast<std::uint64_t>(hop::kRowsPerBlock);
+  const std::uint64_t rows = static_cast<std::uint64_t>(hop::rows_per_block(c));
   const std::uint64_t bc = static_cast<std::uint64_t>(c.keys_per_tile);
   const std::uint64_t q_tiles = div_ceil(static_cast<std::uint64_t>(p.q_len), rows);
   const std::uint64_t kv_tiles = div_ceil(static_cast<std::uint64_t>(p.kv_len), bc);
@@ -236,8 +243,8 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.keys_per_split = to_u32(kv_tiles * bc, "keys_per_split");
   part.workgroups_per_row = 1;
   part.warp_lanes = 32;
-  part.workgroup_lanes = static_cast<std::uint32_t>(hop::kThreadsPerBlock);
-  part.warps_per_block = static_cast<std::uint32_t>(hop::kThreadsPerBlock / 32);
+  part.workgroup_lanes = static_cast<std::uint32_t>(hop::threads_per_block(c.consumer_warpgroups));
+  part.warps_per_block = part.workgroup_lanes / 32;
   part.pipeline_stages = static_cast<std::uint32_t>(c.stages);
   // Shared memory holds 16-bit tiles; the scratch counts are in 4-byte units (evidence multiplies by 4):
   // Q [128 x D] and the K/V ring [stages x 2 x Bc x D]. S, P and O live in registers.
@@ -286,17 +293,20 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                       "e4m3 for P V (rel-L2 tolerance 5e-2)");
   }
   reasons.push_back("block = 1 producer warpgroup (one thread issues TMA loads, setmaxnreg " +
-                    std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(hop::kConsumerWarpgroups) +
-                    " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::kConsumerRegisters) +
+                    std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(c.consumer_warpgroups) +
+                    " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::consumer_registers(c.consumer_warpgroups)) +
                     "): S = Q K^T by wgmma from shared memory, P V with P in registers");
   for (const hop::HopperConfig& other : hop::kHopperConfigs) {
     if (fp8) break;  // one fp8 config per head_dim: nothing to compare
-    if (other.head_dim != c.head_dim || other.keys_per_tile == c.keys_per_tile) continue;
-    reasons.push_back(std::to_string(c.keys_per_tile) + "-key tiles, not " + std::to_string(other.keys_per_tile) +
-                      ": key rows streamed per head " + std::to_string(padded_tile_rows(p, c.keys_per_tile)) + " vs " +
-                      std::to_string(padded_tile_rows(p, other.keys_per_tile)) + " (masked tile parts included), at " +
-                      format_rate(c.relative_rate) + " vs " + format_rate(other.relative_rate) +
-                      " measured speed (hopper_config.hpp)");
+    if (other.head_dim != c.head_dim || &other == &c) continue;
+    const auto shape = [](const hop::HopperConfig& x) {
+      return std::to_string(hop::rows_per_block(x)) + " x " + std::to_string(x.keys_per_tile);
+    };
+    reasons.push_back(shape(c) + " tiles (query rows x keys), not " + shape(other) + ": padded tile work " +
+                      std::to_string(static_cast<std::uint64_t>(padded_tile_work(p, c))) + " vs " +
+                      std::to_string(static_cast<std::uint64_t>(padded_tile_work(p, other))) +
+                      " (masked tile parts included), at " + format_rate(c.relative_rate) + " vs " +
+                      format_rate(other.relative_rate) + " measured speed (hopper_config.hpp)");
   }
   // P packs two 16-bit or four 8-bit probabilities per register.
   const int p_registers = c.keys_per_tile / (fp8 ? 8 : 4);

@@ -13,6 +13,7 @@
 
 #include "attnkit/attnkit.hpp"
 #include "cuda/hopper_support.hpp"
+#include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_shapes.hpp"
 
 namespace attnkit::testing {
@@ -43,6 +44,12 @@ std::vector<PrefillShape> hopper_shapes() {
        {{300, 500}, {0, 7}, {1, 1}, {257, 257}, {129, 0}}},
       {"hop_ragged_noncausal_d64_f16_out_f32", 3, 4, 1, 64, 260, 390, false, kF16, kF32, 0, 0.0f, 1.0f,
        {{260, 130}, {3, 390}, {128, 128}}},
+      // d64 runs 192-row blocks (three consumer warpgroups): one row past a block, an odd number
+      // of query tiles (causal pairs leave a middle tile), key-less rows, a window.
+      {"hop_causal_q193_window50_gqa3_d64_bf16", 2, 6, 2, 64, 193, 300, true, kBF16, kBF16, 50},
+      {"hop_causal_three_tiles_d64_bf16", 1, 4, 4, 64, 577, 577, true, kBF16, kBF16},
+      {"hop_ragged_causal_keyless_d64_bf16", 4, 4, 2, 64, 400, 450, true, kBF16, kBF16, 0, 0.0f, 1.0f,
+       {{400, 450}, {0, 5}, {191, 192}, {385, 0}}},
   };
   shapes.insert(shapes.end(), more.begin(), more.end());
   return shapes;
@@ -76,6 +83,24 @@ TEST_P(PrefillHopper, MatchesGolden) {
   run_hopper(c, plan);
   EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << "\n" << to_table(plan);
   EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note();
+  // Every other compiled config of this head_dim and key tile (d64: 128- and 192-row blocks) runs
+  // the same case, whichever the planner prefers for it: the plan's block shape is patched.
+  for (const attnkit::cuda_prefill_hopper::HopperConfig& other : attnkit::cuda_prefill_hopper::kHopperConfigs) {
+    const auto rows = static_cast<std::uint32_t>(attnkit::cuda_prefill_hopper::rows_per_block(other));
+    if (other.head_dim != c.problem.head_dim || other.keys_per_tile != static_cast<int>(plan.partition.tile_size) ||
+        rows == plan.partition.rows_per_block) {
+      continue;
+    }
+    PrefillPlan patched = plan;
+    patched.partition.rows_per_block = rows;
+    patched.partition.workgroup_lanes = static_cast<std::uint32_t>(attnkit::cuda_prefill_hopper::threads_per_block(other.consumer_warpgroups));
+    patched.partition.warps_per_block = patched.partition.workgroup_lanes / 32;
+    poison(c.out);  // poisoned again, so the second run must write every element
+    poison(c.lse);
+    run_hopper(c, patched);
+    EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << " with " << rows << "-row blocks";
+    EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note() << " with " << rows << "-row blocks";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillHopper, ::testing::ValuesIn(hopper_shapes()),

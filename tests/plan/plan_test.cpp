@@ -168,6 +168,20 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
     q.head_dim = d;
     EXPECT_EQ(plan_prefill(q, h200).partition.family, KernelFamily::kWarpSpecializedWgmma) << d;
   }
+  // d64: 192-row blocks of three consumer warpgroups where their speed outweighs their padding
+  // (long sequences), 128-row blocks where a 192-row causal diagonal pads too much (short ones).
+  PrefillProblem d64 = p;
+  d64.head_dim = 64;
+  d64.q_len = d64.kv_len = 8192;
+  const PrefillPlan d64_long = plan_prefill(d64, h200);
+  EXPECT_EQ(d64_long.partition.rows_per_block, 192u) << to_table(d64_long);
+  EXPECT_EQ(d64_long.partition.workgroup_lanes, 512u);
+  d64.batch = 32;
+  d64.q_len = d64.kv_len = 512;
+  const PrefillPlan d64_short = plan_prefill(d64, h200);
+  ASSERT_EQ(d64_short.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(d64_short);
+  EXPECT_EQ(d64_short.partition.rows_per_block, 128u) << to_table(d64_short);
+  EXPECT_EQ(d64_short.partition.workgroup_lanes, 384u);
   auto family = [&](PrefillProblem q, const Target& t) { return plan_prefill(q, t).partition.family; };
   PrefillProblem f32 = p;
   f32.dtype = f32.out_dtype = DType::kF32;

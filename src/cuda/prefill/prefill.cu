@@ -150,11 +150,11 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   if (part.family == KernelFamily::kWarpSpecializedWgmma) {  // Hopper: src/cuda/prefill_hopper/
     const cuda_prefill_hopper::HopperConfig* hc =
         fp8 ? cuda_prefill_hopper::find_hopper_fp8_config(pr.head_dim)
-            : cuda_prefill_hopper::find_hopper_config(pr.head_dim, part.tile_size);
+            : cuda_prefill_hopper::find_hopper_config(pr.head_dim, part.tile_size, part.rows_per_block);
     require(hc == nullptr || hc->keys_per_tile == static_cast<int>(part.tile_size), kContext,
             "the plan's key tile (" + std::to_string(part.tile_size) + ") is not the e4m3 kernel's",
             "plan with plan_prefill from this build of attnkit");
-    require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::kRowsPerBlock) &&
+    require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::rows_per_block(*hc)) &&
                 part.sequence_splits == 1,
             kContext, "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
             "plan with plan_prefill from this build of attnkit");

@@ -8,9 +8,9 @@
 namespace attnkit::cuda_prefill_hopper {
 
 // One block: a producer warpgroup (one thread issues TMA loads; the group gives its registers
-// away with setmaxnreg) and kConsumerWarpgroups consumer warpgroups of 64 query rows each
-// (wgmma's M), so rows_per_block = 64 * kConsumerWarpgroups. K and V tiles of keys_per_tile keys
-// stream through a ring of `stages` shared-memory slots guarded by mbarriers.
+// away with setmaxnreg) and `consumer_warpgroups` consumer warpgroups of 64 query rows each
+// (wgmma's M), so a block covers 64 * consumer_warpgroups query rows. K and V tiles of
+// keys_per_tile keys stream through a ring of `stages` shared-memory slots guarded by mbarriers.
 struct HopperConfig {
   int head_dim;
   int keys_per_tile;  // wgmma N of S = Q K^T (a multiple of 16: 64, 80 or 128, dev/hopper/gen_wgmma.py)
@@ -19,23 +19,34 @@ struct HopperConfig {
   // planner divides each config's padded tile work (masked tile rows included) by it and takes
   // the smaller.
   double relative_rate;
+  // 2: the consumers take turns in pairs (one's softmax under the other's matrix work); 3: in a
+  // round, so each softmax runs under two warpgroups' matrix work (registers allow it where S, P
+  // and O are small: head_dim 64).
+  int consumer_warpgroups = 2;
 };
+
+constexpr int rows_per_block(const HopperConfig& c) { return 64 * c.consumer_warpgroups; }
+constexpr int threads_per_block(int consumer_warpgroups) { return 128 * (consumer_warpgroups + 1); }
+inline constexpr int kProducerRegisters = 24;  // setmaxnreg.dec for the producer warpgroup
+// setmaxnreg.inc for the consumers: 128 * 24 + 128 * consumers * regs <= 65536, a multiple of 8.
+constexpr int consumer_registers(int consumer_warpgroups) { return consumer_warpgroups == 2 ? 240 : 160; }
 
 // The kernel's input element type (q, k and v): 16-bit floats, or fp8 e4m3 with per-tensor scales.
 enum class HopperInput : int { kF16, kBF16, kE4M3 };
 constexpr int input_bytes(HopperInput in) { return in == HopperInput::kE4M3 ? 1 : 2; }
 
-inline constexpr int kConsumerWarpgroups = 2;
-inline constexpr int kRowsPerBlock = 64 * kConsumerWarpgroups;
-inline constexpr int kThreadsPerBlock = 128 * (kConsumerWarpgroups + 1);
-inline constexpr int kProducerRegisters = 24;   // setmaxnreg.dec for the producer warpgroup
-inline constexpr int kConsumerRegisters = 240;  // setmaxnreg.inc: 128 * 24 + 256 * 240 <= 65536
-inline constexpr int kSwizzleElements = 64;     // 128-byte swizzle: 64 16-bit elements per row chunk
+inline constexpr int kSwizzleElements = 64;  // 128-byte swizzle: 64 16-bit elements per row chunk
 
 // Registers per consumer thread decide the key tile: S (keys_per_tile / 2 f32), P (keys_per_tile / 4)
 // and O (head_dim / 2) must fit 240 with room for addresses and the softmax state.
 inline constexpr HopperConfig kHopperConfigs[] = {
-    {64, 128, 3, 1.0},   // S 64 + P 32 + O 32 registers; 48 KiB per stage
+    {64, 128, 3, 1.0},  // S 64 + P 32 + O 32 registers; 32 KiB per stage + 16 KiB Q
+    // d64 with three consumer warpgroups (192-row blocks; S 64 + P 32 + O 32 of 160 registers):
+    // the softmax, not the matrix work, bounds d64, and each softmax now runs under two
+    // warpgroups' matrix work: 1.15x the tile work per second of the 128-row blocks (measured
+    // 1.13-1.17x non-causal; docs/perf-notes.md, "Hopper prefill round 6"), but a 192-row block
+    // pads short sequences and causal diagonals more, which the planner's cost counts.
+    {64, 128, 3, 1.15, 3},  // 32 KiB per stage + 24 KiB Q
     {128, 128, 3, 1.0},  // S 64 + P 32 + O 64; 64 KiB per stage + 32 KiB Q = 224 KiB (of 227)
     {256, 64, 2, 1.0},   // S 32 + P 16 + O 128; 64 KiB per stage + 64 KiB Q = 192 KiB
     // d256 with 80-key tiles: S = Q K^T reads Q and K from shared memory, and at N = 64 each wgmma
@@ -46,10 +57,12 @@ inline constexpr HopperConfig kHopperConfigs[] = {
     {256, 80, 2, 1.09},  // S 40 + P 20 + O 128
 };
 
-// The config a plan names: its head_dim and keys per tile (nullptr: none compiled).
-inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim, std::int64_t keys_per_tile) {
+// The config a plan names: its head_dim, keys per tile and query rows per block (nullptr: none
+// compiled).
+inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim, std::int64_t keys_per_tile,
+                                                        std::int64_t rows) {
   for (const HopperConfig& c : kHopperConfigs) {
-    if (c.head_dim == head_dim && c.keys_per_tile == keys_per_tile) return &c;
+    if (c.head_dim == head_dim && c.keys_per_tile == keys_per_tile && rows_per_block(c) == rows) return &c;
   }
   return nullptr;
 }
@@ -88,12 +101,12 @@ inline constexpr std::int64_t hopper_fp8_vt_bytes(std::int64_t batch, std::int64
 // Barriers: Q full / empty, and per stage K full, V full, K empty, V empty.
 inline constexpr std::int64_t hopper_barrier_bytes(const HopperConfig& c) { return 8 * (2 + 4 * c.stages); }
 inline constexpr std::int64_t hopper_shared_bytes(const HopperConfig& c) {
-  return 2LL * c.head_dim * (kRowsPerBlock + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
+  return 2LL * c.head_dim * (rows_per_block(c) + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
 }
 
 // The same for fp8 inputs (one byte per element).
 inline constexpr std::int64_t hopper_fp8_shared_bytes(const HopperConfig& c) {
-  return 1LL * c.head_dim * (kRowsPerBlock + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
+  return 1LL * c.head_dim * (rows_per_block(c) + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
 }
 
 }  // namespace attnkit::cuda_prefill_hopper

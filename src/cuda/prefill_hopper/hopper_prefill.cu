@@ -79,14 +79,14 @@ void launch_v_transpose(const VtParams& vp, cudaStream_t stream) {
 template <const HopperConfig* kTable, int kIndex, HopperInput In>
 void launch_config(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
   constexpr HopperConfig c = kTable[kIndex];
-  auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In>;
+  auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In, c.consumer_warpgroups>;
   constexpr int smem = static_cast<int>(In == HopperInput::kE4M3 ? hopper_fp8_shared_bytes(c) : hopper_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   require(attr == cudaSuccess, kContext,
           "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
           "run on a Hopper GPU (H100/H200), or plan the cooperative_tiled family");
   const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(grid_blocks, static_cast<std::uint64_t>(hp.total_units)));
-  kernel<<<std::max(1u, blocks), kThreadsPerBlock, smem, stream>>>(hp);
+  kernel<<<std::max(1u, blocks), threads_per_block(c.consumer_warpgroups), smem, stream>>>(hp);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, kContext, std::string("hopper_prefill_kernel failed to launch: ") + cudaGetErrorString(err),
           "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
@@ -96,7 +96,8 @@ template <const HopperConfig* kTable, HopperInput In, std::size_t... kIndex>
 void launch_any(const HopperParams& hp, const HopperConfig& config, std::uint64_t grid_blocks, cudaStream_t stream,
                 std::index_sequence<kIndex...>) {
   bool launched = false;
-  ((kTable[kIndex].head_dim == config.head_dim && kTable[kIndex].keys_per_tile == config.keys_per_tile && !launched
+  ((kTable[kIndex].head_dim == config.head_dim && kTable[kIndex].keys_per_tile == config.keys_per_tile &&
+            kTable[kIndex].consumer_warpgroups == config.consumer_warpgroups && !launched
         ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, grid_blocks, stream), launched = true)
         : false),
    ...);
@@ -121,7 +122,8 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.qk_scale = fp8 ? t.scales.q * t.scales.k : 1.0f;
   hp.v_scale = fp8 ? t.scales.v : 1.0f;
   hp.out_bf16 = out_dtype == DType::kBF16 ? 1 : 0;
-  hp.m_tiles = (p.q_len + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int rows = rows_per_block(config);
+  hp.m_tiles = (p.q_len + rows - 1) / rows;
   const std::int64_t total = static_cast<std::int64_t>(hp.m_tiles) * p.num_heads * p.batch;
   require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
           "split the call into smaller batches");
@@ -131,7 +133,7 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.total_units = p.num_heads * p.batch * (p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles);
   if (hp.total_tiles == 0) return;
   // Every descriptor is made (and every tensor checked) before anything runs.
-  hp.q_map = make_map(t.q, dtype, kRowsPerBlock, "q");
+  hp.q_map = make_map(t.q, dtype, rows, "q");
   hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (!fp8) {

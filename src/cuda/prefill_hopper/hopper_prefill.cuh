@@ -11,7 +11,7 @@
 // Layout:  shared tiles are split into 128-byte row chunks ([rows][64] 16-bit or [rows][128] e4m3
 //          elements) with the 128-byte swizzle (what TMA writes and wgmma reads): Q [chunk][128
 //          rows], K and V [chunk][Bc keys] per slot; e4m3 V^T [D rows][128 keys] per slot.
-// Parallelism: persistent blocks of 3 warpgroups walk the work tiles (query tile of 128 rows,
+// Parallelism: persistent blocks of 3 or 4 warpgroups walk the work tiles (query tile of 128 or 192 rows,
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
 //          query tiles first inside a group). Causal: a block takes tiles in pairs of one
 //          (sequence, head), the i-th longest with the i-th shortest, so every pair holds the same
@@ -19,10 +19,11 @@
 //          rounds in reverse block order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; the consumers release K slots
-//          after S and V slots after P V, through k_empty / v_empty). Warpgroups 1 and 2 each own 64 query rows: S = Q K^T with both operands in
+//          after S and V slots after P V, through k_empty / v_empty). The 2 or 3 consumer
+//          warpgroups (the config's) each own 64 query rows: S = Q K^T with both operands in
 //          shared memory, online softmax in registers, O += P V with P straight from registers
-//          (wgmma's register-A form). The two consumer warpgroups take turns to issue (ping-pong
-//          on named barriers), so one's softmax runs under the other's matrix work; inside a
+//          (wgmma's register-A form). The consumers take turns to issue, in a round on named
+//          barriers, so each one's softmax runs under the others' matrix work; inside a
 //          warpgroup S of tile j+1 and P V of tile j are issued together.
 //          GQA: head h reads KV head h / group_size.
 // Masks:   causal bottom-right aligned, sliding window: tiles no row of the block sees are never
@@ -91,7 +92,7 @@ struct WorkTile {
   bool active;
 };
 
-template <int Bc>
+template <int Bc, int Br>
 __device__ inline WorkTile work_tile(const HopperParams& hp, int t) {
   const PrefillParams& p = hp.p;
   // The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in
@@ -105,12 +106,12 @@ __device__ inline WorkTile work_tile(const HopperParams& hp, int t) {
   WorkTile w;
   w.h = bh % p.num_heads;
   w.b = bh / p.num_heads;
-  w.m0 = (hp.m_tiles - 1 - m_rev) * kRowsPerBlock;
+  w.m0 = (hp.m_tiles - 1 - m_rev) * Br;
   w.e = cuda_prefill::sequence_extent(p, w.b);
   w.active = w.m0 < w.e.q_len;
   w.tile_lo = w.tile_hi = 0;
   if (!w.active) return w;
-  const int rows_here = min(kRowsPerBlock, w.e.q_len - w.m0);
+  const int rows_here = min(Br, w.e.q_len - w.m0);
   const std::int64_t offset = static_cast<std::int64_t>(w.e.kv_len) - w.e.q_len;
   const std::int64_t first_pos = w.m0 + offset, last_pos = w.m0 + rows_here - 1 + offset;
   const std::int64_t key_lo = p.window > 0 ? cuda_prefill::max_i64(0, first_pos - p.window + 1) : 0;
@@ -235,13 +236,14 @@ __device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint3
   }
 }
 
-template <int D, int Bc, int Stages, HopperInput In>
-__global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
+template <int D, int Bc, int Stages, HopperInput In, int Consumers>
+__global__ void __launch_bounds__(threads_per_block(Consumers), 1)
+    hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
   constexpr bool kFp8 = In == HopperInput::kE4M3;
   constexpr int kBytes = input_bytes(In);
   constexpr int kChunkElems = 128 / kBytes;  // elements of one 128-byte swizzled row chunk
   constexpr int kKeysPerStep = keys_per_step(In);
-  constexpr int Br = kRowsPerBlock;
+  constexpr int Br = 64 * Consumers;
   constexpr int Chunks = D / kChunkElems;
   constexpr std::uint32_t kQBytes = Br * D * kBytes;
   constexpr std::uint32_t kTileBytes = Bc * D * kBytes;  // one K (or V, or V^T) tile
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   // 2-stage ring left no time to load K(j + 2) before it was needed).
   std::uint64_t* k_empty = v_full + Stages;
   std::uint64_t* v_empty = k_empty + Stages;
-  constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+  constexpr int kConsumerWarps = 4 * Consumers;
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
@@ -305,7 +307,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
     for (int step = 0; step < steps; ++step) {
       const int t = block_tile(step);
       if (t < 0) continue;
-      const WorkTile w = work_tile<Bc>(hp, t);
+      const WorkTile w = work_tile<Bc, Br>(hp, t);
       if (!w.active || w.tile_lo >= w.tile_hi) continue;
       const int kvh = w.h / p.group_size;
       const int q_row = static_cast<int>(w.e.q_start + w.m0);
@@ -346,7 +348,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   }
 
   // ---- consumers: 64 query rows per warpgroup ------------------------------------------------
-  regs_increase<kConsumerRegisters>();
+  regs_increase<consumer_registers(Consumers)>();
   const int cw = warpgroup - 1;
   const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
   const int g = lane / 4, c = lane % 4;
@@ -356,19 +358,20 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
   const std::uint32_t q_base = smem_u32(s_q) + cw * 64 * 128;
   const std::uint32_t k_base = smem_u32(s_k), v_base = smem_u32(s_v);
   std::uint32_t q_iter = 0, kv_iter = 0;
-  // Ping-pong: the two consumer warpgroups take turns to issue their wgmma batches (named barrier
-  // 1 + cw is "my turn"), so one's softmax runs while the other's matrix work occupies the tensor
-  // cores. Both walk the same tiles with the same key-tile counts, so the turns stay paired;
-  // warpgroup 1 opens by handing the first turn to warpgroup 0.
-  static_assert(kConsumerWarpgroups == 2, "the ping-pong below pairs two consumer warpgroups");
+  // Turns: the consumer warpgroups take turns to issue their wgmma batches, in a round (named
+  // barrier 1 + cw is "my turn"; a warpgroup hands the turn to the next), so each one's softmax
+  // runs while the others' matrix work occupies the tensor cores. All walk the same tiles with
+  // the same key-tile counts, so the turns stay in step; the last warpgroup opens by handing the
+  // first turn to warpgroup 0.
+  static_assert(Consumers == 2 || Consumers == 3, "two or three consumer warpgroups");
   auto my_turn = [&] { named_barrier_sync(1 + cw, 256); };
-  auto their_turn = [&] { named_barrier_arrive(1 + (cw ^ 1), 256); };
-  if (cw == 1) their_turn();
+  auto their_turn = [&] { named_barrier_arrive(1 + (cw + 1) % Consumers, 256); };
+  if (cw == Consumers - 1) their_turn();
 
   for (int step = 0; step < steps; ++step) {
     const int t = block_tile(step);
     if (t < 0) continue;
-    const WorkTile w = work_tile<Bc>(hp, t);
+    const WorkTile w = work_tile<Bc, Br>(hp, t);
     if (!w.active) continue;
     const int rows_here = min(Br, w.e.q_len - w.m0);
     // Positions fit 32 bits (kv_len is an int); the key loop keeps only 32-bit state, so that d256
@@ -537,7 +540,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 1) hopper_prefill_kernel(con
       }
     }
   }
-  if (cw == 0) my_turn();  // takes warpgroup 1's last hand-over, so no arrival is left pending
+  if (cw == 0) my_turn();  // takes the last warpgroup's last hand-over, so no arrival is left pending
 }
 
 }  // namespace attnkit::cuda_prefill_hopper
