@@ -68,6 +68,7 @@ if [[ -n "$OBJ" ]] && command -v cuobjdump > /dev/null; then
   cuobjdump --dump-sass "$OBJ" > "$LOG/hopper_sass.txt" 2>/dev/null
   awk '/Function : /{f=$3} /HGMMA/{h[f]++} /LDL|STL/{l[f]++} END{for (k in h) printf "sass %s: HGMMA %d, LDL/STL %d\n", k, h[k], l[k]+0}' \
     "$LOG/hopper_sass.txt" | sed 's/_ZN7attnkit19cuda_prefill_hopper21hopper_prefill_kernel//' | tee "$LOG/sass_summary.txt"
+  python3 dev/hopper/key_loop_spills.py "$LOG/hopper_sass.txt" | sed 's/attnkit::cuda_prefill_hopper:://g' | tee -a "$LOG/sass_summary.txt"
   summary+=("$(cat "$LOG/sass_summary.txt")")
 fi
 
