@@ -247,7 +247,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.warps_per_block = part.workgroup_lanes / 32;
   part.pipeline_stages = static_cast<std::uint32_t>(c.stages);
   // Shared memory holds 16-bit tiles; the scratch counts are in 4-byte units (evidence multiplies by 4):
-  // Q [128 x D] and the K/V ring [stages x 2 x Bc x D]. S, P and O live in registers.
+  // Q [rows x D] and the K/V ring [stages x 2 x Bc x D]. S, P and O live in registers.
   part.q_scratch_elements = static_cast<std::uint32_t>(rows * p.head_dim / 2);
   part.score_scratch_elements = static_cast<std::uint32_t>(2 * c.stages * c.keys_per_tile * p.head_dim / 2);
   if (fp8) {
@@ -315,7 +315,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     " + P " + std::to_string(p_registers) + " + O " + std::to_string(p.head_dim / 2) +
                     " per consumer thread), " + std::to_string(c.stages) + "-slot K/V ring, " +
                     std::to_string(smem) + " bytes of shared memory, 1 block per SM");
-  reasons.push_back(std::to_string(work_tiles) + " work tiles (128 rows x head x sequence) over " +
+  reasons.push_back(std::to_string(work_tiles) + " work tiles (" + std::to_string(rows) + " rows x head x sequence) over " +
                     std::to_string(part.grid_blocks) + " persistent blocks" +
                     "; walked in groups of " + std::to_string(part.heads_per_tile_group) +
                     (uneven ? " (sequence, head) pairs whose K/V fit 24 MiB of L2, query tiles longest first, "

@@ -38,7 +38,8 @@ constexpr int input_bytes(HopperInput in) { return in == HopperInput::kE4M3 ? 1 
 inline constexpr int kSwizzleElements = 64;  // 128-byte swizzle: 64 16-bit elements per row chunk
 
 // Registers per consumer thread decide the key tile: S (keys_per_tile / 2 f32), P (keys_per_tile / 4)
-// and O (head_dim / 2) must fit 240 with room for addresses and the softmax state.
+// and O (head_dim / 2) must fit consumer_registers (240, or 160 with three consumer warpgroups)
+// with room for addresses and the softmax state.
 inline constexpr HopperConfig kHopperConfigs[] = {
     {64, 128, 3, 1.0},  // S 64 + P 32 + O 32 registers; 32 KiB per stage + 16 KiB Q
     // d64 with three consumer warpgroups (192-row blocks; S 64 + P 32 + O 32 of 160 registers):
