@@ -44,8 +44,9 @@ std::vector<PrefillShape> hopper_shapes() {
        {{300, 500}, {0, 7}, {1, 1}, {257, 257}, {129, 0}}},
       {"hop_ragged_noncausal_d64_f16_out_f32", 3, 4, 1, 64, 260, 390, false, kF16, kF32, 0, 0.0f, 1.0f,
        {{260, 130}, {3, 390}, {128, 128}}},
-      // d64 runs 192-row blocks (three consumer warpgroups): one row past a block, an odd number
-      // of query tiles (causal pairs leave a middle tile), key-less rows, a window.
+      // d64 also has 192-row blocks (three consumer warpgroups; every shape runs both, below): one
+      // row past a block, an odd number of query tiles (causal pairs leave a middle tile),
+      // key-less rows, a window.
       {"hop_causal_q193_window50_gqa3_d64_bf16", 2, 6, 2, 64, 193, 300, true, kBF16, kBF16, 50},
       {"hop_causal_three_tiles_d64_bf16", 1, 4, 4, 64, 577, 577, true, kBF16, kBF16},
       {"hop_ragged_causal_keyless_d64_bf16", 4, 4, 2, 64, 400, 450, true, kBF16, kBF16, 0, 0.0f, 1.0f,
