@@ -197,4 +197,5 @@ def test_fp8_prefill_on_hopper_matches_the_golden(seed):
     assert not np.isnan(got).any()
     rel_l2 = np.linalg.norm(got - golden) / np.linalg.norm(golden)
     assert rel_l2 <= 5e-2, rel_l2
-    np.testing.assert_allclose(lse.cpu().numpy(), golden_lse, rtol=1e-3, atol=1e-3)
+    # The e4m3 LSE rule (docs/architecture.md): fp8 wgmma accumulates the scores with fewer bits than f32.
+    np.testing.assert_allclose(lse.cpu().numpy(), golden_lse, rtol=5e-3, atol=5e-3)

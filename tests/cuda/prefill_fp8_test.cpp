@@ -100,7 +100,9 @@ TEST_P(PrefillFp8, MatchesGolden) {
   run_fp8(f, plan);
   EXPECT_EQ(prefill_parity_failure(f.c.out, golden.out, DType::kE4M3), "")
       << f.c.note() << " scales " << f.scales.q << " " << f.scales.k << " " << f.scales.v << "\n" << to_table(plan);
-  EXPECT_EQ(prefill_lse_failure(f.c.lse, golden.lse), "") << f.c.note();
+  // fp8 wgmma keeps fewer accumulator bits than f32, so the scores (and the LSE) carry ~1e-3 of
+  // error at d256: the e4m3 LSE rule.
+  EXPECT_EQ(prefill_lse_failure(f.c.lse, golden.lse, kE4m3LseRel), "") << f.c.note();
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PrefillFp8, ::testing::ValuesIn(fp8_shapes()),
@@ -116,7 +118,7 @@ TEST(PrefillFp8Checks, ScalesChangeTheResultAsTheGoldenSays) {
   const reference::Result golden = reference::prefill(f.c.problem, f.host());
   run_fp8(f, plan);
   EXPECT_EQ(prefill_parity_failure(f.c.out, golden.out, DType::kE4M3), "") << f.c.note();
-  EXPECT_EQ(prefill_lse_failure(f.c.lse, golden.lse), "") << f.c.note();
+  EXPECT_EQ(prefill_lse_failure(f.c.lse, golden.lse, kE4m3LseRel), "") << f.c.note();
 }
 
 // BSHD memory ([batch, seq, heads, D]) seen through BHSD strides, e4m3 inputs.
