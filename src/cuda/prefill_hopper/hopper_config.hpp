@@ -68,6 +68,15 @@ inline constexpr const HopperConfig* find_hopper_config(std::int64_t head_dim, s
   return nullptr;
 }
 
+// A plan names its config by (head_dim, key tile, block rows), so no two configs may share them.
+constexpr bool hopper_configs_are_distinct() {
+  for (const HopperConfig& a : kHopperConfigs) {
+    if (find_hopper_config(a.head_dim, a.keys_per_tile, rows_per_block(a)) != &a) return false;
+  }
+  return true;
+}
+static_assert(hopper_configs_are_distinct(), "two Hopper configs share (head_dim, keys_per_tile, rows_per_block)");
+
 // fp8 (e4m3) inputs with per-tensor scales. wgmma reads 8-bit B operands K-major only, so O += P V
 // needs V transposed ([head_dim][keys]): the launcher stages V^T in the caller's workspace first
 // (hopper_fp8_vt_bytes; a 128-key tile is one 128-byte swizzle row per head_dim row). Row chunks
