@@ -17,3 +17,9 @@ fi
 
 # The Python package's build and test tools (numpy for the CPU tests; torch is not needed in CI).
 python3 -m pip install -q --disable-pip-version-check nanobind scikit-build-core numpy pytest
+# Where CUDA compiles but the toolkit has no SASS disassembler: cuobjdump and nvdisasm from PyPI, for
+# the Hopper kernels' SASS test (dev/hopper/key_loop_spills.py).
+if { command -v nvcc || [[ -x /usr/local/cuda/bin/nvcc ]]; } >/dev/null 2>&1 &&
+   ! { command -v cuobjdump || [[ -x /usr/local/cuda/bin/cuobjdump ]]; } >/dev/null 2>&1; then
+  python3 -m pip install -q --disable-pip-version-check nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+fi
