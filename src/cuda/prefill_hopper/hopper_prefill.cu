@@ -122,6 +122,10 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.qk_scale = fp8 ? t.scales.q * t.scales.k : 1.0f;
   hp.v_scale = fp8 ? t.scales.v : 1.0f;
   hp.out_bf16 = out_dtype == DType::kBF16 ? 1 : 0;
+  // 16-bit rows written as whole 16-byte blocks when every row starts 16-byte aligned.
+  bool vec16 = dtype_size(out_dtype) == 2 && reinterpret_cast<std::uintptr_t>(t.out.data) % 16 == 0;
+  for (int d = 0; d < 3; ++d) vec16 = vec16 && (t.out.strides[d] % 8 == 0 || t.out.shape[d] == 1);
+  hp.out_vec16 = vec16 ? 1 : 0;
   const int rows = rows_per_block(config);
   hp.m_tiles = (p.q_len + rows - 1) / rows;
   const std::int64_t total = static_cast<std::int64_t>(hp.m_tiles) * p.num_heads * p.batch;

@@ -6,8 +6,9 @@
 //          e4m3 (fp8) inputs with per-tensor scales: the same, except that V is read from a V^T
 //          staging [batch][kv_heads][D][keys] (fp8_v_transpose.cuh), since 8-bit wgmma takes its B
 //          operand K-major only; P is rounded to e4m3 for P V (the 5e-2 parity rule).
-// Output:  out in the input dtype or f32 (e4m3: bf16, f16 or f32), written from registers,
-//          optional f32 LSE.
+// Output:  out in the input dtype or f32 (e4m3: bf16, f16 or f32), written from registers
+//          (bf16/f16 d256 rows as whole 16-byte blocks after a shuffle within each quad), optional
+//          f32 LSE.
 // Layout:  shared tiles are split into 128-byte row chunks ([rows][64] 16-bit or [rows][128] e4m3
 //          elements) with the 128-byte swizzle (what TMA writes and wgmma reads): Q [chunk][128
 //          rows], K and V [chunk][Bc keys] per slot; e4m3 V^T [D rows][128 keys] per slot.
@@ -69,6 +70,7 @@ struct HopperParams {
   float qk_scale;
   float v_scale;
   int out_bf16;
+  int out_vec16;  // 16-bit out whose rows all start 16-byte aligned: whole-block stores
 };
 
 // Work tile (the plan's order index, decoded by work_tile) of unit u's k-th tile, or -1 (the middle
@@ -140,6 +142,38 @@ __device__ __forceinline__ std::uint32_t pack4_e4m3(float a, float b, float c, f
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
   return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+}
+
+// One row of 16-bit output, spread over the four lanes of a quad as the accumulator leaves it
+// (lane c holds columns 8i + 2c and 8i + 2c + 1 of every 8-column block i: piece(i), packed; made
+// four blocks at a time, so that d256's O adds few live registers beside it).
+// Rotating the pieces through the quad (three shuffles per four blocks) gives lane c all of block
+// 4k + c: one 16-byte store instead of four 4-byte ones, a quarter of the store instructions and of
+// the row's memory transactions (the epilogue's stores bounded short sequences: docs/perf-notes.md,
+// "Hopper prefill round 8"). Every lane of the warp must call it (shuffles); `valid` gates the store.
+template <int D, class Piece>
+__device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece, bool valid) {
+  // The lane is read here, not passed in: its derived shuffle indices and selects would otherwise
+  // be hoisted above the key loop and held through it (d256 then spilled inside the loop).
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  const int quad = lane & ~3, c = lane & 3;
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) {
+    const std::uint32_t mine[4] = {piece(4 * k), piece(4 * k + 1), piece(4 * k + 2), piece(4 * k + 3)};
+    std::uint32_t block[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // Step s: lane x sends its piece of block (x - s) mod 4, and lane c receives the piece of
+      // block c from lane (c + s) mod 4 (the block's columns 2 (c + s) mod 4 ..).
+      const int send = (c - s) & 3, from = (c + s) & 3;
+      const std::uint32_t v = send == 0 ? mine[0] : send == 1 ? mine[1] : send == 2 ? mine[2] : mine[3];
+      const std::uint32_t got = s == 0 ? v : __shfl_sync(0xffffffffu, v, quad + from);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) block[j] = from == j ? got : block[j];
+    }
+    if (valid) *reinterpret_cast<uint4*>(dst + 8 * (4 * k + c)) = make_uint4(block[0], block[1], block[2], block[3]);
+  }
 }
 
 // Keys of one wgmma k-step of O += P V (32 bytes of the operand's K dimension).
@@ -509,10 +543,15 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
     }
+    // The epilogue's rows and columns come from a lane read here (asm volatile), so that nothing
+    // of its address arithmetic is hoisted above the key loop and held through it (d256 spilled).
+    int e_lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(e_lane));
+    const int e_row0 = cw * 64 + warp * 16 + e_lane / 4, e_c = e_lane % 4;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int r = row0 + hr * 8;
-      if (r >= rows_here) continue;
+      const int r = e_row0 + hr * 8;
+      const bool valid = r < rows_here;  // the same for a quad's four lanes
       const float l = st.l[hr];
       const bool any = l > 0.0f;
       const float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
@@ -522,19 +561,29 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         float* dst = static_cast<float*>(p.out) + out_off;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
-          *reinterpret_cast<float2*>(dst + i * 8 + 2 * c) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
+          if (valid) *reinterpret_cast<float2*>(dst + i * 8 + 2 * e_c) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
         }
       } else {
         // A 16-bit output: the input's type, or for e4m3 inputs the plan's (bf16 or f16).
         const bool bf16_out = kFp8 ? hp.out_bf16 != 0 : In == HopperInput::kBF16;
         auto* dst = static_cast<std::uint16_t*>(p.out) + out_off;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
+        auto piece = [&](int i) {
           const float a = o[4 * i + 2 * hr] * inv, b = o[4 * i + 2 * hr + 1] * inv;
-          *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * c) = bf16_out ? pack2<true>(a, b) : pack2<false>(a, b);
+          return bf16_out ? pack2<true>(a, b) : pack2<false>(a, b);
+        };
+        // Block stores at head_dim 256 only (16-bit inputs): against the 4-byte stores they read
+        // +3-10% at 512-2k there, but 2-18% less at d64 and d128 (the shuffles and selects cost
+        // more than the store instructions they save), and e4m3 d256 has no registers to spare
+        // (ptxas then moved a value it keeps in local memory into the key loop).
+        constexpr bool kBlockStores = D == 256 && !kFp8;
+        if (kBlockStores && hp.out_vec16) {  // uniform: the whole warp shuffles
+          store_row_blocks<D>(dst, piece, valid);
+        } else if (valid) {
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * e_c) = piece(i);
         }
       }
-      if (p.lse != nullptr && c == 0) {
+      if (valid && p.lse != nullptr && e_c == 0) {
         p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] =
             any ? (st.m[hr] * sl + log2f(l) - p_log2_offset(In)) * kLn2 : -INFINITY;
       }
