@@ -543,15 +543,22 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
     }
-    // The epilogue's rows and columns come from a lane read here (asm volatile), so that nothing
-    // of its address arithmetic is hoisted above the key loop and held through it (d256 spilled).
-    int e_lane;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(e_lane));
+    // Block stores (whole 16-byte blocks, store_row_blocks) at head_dim 256 only, 16-bit inputs:
+    // against the 4-byte stores they read +3-10% at 512-2k there, but 2-18% less at d64 and d128
+    // (the shuffles and selects cost more than the store instructions they save), and e4m3 d256
+    // has no registers to spare (ptxas then moved a value it keeps in local memory into the key
+    // loop). Their rows and columns come from a lane read here (asm volatile): with the stores
+    // unconditional (a quad's lanes must all shuffle), ptxas otherwise hoisted the address
+    // arithmetic above the key loop and held it through it, and d256 spilled there.
+    constexpr bool kBlockStores = D == 256 && !kFp8;
+    int e_lane = lane;
+    if constexpr (kBlockStores) asm volatile("mov.u32 %0, %%laneid;" : "=r"(e_lane));
     const int e_row0 = cw * 64 + warp * 16 + e_lane / 4, e_c = e_lane % 4;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = e_row0 + hr * 8;
       const bool valid = r < rows_here;  // the same for a quad's four lanes
+      if (!kBlockStores && !valid) continue;
       const float l = st.l[hr];
       const bool any = l > 0.0f;
       const float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
@@ -571,11 +578,6 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           const float a = o[4 * i + 2 * hr] * inv, b = o[4 * i + 2 * hr + 1] * inv;
           return bf16_out ? pack2<true>(a, b) : pack2<false>(a, b);
         };
-        // Block stores at head_dim 256 only (16-bit inputs): against the 4-byte stores they read
-        // +3-10% at 512-2k there, but 2-18% less at d64 and d128 (the shuffles and selects cost
-        // more than the store instructions they save), and e4m3 d256 has no registers to spare
-        // (ptxas then moved a value it keeps in local memory into the key loop).
-        constexpr bool kBlockStores = D == 256 && !kFp8;
         if (kBlockStores && hp.out_vec16) {  // uniform: the whole warp shuffles
           store_row_blocks<D>(dst, piece, valid);
         } else if (valid) {
