@@ -21,7 +21,11 @@ namespace {
 
 namespace geo = attnkit::cuda_decode;
 
-constexpr std::int64_t kMinTilesPerSplit = 1;
+// At least two tiles per split: one-tile splits cost more in partial states and merge work than
+// they gain (session 8, alternating CLI runs: f32 b2 x 2k 31.4 -> 26.8 us and b4 x 2k 45.8 -> 38.5
+// with 22 / 11 splits instead of 32; bf16 b1 x 1k 14.9 -> 14.6 with 8 instead of 16; f32 b1 x 1k
+// 16.5 -> 17.0 with 16 instead of 32, the one point that lost).
+constexpr std::int64_t kMinTilesPerSplit = 2;
 // The ring budget per block. Tensor-core blocks (16-bit K/V): three tiles of 64 keys x 128 dims,
 // two blocks per SM (registers allow no third); with TMA the whole ring is in flight, and 2, 3 or 4
 // stages measured within 1% of each other at large points (docs/perf-notes.md), so the ring is
