@@ -200,9 +200,10 @@ TEST(DecodeCudaPaths, SplitRunIsDeterministic) {
 // A small case for compute-sanitizer (memcheck, racecheck): split path, window, GQA 4, LSE.
 TEST(DecodeCudaSmall, SanitizerCase) {
   ATTNKIT_SKIP_WITHOUT_GPU();
-  DecodeSpec s{"sanitizer_small", 8, 2, 64, DType::kBF16, DType::kBF16, DType::kBF16, {300, 0, 1}, 200};
+  DecodeSpec s{"sanitizer_small", 8, 2, 64, DType::kBF16, DType::kBF16, DType::kBF16, {700, 0, 1}, 300};
   DecodeRun r = make_run(s);
   const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  ASSERT_GT(plan.partition.sequence_splits, 1u) << "the case is meant to split\n" << to_table(plan);
   const reference::Result golden = run_and_golden(r, plan);
   expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name);
   expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));

@@ -74,14 +74,16 @@ TEST(PagedAppendCuda, WritesExactlyTheNewSlotsAcrossPageBoundaries) {
   }
 }
 
-// A small paged decode setup shared by the rejection tests.
+// A small paged decode setup shared by the rejection tests: long enough (kLongest keys, at least
+// two 64-key tiles per split) that the plan splits and needs a workspace.
+constexpr int kLongest = 600;
 struct RejectSetup {
   std::mt19937_64 rng{fresh_seed()};
   PagedCase c;
   PagedDecodePlan plan;
   HostTensor q, out, lse;
   RejectSetup() : c(setup(), rng) {
-    plan = plan_paged_decode(paged_decode_problem(c, 200), cuda::target());
+    plan = plan_paged_decode(paged_decode_problem(c, kLongest), cuda::target());
     q = HostTensor(DType::kBF16, {3, 8, 64});
     out = HostTensor(DType::kBF16, {3, 8, 64});
     lse = HostTensor(DType::kF32, {3, 8});
@@ -97,7 +99,7 @@ struct RejectSetup {
     s.kv_heads = 2;
     s.head_dim = 64;
     s.dtype = DType::kBF16;
-    s.lengths = {200, 3, 77};
+    s.lengths = {kLongest, 3, 77};
     return s;
   }
 };
@@ -151,7 +153,7 @@ TEST(PagedRejectsCuda, HostMirrorsOfBadIndicesAreRejected) {
   RejectSetup r;
   const PagedCacheSpec& spec = r.c.spec;
   auto rejected = [&](const HostTensor& table, const HostTensor& lengths, const std::string& what) {
-    EXPECT_THROW(validate_paged_indices_host(spec, table.view, lengths.view, 3, 200, "cuda mirror"), Error) << what;
+    EXPECT_THROW(validate_paged_indices_host(spec, table.view, lengths.view, 3, kLongest, "cuda mirror"), Error) << what;
   };
   auto copy = [](const HostTensor& t) {
     HostTensor c(t.view.dtype, {t.view.shape[0], t.view.rank > 1 ? t.view.shape[1] : 1});
@@ -159,7 +161,7 @@ TEST(PagedRejectsCuda, HostMirrorsOfBadIndicesAreRejected) {
     std::copy(t.bytes.begin(), t.bytes.end(), c.bytes.begin());
     return c;
   };
-  EXPECT_NO_THROW(validate_paged_indices_host(spec, r.c.table.view, r.c.lengths.view, 3, 200, "cuda mirror"));
+  EXPECT_NO_THROW(validate_paged_indices_host(spec, r.c.table.view, r.c.lengths.view, 3, kLongest, "cuda mirror"));
   HostTensor table = copy(r.c.table), lengths = copy(r.c.lengths);
   table.i32()[0] = static_cast<std::int32_t>(spec.num_pages);
   rejected(table, lengths, "page index out of range");
@@ -252,7 +254,7 @@ TEST(PagedRejectsCuda, BadDeviceIndicesNeverLeaveThePool) {
   dout.copy_to(r.out);
   dlse.copy_to(r.lse);
   HostTensor clamped(DType::kI32, {3});
-  clamped.i32()[0] = 200;
+  clamped.i32()[0] = kLongest;
   clamped.i32()[1] = 0;
   clamped.i32()[2] = 77;
   const PagedKvCache golden_cache{r.c.k_pages.view, r.c.v_pages.view, r.c.table.view, clamped.view};
