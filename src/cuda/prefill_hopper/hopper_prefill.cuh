@@ -149,14 +149,12 @@ __device__ __forceinline__ std::uint32_t pack4_e4m3(float a, float b, float c, f
 // four blocks at a time, so that d256's O adds few live registers beside it).
 // Rotating the pieces through the quad (three shuffles per four blocks) gives lane c all of block
 // 4k + c: one 16-byte store instead of four 4-byte ones, a quarter of the store instructions and of
-// the row's memory transactions (the epilogue's stores bounded short sequences: docs/perf-notes.md,
-// "Hopper prefill round 8"). Every lane of the warp must call it (shuffles); `valid` gates the store.
+// the row's memory transactions (docs/perf-notes.md, "Hopper prefill round 8"). Every lane of the
+// warp must call it (shuffles); `valid` gates the store. `lane` must be read after the key loop (the
+// epilogue's asm volatile read), or the shuffle indices and selects derived from it are hoisted
+// above the loop and held through it.
 template <int D, class Piece>
-__device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece, bool valid) {
-  // The lane is read here, not passed in: its derived shuffle indices and selects would otherwise
-  // be hoisted above the key loop and held through it (d256 then spilled inside the loop).
-  int lane;
-  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+__device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece, int lane, bool valid) {
   const int quad = lane & ~3, c = lane & 3;
 #pragma unroll
   for (int k = 0; k < D / 32; ++k) {
@@ -579,7 +577,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           return bf16_out ? pack2<true>(a, b) : pack2<false>(a, b);
         };
         if (kBlockStores && hp.out_vec16) {  // uniform: the whole warp shuffles
-          store_row_blocks<D>(dst, piece, valid);
+          store_row_blocks<D>(dst, piece, e_lane, valid);
         } else if (valid) {
 #pragma unroll
           for (int i = 0; i < D / 8; ++i) *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * e_c) = piece(i);
