@@ -33,21 +33,6 @@ constexpr std::int64_t kMinTilesPerSplit = 2;
 // per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
-// Registers per thread of the kernel by heads per warp (-Xptxas -v, sm_90a; see docs/perf-notes.md).
-constexpr std::int64_t registers_per_thread(int heads_per_warp, int capacity) {
-  if (heads_per_warp == geo::kMmaRows) return capacity <= 64 ? 120 : capacity <= 128 ? 168 : 255;
-  return heads_per_warp == 4 ? 128 : 248;
-}
-// An SM's registers are four files of 16K, one per scheduler, and a block's warps are spread over
-// them: a file holds 16384 / (32 x registers, allocated in steps of 8) warps. (Two blocks of five
-// warps need <= 168 registers: at 175 a bf16 d128 kernel ran one block per SM, 10-20% slower at
-// batch >= 64 x 1k-4k; docs/perf-notes.md, "Decode round 11".)
-constexpr std::int64_t kRegisterFiles = 4;
-constexpr std::int64_t kRegistersPerFile = 16384;
-constexpr std::int64_t blocks_by_registers(std::int64_t warps, std::int64_t registers) {
-  const std::int64_t allocated = (registers + 7) / 8 * 8;
-  return kRegisterFiles * (kRegistersPerFile / (32 * allocated)) / warps;
-}
 // Fallbacks when the target does not say (an H100/H200 class GPU).
 constexpr int kDefaultSmCount = 132;
 constexpr std::int64_t kDefaultSharedPerBlock = 227 << 10;
@@ -136,7 +121,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   // Residency: blocks per SM by shared memory, threads and registers.
   const std::int64_t by_smem = smem_sm / (smem + geo::kStaticSharedBytes + 1024);
   const std::int64_t by_threads = threads_sm / threads;
-  const std::int64_t by_regs = blocks_by_registers(threads / 32, registers_per_thread(hpw, capacity));
+  const std::int64_t by_regs = geo::blocks_by_registers(threads / 32, geo::register_budget(hpw, capacity));
   const std::int64_t per_sm = std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
   const std::int64_t wave = per_sm * sm_count;
 

@@ -38,6 +38,25 @@ constexpr int head_chunks(std::int64_t rows_per_block, std::int64_t kv_elem_byte
   const int hpw = heads_per_warp(rows_per_block, kv_elem_bytes);
   return static_cast<int>((rows_per_block + hpw - 1) / hpw);
 }
+// Registers per thread each kernel instance may use (its __maxnreg__), by engine: the planners
+// count blocks per SM from it (blocks_by_registers), so a kernel cannot silently hold fewer blocks
+// than its plan assumes. Tensor cores: head_dim 64 and 128 keep three and two blocks of five warps
+// per SM (128 / 168); 256 needs all 255. CUDA cores: 4 heads per warp in 128 (three blocks), 8 in
+// 255. (Uncapped, the d128 paged copy ring and extend kernels took 173 / 178: one block per SM.)
+constexpr int register_budget(int heads_per_warp_, int capacity) {
+  if (heads_per_warp_ == kMmaRows) return capacity <= 64 ? 128 : capacity <= 128 ? 168 : 255;
+  return heads_per_warp_ <= 4 ? 128 : 255;
+}
+// An SM's registers are four files of 16K, one per scheduler, and a block's warps are spread over
+// them: a file holds 16384 / (32 x registers, allocated in steps of 8) warps. (Two blocks of five
+// warps need <= 168 registers: at 175 a bf16 d128 kernel ran one block per SM, 10-20% slower at
+// batch >= 64 x 1k-4k; docs/perf-notes.md, "Decode round 11".)
+inline constexpr std::int64_t kRegisterFiles = 4;
+inline constexpr std::int64_t kRegistersPerFile = 16384;
+constexpr std::int64_t blocks_by_registers(std::int64_t warps, std::int64_t registers) {
+  const std::int64_t allocated = (registers + 7) / 8 * 8;
+  return kRegisterFiles * (kRegistersPerFile / (32 * allocated)) / warps;
+}
 // Query heads one block serves (larger groups take several passes): as many head chunks as fit
 // beside the producer warp within kMaxThreads (tensor cores: 4 chunks of 16; CUDA cores: 7 of 8).
 constexpr int kConsumerWarpLimit = kMaxThreads / 32 - kProducerWarps;

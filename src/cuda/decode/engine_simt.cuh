@@ -18,7 +18,7 @@ struct SimtEngine {
   static constexpr unsigned kFull = 0xffffffffu;
   // 4 heads per warp fit in 128 registers, so three blocks share an SM (this latency-bound engine
   // needs the warps; decode_geometry.hpp); 8 heads need up to 255.
-  static constexpr int kMinBlocksPerSm = kHpw <= 4 ? 2 : 1;
+  static constexpr int kRegisters = register_budget(kHpw, kCap);  // the kernel's __maxnreg__
 
   float q[kHpw][kSliceElems], m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
   int lane, key_group, slice;

@@ -87,7 +87,7 @@ __device__ __forceinline__ void load_q_batch(const DecodeParams& p, int rows, in
 }
 
 template <class T, int kCap, class Engine, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
-__global__ void __launch_bounds__(kMaxThreads, Engine::kMinBlocksPerSm) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) split_kv_decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(kPaged || !kExtend, "extend reads a paged cache");
   static_assert(!kPageBoxes || (kPaged && !kExtend), "page boxes serve paged decode");
   using Traits = cuda_common::StorageTraits<T>;

@@ -174,6 +174,49 @@ __device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece
   }
 }
 
+// O staged through shared memory (head_dim 64 and 128 with 16-bit inputs and out): a warpgroup
+// writes its 64 x D tile into its half of the last K slot of the work tile (free once every
+// warpgroup's last S is done; its release waits for the copy-out) with stmatrix, then copies it
+// out in whole rows of 16-byte stores. The register-to-global stores write 4-byte pieces of 8 rows
+// per instruction; this writes each row's bytes contiguously (docs/perf-notes.md, "Hopper prefill
+// round 9"). Rows are 2D bytes apart and a row's 16-byte chunk j sits at chunk j ^ (row % 8), so
+// neither the stmatrix rows nor the copy-out's quarter-warps hit one bank twice.
+template <int D>
+__device__ __forceinline__ std::uint32_t staged_o_offset(int row, int chunk) {
+  return static_cast<std::uint32_t>(row * D * 2 + ((chunk ^ (row & 7)) * 16));
+}
+// Lane `lane` of warp `warp` holds, for row halves hr (rows warp * 16 + lane / 4 + 8 hr) and n8
+// blocks i, the packed pair piece(hr, i) (wgmma's accumulator layout, which is stmatrix's).
+template <int D, class Piece>
+__device__ __forceinline__ void stage_o_tile(std::uint32_t tile, Piece piece, int warp, int lane) {
+  const int m = lane / 8;                           // the matrix this lane addresses: (hr, i) = (m % 2, 2q + m / 2)
+  const int row = warp * 16 + (m & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int q = 0; q < D / 16; ++q) {
+    const std::uint32_t addr = tile + staged_o_offset<D>(row, 2 * q + (m >> 1));
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                 "r"(piece(0, 2 * q)), "r"(piece(1, 2 * q)), "r"(piece(0, 2 * q + 1)), "r"(piece(1, 2 * q + 1))
+                 : "memory");
+  }
+}
+// The copy-out: thread t of the warpgroup's 128 moves chunks t, t + 128, ... of the staged tile to
+// rows [0, rows) of dst (row stride in elements; 16-byte aligned rows).
+template <int D>
+__device__ __forceinline__ void copy_out_o_tile(std::uint32_t tile, std::uint16_t* dst, std::int64_t row_stride, int rows,
+                                                int wtid) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int k = 0; k < 64 * kChunks / 128; ++k) {
+    const int idx = wtid + 128 * k, row = idx / kChunks, chunk = idx % kChunks;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(tile + staged_o_offset<D>(row, chunk)));
+    if (row < rows) *reinterpret_cast<uint4*>(dst + row * row_stride + chunk * 8) = v;
+  }
+}
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Keys of one wgmma k-step of O += P V (32 bytes of the operand's K dimension).
 constexpr int keys_per_step(HopperInput in) { return in == HopperInput::kE4M3 ? 32 : 16; }
 // e4m3 P is computed 2^8 times too large (folded into the exponent, undone by the row sum and in
@@ -298,7 +341,13 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // 2-stage ring left no time to load K(j + 2) before it was needed).
   std::uint64_t* k_empty = v_full + Stages;
   std::uint64_t* v_empty = k_empty + Stages;
+  // Staged O: every consumer warp's last S of a work tile is done (its K slot then takes O).
+  std::uint64_t* o_slot_free = v_empty + Stages;
   constexpr int kConsumerWarps = 4 * Consumers;
+  // O through the last K slot where the block's O tile fits one (rows <= keys per tile) and is
+  // 16-bit with 16-byte aligned rows; else (f32 out, e4m3, d256, three warpgroups) from registers.
+  constexpr bool kStagedO = !kFp8 && Br <= Bc;
+  const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0;
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
@@ -317,6 +366,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, kConsumerWarps);
+    mbar_init(o_slot_free, kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < Stages; ++s) {
       mbar_init(&k_full[s], 1);
@@ -469,7 +519,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(s);
         __syncwarp();
         if (lane_leader) {
-          mbar_arrive(&k_empty[stage]);
+          mbar_arrive(staged_o && n == 1 ? o_slot_free : &k_empty[stage]);
           if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, w.tile_lo * Bc, c);
@@ -493,7 +543,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(s);
         __syncwarp();
         if (lane_leader) {
-          mbar_arrive(&k_empty[stage]);
+          mbar_arrive(staged_o && it == n - 1 ? o_slot_free : &k_empty[stage]);
           if (it == n - 1) mbar_arrive(q_empty);
         }
         if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, (w.tile_lo + it) * Bc, c);
@@ -548,6 +598,39 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     // loop). Their rows and columns come from a lane read here (asm volatile): with the stores
     // unconditional (a quad's lanes must all shuffle), ptxas otherwise hoisted the address
     // arithmetic above the key loop and held it through it, and d256 spilled there.
+    if constexpr (kStagedO) {
+      if (staged_o && n > 0) {
+        // The last K slot (kv_iter - 1) takes O once every warpgroup's last S is done (work tile
+        // q_iter - 1 completes o_slot_free once); this warpgroup's half, then its rows out.
+        const int stage = (kv_iter - 1) % Stages;
+        const std::uint32_t tile = k_base + stage * kTileBytes + cw * 64 * D * 2;
+        float inv[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) inv[hr] = st.l[hr] > 0.0f ? 1.0f / st.l[hr] : 0.0f;
+        constexpr bool kBf16Out = In == HopperInput::kBF16;
+        auto piece = [&](int hr, int i) { return pack2<kBf16Out>(o[4 * i + 2 * hr] * inv[hr], o[4 * i + 2 * hr + 1] * inv[hr]); };
+        mbar_wait(o_slot_free, (q_iter - 1) & 1);
+        stage_o_tile<D>(tile, piece, warp, lane);
+        named_barrier_sync(1 + Consumers + cw, 128);  // the warpgroup's tile is in shared memory
+        const std::int64_t row = w.e.q_start + w.m0 + cw * 64;
+        auto* dst = static_cast<std::uint16_t*>(p.out) + w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride +
+                    row * p.o_row_stride;
+        copy_out_o_tile<D>(tile, dst, p.o_row_stride, rows_here - cw * 64, wtid);
+        fence_proxy_async_shared();  // these reads before the producer's next TMA write of the slot
+        __syncwarp();
+        if (lane_leader) mbar_arrive(&k_empty[stage]);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = row0 + hr * 8;
+          if (r < rows_here && p.lse != nullptr && c == 0) {
+            const float l = st.l[hr];
+            p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + (w.e.q_start + w.m0 + r) * p.lse_row_stride] =
+                l > 0.0f ? (st.m[hr] * sl + log2f(l) - p_log2_offset(In)) * kLn2 : -INFINITY;
+          }
+        }
+        continue;
+      }
+    }
     constexpr bool kBlockStores = D == 256 && !kFp8;
     int e_lane = lane;
     if constexpr (kBlockStores) asm volatile("mov.u32 %0, %%laneid;" : "=r"(e_lane));
