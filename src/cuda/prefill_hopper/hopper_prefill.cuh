@@ -174,7 +174,7 @@ __device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece
   }
 }
 
-// O staged through shared memory (head_dim 64 and 128 with 16-bit inputs and out): a warpgroup
+// O staged through shared memory (head_dim 128, 16-bit inputs and out): a warpgroup
 // writes its 64 x D tile into its half of the last K slot of the work tile (free once every
 // warpgroup's last S is done; its release waits for the copy-out) with stmatrix, then copies it
 // out in whole rows of 16-byte stores. The register-to-global stores write 4-byte pieces of 8 rows
@@ -344,9 +344,10 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // Staged O: every consumer warp's last S of a work tile is done (its K slot then takes O).
   std::uint64_t* o_slot_free = v_empty + Stages;
   constexpr int kConsumerWarps = 4 * Consumers;
-  // O through the last K slot where the block's O tile fits one (rows <= keys per tile) and is
-  // 16-bit with 16-byte aligned rows; else (f32 out, e4m3, d256, three warpgroups) from registers.
-  constexpr bool kStagedO = !kFp8 && Br <= Bc;
+  // O through the last K slot at head_dim 128 (the block's O tile is exactly one K tile) when it is
+  // 16-bit with 16-byte aligned rows; else (f32 out, e4m3, d64, d256) from registers. d64's
+  // 128-row blocks could take it too, but ran 5-6% slower with it at causal 512-1k.
+  constexpr bool kStagedO = !kFp8 && D == 128 && Br <= Bc;
   const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0;
 
   const PrefillParams& p = hp.p;
