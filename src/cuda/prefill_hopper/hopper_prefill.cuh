@@ -215,7 +215,6 @@ __device__ __forceinline__ void copy_out_o_tile(std::uint32_t tile, std::uint16_
     if (row < rows) *reinterpret_cast<uint4*>(dst + row * row_stride + chunk * 8) = v;
   }
 }
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // Keys of one wgmma k-step of O += P V (32 bytes of the operand's K dimension).
 constexpr int keys_per_step(HopperInput in) { return in == HopperInput::kE4M3 ? 32 : 16; }

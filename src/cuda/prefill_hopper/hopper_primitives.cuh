@@ -15,6 +15,7 @@
 namespace attnkit::cuda_prefill_hopper {
 
 // mbarriers: the shared wrappers (cuda/common/sm90_primitives.cuh).
+using cuda_common::fence_proxy_async_shared;
 using cuda_common::mbar_arrive;
 using cuda_common::mbar_arrive_expect_tx;
 using cuda_common::mbar_init;
