@@ -3,7 +3,8 @@
 // Family kWarpSpecializedWgmma (src/cuda/prefill_hopper/): the planner's first choice on a Hopper
 // target (sm_90) for f16/bf16 inputs at the head dims of cuda_prefill_hopper::kHopperConfigs
 // without a soft-cap, unless the tiled family below would split keys (too few query tiles to fill
-// the GPU: decode-like shapes), which the Hopper kernel does not do. One persistent block per SM
+// the GPU) and the Hopper kernel's own units would fill under a third of its waves (decode-like
+// shapes: it does not split keys). One persistent block per SM
 // walks (query tile of 128 rows, head, sequence) work tiles, longest first (causal: in pairs of equal
 // total work). e4m3 inputs plan only this family (kHopperFp8Configs), with V^T staged in the
 // workspace; anything it cannot run is an error, since no other family has an fp8 kernel.
@@ -32,6 +33,10 @@ namespace attnkit::detail {
 namespace {
 
 constexpr const char* kContext = "plan (cuda prefill)";
+// The Hopper kernel runs 3-6x the tiled family's rate (bench/results/prefill_h200.md against
+// prefill_hopper_h200.md), so without a key split it still wins while its work units fill at
+// least a third of its waves of persistent blocks (one per SM).
+constexpr double kMinHopperWaveFill = 1.0 / 3.0;
 
 std::uint32_t to_u32(std::uint64_t v, const char* what) {
   require(v <= UINT32_MAX, kContext, std::string(what) + "=" + std::to_string(v) + " does not fit 32 bits",
@@ -220,6 +225,18 @@ const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProbl
   return best;
 }
 
+// The Hopper kernel's units of work: work tiles (query tile x head x sequence), or for causal
+// problems pairs of one (sequence, head)'s query tiles, the i-th longest with the i-th shortest,
+// so every unit holds the same number of key tiles (rounds of tiles sorted longest first left a
+// block up to 1.8x the mean work when a round spanned one head: d256 16k causal).
+std::uint64_t hopper_work_units(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
+  const std::uint64_t q_tiles =
+      div_ceil(static_cast<std::uint64_t>(p.q_len), static_cast<std::uint64_t>(cuda_prefill_hopper::rows_per_block(c)));
+  return checked_product({p.causal ? div_ceil(q_tiles, 2) : q_tiles, static_cast<std::uint64_t>(p.batch),
+                          static_cast<std::uint64_t>(p.num_heads)},
+                         kContext, "work units");
+}
+
 void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefill_hopper::HopperConfig& c,
                       WorkPartition& part, std::vector<std::string>& reasons) {
   namespace hop = cuda_prefill_hopper;
@@ -260,13 +277,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   }
   part.o_acc_scratch_elements = 0;
   part.split_reduce_scratch_elements = 0;
-  // Causal: a block takes query tiles in pairs of one (sequence, head), the i-th longest with the
-  // i-th shortest, so every unit holds the same number of key tiles (rounds of tiles sorted longest
-  // first left a block up to 1.8x the mean work when a round spanned one head: d256 16k causal).
-  const std::uint64_t work_units =
-      p.causal ? checked_product({div_ceil(q_tiles, 2), static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads)},
-                                 kContext, "work units")
-               : work_tiles;
+  const std::uint64_t work_units = hopper_work_units(p, c);
   part.grid_blocks = std::min(work_units, sms);
   // Order of the persistent walk: groups of (sequence, head) pairs whose K/V fit in a share of L2
   // (kL2GroupBytes); inside a group the query tiles of all its heads interleave, longest first, so
@@ -402,9 +413,18 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   partition_cooperative(p, t, requested, part, reasons);
   if (requested != nullptr) return;
   if (is_hopper(t) && half_inputs && hopper != nullptr && p.options.softcap == 0.0f && out_ok) {
-    if (part.sequence_splits > 1) {
-      reasons.insert(reasons.begin(), "not warp_specialized_wgmma: too few query tiles to fill the GPU, the tiled "
-                                      "family splits keys and the Hopper kernel does not");
+    // The tiled family splits keys where its blocks cannot fill the GPU, which the Hopper kernel
+    // does not do; but the Hopper kernel runs several times the tiled family's rate, so it keeps the
+    // problem unless its units fill under a third of its waves of persistent blocks (decode-like
+    // shapes: few query tiles against long keys).
+    const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+    const std::uint64_t units = hopper_work_units(p, *hopper);
+    const double fill = static_cast<double>(units) / static_cast<double>(sms * div_ceil(units, sms));
+    if (part.sequence_splits > 1 && fill < kMinHopperWaveFill) {
+      reasons.insert(reasons.begin(), "not warp_specialized_wgmma: its " + std::to_string(units) + " work units fill " +
+                                          std::to_string(static_cast<int>(100 * fill)) +
+                                          "% of its persistent blocks' waves, and it does not split keys; the tiled "
+                                          "family splits them");
       return;
     }
     reasons.clear();
