@@ -135,7 +135,7 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     ceilings += (ceilings.empty() ? "" : ", ") + r.ceiling_name + " " + si(r.ceiling_value, rate ? "FLOP/s" : "B/s");
   }
   std::printf("# ceilings measured in this run: %s\n", ceilings.c_str());
-  std::printf("%-8s %-36s %-5s %-18s %-6s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
+  std::printf("%-8s %-36s %-5s %-22s %-6s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
               "median_ms", "min_ms", "achieved", "%ceil", "predicted_ms", "plan_MB");
   for (const bench::Row& r : rows) {
     if (is_ceiling(r)) continue;
@@ -146,7 +146,7 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     }
     const bool decode = r.c.op == "decode";
     const std::string achieved = decode ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
-    std::printf("%-8s %-36s %-5s %-18s %-6s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
+    std::printf("%-8s %-36s %-5s %-22s %-6s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
                 case_shape(r.c).c_str(), std::string(dtype_name(r.c.dtype)).c_str(), family_of(r).c_str(),
                 r.timing.c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(), r.pct_of_ceiling,
                 r.predicted_s * 1e3, r.bytes / (1 << 20));
