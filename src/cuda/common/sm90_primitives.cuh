@@ -41,11 +41,12 @@ __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t pari
   }
 }
 
-// ---- prefetch -----------------------------------------------------------------------------
-// Brings the 128-byte line holding `p` into L2 (a hint: no register waits for it).
 // Orders this thread's generic-proxy accesses of shared memory before later async-proxy ones (a
 // TMA write into a slot that was just written or read by plain instructions).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---- prefetch -----------------------------------------------------------------------------
+// Brings the 128-byte line holding `p` into L2 (a hint: no register waits for it).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }

@@ -591,13 +591,6 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
     }
-    // Block stores (whole 16-byte blocks, store_row_blocks) at head_dim 256 only, 16-bit inputs:
-    // against the 4-byte stores they read +3-10% at 512-2k there, but 2-18% less at d64 and d128
-    // (the shuffles and selects cost more than the store instructions they save), and e4m3 d256
-    // has no registers to spare (ptxas then moved a value it keeps in local memory into the key
-    // loop). Their rows and columns come from a lane read here (asm volatile): with the stores
-    // unconditional (a quad's lanes must all shuffle), ptxas otherwise hoisted the address
-    // arithmetic above the key loop and held it through it, and d256 spilled there.
     if constexpr (kStagedO) {
       if (staged_o && n > 0) {
         // The last K slot (kv_iter - 1) takes O once every warpgroup's last S is done (work tile
@@ -631,6 +624,13 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         continue;
       }
     }
+    // Block stores (whole 16-byte blocks, store_row_blocks) at head_dim 256 only, 16-bit inputs:
+    // against the 4-byte stores they read +3-10% at 512-2k there, but 2-18% less at d64 and d128
+    // (the shuffles and selects cost more than the store instructions they save), and e4m3 d256
+    // has no registers to spare (ptxas then moved a value it keeps in local memory into the key
+    // loop). Their rows and columns come from a lane read here (asm volatile): with the stores
+    // unconditional (a quad's lanes must all shuffle), ptxas otherwise hoisted the address
+    // arithmetic above the key loop and held it through it, and d256 spilled there.
     constexpr bool kBlockStores = D == 256 && !kFp8;
     int e_lane = lane;
     if constexpr (kBlockStores) asm volatile("mov.u32 %0, %%laneid;" : "=r"(e_lane));
