@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One line per row of `attnkit bench --json` (stdin), or per point of attnkit_paged_bench's JSON,
 tagged with argv[1]: for old/new A/B runs in one device call, where only short stdout comes back.
-  b/old/attnkit bench --backend cuda --op decode ... --json | python3 dev/ab/summarize.py old
+  b/old/attnkit bench --backend cuda --op decode ... --json | python3 dev/ab/bench_rows.py old
 """
 import json, sys
 d = json.load(sys.stdin)

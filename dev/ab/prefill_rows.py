@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """prefill_bench JSON lines (stdin) -> one short line each: tag impl dtype d causal seq TFLOP/s, for
-old/new A/B runs in one device call:  b/old/prefill_bench --head-dim 128 | python3 dev/ab/pb.py old
+old/new A/B runs in one device call:  b/old/prefill_bench --head-dim 128 | python3 dev/ab/prefill_rows.py old
 """
 import json, sys
 tag = sys.argv[1] if len(sys.argv) > 1 else ""
