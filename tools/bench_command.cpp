@@ -287,8 +287,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   cmd->add_option("--q-len", f->q_len, "prefill query rows (default: = kv-len)");
   cmd->add_option("--window", f->window, "sliding window (default: the model's)");
   cmd->add_flag("--no-causal", f->no_causal, "prefill without the causal mask");
-  cmd->add_option("--family", f->family, "force a kernel family: scalar, tiled, split-kv")
-      ->check(CLI::IsMember({"scalar", "tiled", "split-kv"}));
+  cmd->add_option("--family", f->family, "force a kernel family: scalar, tiled, split-kv, wgmma (Hopper prefill)")
+      ->check(CLI::IsMember({"scalar", "tiled", "split-kv", "wgmma"}));
   cmd->add_option("--threads", f->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--reps", f->reps, "timed repetitions, median reported (default: cuda 50, cpu 20)");
   cmd->add_option("--warmup", f->warmup, "untimed repetitions first")->capture_default_str();

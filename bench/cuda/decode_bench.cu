@@ -110,7 +110,18 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
                        std::to_string(c.kv_len));
     }
     const DecodeProblem p = problem_of(c);
-    const DecodePlan plan = plan_decode(p, target);
+    DecodePlan plan;
+    try {
+      plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);
+    } catch (const Error& e) {  // a family asked for that cannot run this case: reported, not timed
+      Row r;
+      r.c = c;
+      r.backend = "cuda";
+      r.impl = "attnkit";
+      r.skipped = e.what();
+      rows.push_back(r);
+      continue;
+    }
     Row r = base_row(c, plan, ceiling);
     const std::int64_t q_elems = p.batch * p.num_heads * p.head_dim;
     const std::int64_t kv_elems = p.batch * p.kv_heads * p.max_seq * p.head_dim;

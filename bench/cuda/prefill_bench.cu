@@ -145,7 +145,7 @@ std::vector<Case> prefill_sweep_cases() {
 }
 
 std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options& options) {
-  return run_cuda_prefill_family(cases, options, nullptr, "attnkit", 0.0);
+  return run_cuda_prefill_family(cases, options, options.family ? &*options.family : nullptr, "attnkit", 0.0);
 }
 
 std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const Options& options,
@@ -182,7 +182,18 @@ std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const O
     if (c.op != "prefill") continue;
     if (options.progress) options.progress("prefill d" + std::to_string(c.head_dim) + " s" + std::to_string(c.q_len));
     const PrefillProblem p = problem_of(c);
-    const PrefillPlan plan = family != nullptr ? plan_prefill(p, target, *family) : plan_prefill(p, target);
+    PrefillPlan plan;
+    try {
+      plan = family != nullptr ? plan_prefill(p, target, *family) : plan_prefill(p, target);
+    } catch (const Error& e) {  // a family asked for that cannot run this case: reported, not timed
+      Row r;
+      r.c = c;
+      r.backend = "cuda";
+      r.impl = impl;
+      r.skipped = e.what();
+      rows.push_back(r);
+      continue;
+    }
     const std::int64_t q_elems = p.batch * p.num_heads * p.q_len * p.head_dim;
     const std::int64_t kv_elems = p.batch * p.kv_heads * p.kv_len * p.head_dim;
     const std::size_t es = dtype_size(p.dtype);

@@ -3,7 +3,7 @@
 // Family kWarpSpecializedWgmma (src/cuda/prefill_hopper/): the planner's first choice on a Hopper
 // target (sm_90) for f16/bf16 inputs at the head dims of cuda_prefill_hopper::kHopperConfigs
 // without a soft-cap, unless the tiled family below would split keys (too few query tiles to fill
-// the GPU) and the Hopper kernel's own units would fill under a third of its waves (decode-like
+// the GPU) and the Hopper kernel's own units would fill under a fifth of its waves (decode-like
 // shapes: it does not split keys). One persistent block per SM
 // walks (query tile of 128 rows, head, sequence) work tiles, longest first (causal: in pairs of equal
 // total work). e4m3 inputs plan only this family (kHopperFp8Configs), with V^T staged in the
@@ -33,10 +33,11 @@ namespace attnkit::detail {
 namespace {
 
 constexpr const char* kContext = "plan (cuda prefill)";
-// The Hopper kernel runs 3-6x the tiled family's rate (bench/results/prefill_h200.md against
-// prefill_hopper_h200.md), so without a key split it still wins while its work units fill at
-// least a third of its waves of persistent blocks (one per SM).
-constexpr double kMinHopperWaveFill = 1.0 / 3.0;
+// The Hopper kernel runs several times the tiled family's rate, so without a key split it still
+// wins while its work units fill at least a fifth of its waves of persistent blocks (one per SM):
+// on the H200, forced onto it, shapes at 24% fill ran 1.02x-1.14x and at 30% 1.35x the tiled
+// family with its splits, at 6% 4.5x slower (docs/perf-notes.md, "Prefill family choice").
+constexpr double kMinHopperWaveFill = 0.2;
 
 std::uint32_t to_u32(std::uint64_t v, const char* what) {
   require(v <= UINT32_MAX, kContext, std::string(what) + "=" + std::to_string(v) + " does not fit 32 bits",
@@ -415,8 +416,8 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   if (is_hopper(t) && half_inputs && hopper != nullptr && p.options.softcap == 0.0f && out_ok) {
     // The tiled family splits keys where its blocks cannot fill the GPU, which the Hopper kernel
     // does not do; but the Hopper kernel runs several times the tiled family's rate, so it keeps the
-    // problem unless its units fill under a third of its waves of persistent blocks (decode-like
-    // shapes: few query tiles against long keys).
+    // problem unless its units fill under kMinHopperWaveFill of its waves of persistent blocks
+    // (decode-like shapes: few query tiles against long keys).
     const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
     const std::uint64_t units = hopper_work_units(p, *hopper);
     const double fill = static_cast<double>(units) / static_cast<double>(sms * div_ceil(units, sms));

@@ -211,6 +211,19 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   one_sequence.causal = true;
   EXPECT_EQ(family(one_sequence, h200), KernelFamily::kWarpSpecializedWgmma);
   EXPECT_GT(plan_prefill(one_sequence, h200, KernelFamily::kCooperativeTiled).partition.sequence_splits, 1u);
+  // 128 query rows x 32 heads against 8192 keys: 32 units fill 24% of the Hopper waves (it ran 1.11x
+  // the split tiled family); 16 rows x 8 heads against 32768 keys: 8 units, 6% (it ran 4.5x slower).
+  PrefillProblem quarter = one_sequence;
+  quarter.q_len = 128;
+  quarter.kv_len = 8192;
+  quarter.causal = false;
+  EXPECT_EQ(family(quarter, h200), KernelFamily::kWarpSpecializedWgmma);
+  PrefillProblem sliver = one_sequence;
+  sliver.num_heads = 8;
+  sliver.kv_heads = 2;
+  sliver.q_len = 16;
+  sliver.kv_len = 32768;
+  EXPECT_EQ(family(sliver, h200), KernelFamily::kCooperativeTiled);
   Target ampere = h200;
   ampere.cc_major = 8;
   EXPECT_EQ(family(p, ampere), KernelFamily::kCooperativeTiled);
