@@ -1,4 +1,6 @@
 // Paged decode benchmark (issue 6), one command: attnkit_paged_bench [--reps N] [--quick] > out.json
+// (flags narrow or reshape it: --heads / --kv-heads, --batch / --kv-len / --dtype lists,
+// --split-variants N,... to time each point's plan re-cut into those split counts, --no-mixed).
 //
 // 1. Paged decode at the decode sweep's points (32 query / 8 KV heads, head_dim 128, bf16 and f32
 //    K/V, batch 1/16/64/256, kv_len 1k/4k/16k/64k; points whose cache exceeds 40 GB skipped), page
@@ -42,11 +44,16 @@ using json = nlohmann::json;
 
 void check(cudaError_t err, const char* what) { device::check(err, kContext, what); }
 
-DecodeProblem contiguous_problem(std::int64_t batch, std::int64_t kv_len, DType dtype) {
+// Query and KV heads of every case (llama3-8b's by default; --heads / --kv-heads).
+struct Heads {
+  std::int64_t query = 32, kv = 8;
+};
+
+DecodeProblem contiguous_problem(std::int64_t batch, std::int64_t kv_len, DType dtype, const Heads& heads) {
   DecodeProblem p;
   p.batch = batch;
-  p.num_heads = 32;
-  p.kv_heads = 8;
+  p.num_heads = heads.query;
+  p.kv_heads = heads.kv;
   p.head_dim = 128;
   p.max_seq = p.kv_len = kv_len;
   p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
@@ -63,10 +70,11 @@ json timing_json(const Timing& t, double bytes, double ceiling) {
 // split_variants: also time the paged plan re-cut into each of these key split counts.
 json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len, DType dtype,
                const std::vector<std::int32_t>& lengths, double contiguous_limit, const Options& options,
-               double ceiling, void* flush, cudaStream_t stream, const std::vector<std::uint32_t>& split_variants = {}) {
+               double ceiling, void* flush, cudaStream_t stream, const Heads& heads,
+               const std::vector<std::uint32_t>& split_variants = {}) {
   const Target target = cuda::target();
   const std::size_t es = dtype_size(dtype);
-  const std::int64_t H = 32, G = 8, D = 128;
+  const std::int64_t H = heads.query, G = heads.kv, D = 128;
   json row = {{"case", name}, {"batch", batch}, {"kv_len", kv_len}, {"dtype", dtype_name(dtype)},
               {"num_heads", H}, {"kv_heads", G}, {"head_dim", D}, {"page_size", kPageSize}};
   std::int64_t pages = 0;
@@ -171,7 +179,7 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
                   static_cast<double>(plan.evidence.traffic.global_read_bytes + plan.evidence.traffic.global_write_bytes)}};
   if (with_contiguous) {
     // Ours, contiguous: [batch, kv_heads, kv_len, head_dim], the same lengths, same protocol.
-    const DecodeProblem cp = contiguous_problem(batch, kv_len, dtype);
+    const DecodeProblem cp = contiguous_problem(batch, kv_len, dtype, heads);
     const DecodePlan cplan = plan_decode(cp, target);
     const std::int64_t c_elems = batch * G * kv_len * D;
     Buffer ck(c_elems * es), cv(c_elems * es), cws(cplan.evidence.workspace_bytes);
@@ -215,19 +223,66 @@ int main(int argc, char** argv) {
   using namespace attnkit;
   using namespace attnkit::bench;
   Options options;
-  bool quick = false;
+  bool mixed_batch = true;
+  Heads heads;
+  std::vector<std::int64_t> batches = {1, 16, 64, 256}, lens = {1024, 4096, 16384, 65536};
+  std::vector<DType> dtypes = {DType::kBF16, DType::kF32};
+  std::vector<std::uint32_t> split_variants;
   std::string command = "attnkit_paged_bench";
-  for (int i = 1; i < argc; ++i) {
-    command += std::string(" ") + argv[i];
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-      options.repetitions = std::atoi(argv[++i]);
-      command += std::string(" ") + argv[i];
-    } else if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else {
-      std::cerr << "usage: attnkit_paged_bench [--reps N] [--quick] > paged.json  (JSON on stdout)" << std::endl;
-      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+  // Comma-separated positive integers.
+  auto numbers = [](const char* text) {
+    std::vector<std::int64_t> out;
+    for (const char* p = text; *p != '\0';) {
+      char* end = nullptr;
+      const long long v = std::strtoll(p, &end, 10);
+      require(end != p && v > 0, kContext, std::string("bad list '") + text + "'", "pass positive integers like 1,16,64");
+      out.push_back(v);
+      p = *end == ',' ? end + 1 : end;
+      require(*end == ',' || *end == '\0', kContext, std::string("bad list '") + text + "'", "separate numbers with commas");
     }
+    return out;
+  };
+  const char* usage =
+      "usage: attnkit_paged_bench [--reps N] [--quick] [--heads N] [--kv-heads N] [--batch N,...] [--kv-len N,...]\n"
+      "         [--dtype bf16|f32|both] [--split-variants N,...] [--no-mixed] > paged.json  (JSON on stdout)";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      command += std::string(" ") + argv[i];
+      const bool value = i + 1 < argc;
+      auto next = [&] {
+        command += std::string(" ") + argv[i + 1];
+        return argv[++i];
+      };
+      if (std::strcmp(argv[i], "--reps") == 0 && value) {
+        options.repetitions = std::atoi(next());
+      } else if (std::strcmp(argv[i], "--quick") == 0) {
+        batches = {1, 64};
+        lens = {4096};
+      } else if (std::strcmp(argv[i], "--heads") == 0 && value) {
+        heads.query = numbers(next()).at(0);
+      } else if (std::strcmp(argv[i], "--kv-heads") == 0 && value) {
+        heads.kv = numbers(next()).at(0);
+      } else if (std::strcmp(argv[i], "--batch") == 0 && value) {
+        batches = numbers(next());
+      } else if (std::strcmp(argv[i], "--kv-len") == 0 && value) {
+        lens = numbers(next());
+      } else if (std::strcmp(argv[i], "--dtype") == 0 && value) {
+        const std::string d = next();
+        require(d == "bf16" || d == "f32" || d == "both", kContext, "--dtype " + d, "pass bf16, f32 or both");
+        dtypes = d == "bf16" ? std::vector<DType>{DType::kBF16} : d == "f32" ? std::vector<DType>{DType::kF32} : dtypes;
+      } else if (std::strcmp(argv[i], "--split-variants") == 0 && value) {
+        for (std::int64_t n : numbers(next())) split_variants.push_back(static_cast<std::uint32_t>(n));
+      } else if (std::strcmp(argv[i], "--no-mixed") == 0) {
+        mixed_batch = false;
+      } else {
+        std::cerr << usage << std::endl;
+        return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+      }
+    }
+    require(heads.query % heads.kv == 0, kContext, "--heads must be a multiple of --kv-heads", "pass e.g. --heads 64 --kv-heads 8");
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << std::endl << usage << std::endl;
+    return 2;
   }
   try {
     require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run on a GPU machine");
@@ -238,29 +293,30 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     json rows = json::array();
-    const std::vector<std::int64_t> batches = quick ? std::vector<std::int64_t>{1, 64} : std::vector<std::int64_t>{1, 16, 64, 256};
-    const std::vector<std::int64_t> lens = quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{1024, 4096, 16384, 65536};
-    for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (DType dtype : dtypes) {
       for (std::int64_t batch : batches) {
         for (std::int64_t kv_len : lens) {
           std::cerr << "paged decode " << dtype_name(dtype) << " b" << batch << " kv" << kv_len << std::endl;
           const std::vector<std::int32_t> full(static_cast<std::size_t>(batch), static_cast<std::int32_t>(kv_len));
-          rows.push_back(run_point("sweep", batch, kv_len, dtype, full, kMaxCaseBytes, options, ceiling, flush.data, stream));
+          rows.push_back(
+              run_point("sweep", batch, kv_len, dtype, full, kMaxCaseBytes, options, ceiling, flush.data, stream, heads, split_variants));
         }
       }
     }
-    // The mixed batch: 64 sequences, lengths uniform in [100, 32768].
-    std::mt19937 rng(2026);
-    std::uniform_int_distribution<std::int32_t> draw(100, 32768);
-    std::vector<std::int32_t> mixed(64);
-    for (auto& len : mixed) len = draw(rng);
-    std::cerr << "paged decode mixed batch" << std::endl;
-    // Ours contiguous on the same lengths needs the padded [64, 8, 32768, 128] cache (69 GB) beside
-    // the pool: allowed here (the H200 holds 141 GB), not in the sweep.
-    json m = run_point("mixed", 64, 32768, DType::kBF16, mixed, 80e9, options, ceiling, flush.data, stream,
-                       {1, 2, 4, 8, 16});
-    m["lengths"] = mixed;
-    rows.push_back(m);
+    if (mixed_batch) {
+      // The mixed batch: 64 sequences, lengths uniform in [100, 32768].
+      std::mt19937 rng(2026);
+      std::uniform_int_distribution<std::int32_t> draw(100, 32768);
+      std::vector<std::int32_t> mixed(64);
+      for (auto& len : mixed) len = draw(rng);
+      std::cerr << "paged decode mixed batch" << std::endl;
+      // Ours contiguous on the same lengths needs the padded [64, 8, 32768, 128] cache (69 GB) beside
+      // the pool: allowed here (the H200 holds 141 GB), not in the sweep.
+      json m = run_point("mixed", 64, 32768, DType::kBF16, mixed, 80e9, options, ceiling, flush.data, stream, heads,
+                         {1, 2, 4, 8, 16});
+      m["lengths"] = mixed;
+      rows.push_back(m);
+    }
     cudaStreamDestroy(stream);
     json doc = {{"device", prop.name}, {"command", command}, {"read_ceiling_bytes_per_s", ceiling},
                 {"protocol", "events, warm-up of at least " + std::to_string(options.warmup) + " runs and " +
