@@ -44,6 +44,16 @@ std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 
 }  // namespace
 
+std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_bytes, int warps, int heads_per_warp,
+                                       int capacity) {
+  const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : kDefaultSharedPerSm;
+  const std::int64_t threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : kDefaultThreadsPerSm;
+  const std::int64_t by_smem = smem_sm / (shared_bytes + geo::kStaticSharedBytes + 1024);  // 1 KiB runtime reserve
+  const std::int64_t by_threads = threads_sm / (32 * std::int64_t{warps});
+  const std::int64_t by_regs = geo::blocks_by_registers(warps, geo::register_budget(heads_per_warp, capacity));
+  return std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
+}
+
 void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
                            WorkPartition& p, std::vector<std::string>& reasons) {
   const char* ctx = "plan_decode (cuda)";
@@ -64,8 +74,6 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
 
   const int sm_count = t.sm_count > 0 ? t.sm_count : kDefaultSmCount;
   const std::int64_t smem_block = t.shared_bytes_per_block > 0 ? t.shared_bytes_per_block : kDefaultSharedPerBlock;
-  const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : kDefaultSharedPerSm;
-  const int threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : kDefaultThreadsPerSm;
   if (t.sm_count <= 0) reasons.push_back("target: no SM count given, planned for " + std::to_string(sm_count) + " SMs (H200)");
 
   // GQA packing: the whole group in one block, in chunks of heads_per_warp heads per warp.
@@ -118,11 +126,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                     std::to_string(stage_bytes / 1024) + " KiB each), " +
                     std::to_string(smem / 1024) + " KiB shared memory per block");
 
-  // Residency: blocks per SM by shared memory, threads and registers.
-  const std::int64_t by_smem = smem_sm / (smem + geo::kStaticSharedBytes + 1024);
-  const std::int64_t by_threads = threads_sm / threads;
-  const std::int64_t by_regs = geo::blocks_by_registers(threads / 32, geo::register_budget(hpw, capacity));
-  const std::int64_t per_sm = std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
+  const std::int64_t per_sm = cuda_decode_blocks_per_sm(t, smem, static_cast<int>(threads / 32), hpw, capacity);
   const std::int64_t wave = per_sm * sm_count;
 
   // Splits: the visible key range of the longest sequence (a window bounds it).

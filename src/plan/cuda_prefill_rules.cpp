@@ -39,6 +39,9 @@ constexpr const char* kContext = "plan (cuda prefill)";
 // family with its splits, at 6% 4.5x slower (docs/perf-notes.md, "Prefill family choice").
 constexpr double kMinHopperWaveFill = 0.2;
 
+// The target's SMs (an H100/H200 class GPU when it does not say).
+std::uint64_t sm_count_of(const Target& t) { return t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132; }
+
 std::uint32_t to_u32(std::uint64_t v, const char* what) {
   require(v <= UINT32_MAX, kContext, std::string(what) + "=" + std::to_string(v) + " does not fit 32 bits",
           "split the call into smaller batches or shorter sequences");
@@ -147,7 +150,7 @@ void partition_cooperative(const PrefillProblem& p, const Target& t, const Kerne
                     std::to_string(fit) + " block(s) per SM");
 
   // Key splits: only when one wave is not full, and never below kTargetTilesPerSplit tiles a split.
-  const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+  const std::uint64_t sms = sm_count_of(t);
   const std::uint64_t wave = sms * static_cast<std::uint64_t>(fit);
   std::uint64_t splits = 1;
   if (base_blocks < wave) {
@@ -250,7 +253,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
       {q_tiles, static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads)}, kContext, "work tiles");
   require(work_tiles <= INT32_MAX, kContext, std::to_string(work_tiles) + " work tiles do not fit 31 bits",
           "split the call into smaller batches");
-  const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+  const std::uint64_t sms = sm_count_of(t);
   part = WorkPartition{};
   part.family = KernelFamily::kWarpSpecializedWgmma;
   part.rows_per_block = static_cast<std::uint32_t>(rows);
@@ -370,7 +373,7 @@ void partition_fp8(const PrefillProblem& p, const Target& t, const KernelFamily*
   require(p.options.softcap == 0.0f, kContext, "e4m3 prefill has no soft-cap",
           "pass softcap=0, " + fallback + " (the tiled family has the soft-cap)");
   partition_hopper(p, t, *config, part, reasons);
-  const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+  const std::uint64_t sms = sm_count_of(t);
   if (part.grid_blocks < sms) {
     reasons.push_back("only " + std::to_string(part.grid_blocks) + " of " + std::to_string(sms) +
                       " SMs get work: f16/bf16 would fall back to the tiled family's key split here, which has no fp8 "
@@ -418,7 +421,7 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
     // does not do; but the Hopper kernel runs several times the tiled family's rate, so it keeps the
     // problem unless its units fill under kMinHopperWaveFill of its waves of persistent blocks
     // (decode-like shapes: few query tiles against long keys).
-    const std::uint64_t sms = t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132;
+    const std::uint64_t sms = sm_count_of(t);
     const std::uint64_t units = hopper_work_units(p, *hopper);
     const double fill = static_cast<double>(units) / static_cast<double>(sms * div_ceil(units, sms));
     if (part.sequence_splits > 1 && fill < kMinHopperWaveFill) {

@@ -91,8 +91,8 @@ void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DT
           "use a smaller head_dim or fewer query heads per KV head");
 }
 
-// Blocks of the paged kernel the GPU holds at once (shared memory with the page-row offsets,
-// threads, and registers: the kernel's register budget, as the contiguous planner counts them).
+// Blocks of the paged kernel the GPU holds at once (its shared memory includes the page-row
+// offsets; counted as the contiguous planner counts its own).
 std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
   namespace geo = cuda_decode;
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
@@ -102,12 +102,9 @@ std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const 
                         static_cast<int>(p.pipeline_stages), kv_bytes, p.rows_per_block,
                         geo::key_warps_of(p.warps_per_block, chunks)) +
       geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
-  const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : std::int64_t{228} << 10;
-  const std::int64_t threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : 2048;
-  const std::int64_t by_regs = geo::blocks_by_registers(
-      p.warps_per_block, geo::register_budget(geo::heads_per_warp(p.rows_per_block, kv_bytes), geo::head_dim_capacity(pr.head_dim)));
-  const std::int64_t per_sm = std::max<std::int64_t>(
-      1, std::min({smem_sm / (smem + geo::kStaticSharedBytes + 1024), threads_sm / (32 * std::int64_t{p.warps_per_block}), by_regs}));
+  const int hpw = geo::heads_per_warp(p.rows_per_block, kv_bytes);
+  const std::int64_t per_sm = detail::cuda_decode_blocks_per_sm(t, smem, static_cast<int>(p.warps_per_block), hpw,
+                                                                geo::head_dim_capacity(pr.head_dim));
   return per_sm * (t.sm_count > 0 ? t.sm_count : 132);
 }
 

@@ -20,6 +20,12 @@ void partition_cuda_decode(const DecodeProblem& p, const Target& t, const Kernel
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& partition, std::vector<std::string>& reasons);
 
+// Blocks of the split-KV decode kernel (contiguous or paged) one SM of `t` holds at once: shared
+// memory (`shared_bytes` of dynamic memory per block), threads, and registers (the kernel's
+// register budget, decode_geometry.hpp). Both decode planners count their waves with it.
+std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_bytes, int warps, int heads_per_warp,
+                                       int capacity);
+
 // The CPU has no e4m3 prefill: its planner and cpu::prefill both reject it with this Error.
 void require_cpu_prefill_dtype(DType dtype, const char* context);
 

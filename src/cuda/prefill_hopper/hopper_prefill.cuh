@@ -591,6 +591,11 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
       st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
     }
+    // Row half hr's log-sum-exp (natural log; -inf for a row that saw no key).
+    auto row_lse = [&](int hr) {
+      const float l = st.l[hr];
+      return l > 0.0f ? (st.m[hr] * sl + log2f(l) - p_log2_offset(In)) * kLn2 : -INFINITY;
+    };
     if constexpr (kStagedO) {
       if (staged_o && n > 0) {
         // The last K slot (kv_iter - 1) takes O once every warpgroup's last S is done (work tile
@@ -616,9 +621,8 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         for (int hr = 0; hr < 2; ++hr) {
           const int r = row0 + hr * 8;
           if (r < rows_here && p.lse != nullptr && c == 0) {
-            const float l = st.l[hr];
             p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + (w.e.q_start + w.m0 + r) * p.lse_row_stride] =
-                l > 0.0f ? (st.m[hr] * sl + log2f(l) - p_log2_offset(In)) * kLn2 : -INFINITY;
+                row_lse(hr);
           }
         }
         continue;
@@ -667,8 +671,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         }
       }
       if (valid && p.lse != nullptr && e_c == 0) {
-        p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] =
-            any ? (st.m[hr] * sl + log2f(l) - p_log2_offset(In)) * kLn2 : -INFINITY;
+        p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] = row_lse(hr);
       }
     }
   }
