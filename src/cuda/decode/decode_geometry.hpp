@@ -152,17 +152,4 @@ constexpr std::int64_t paged_extra_bytes(int tile, int stages, std::int64_t rows
   return 16 + std::int64_t{16} * stages * tile + row_keys_entries(rows_per_block) * 8;
 }
 
-// key / page_size without a division instruction (any page_size >= 1, key < 2^31):
-// q = (umulhi(key, magic) + key) >> shift with shift = ceil(log2 d), magic = 2^32 (2^shift - d) / d + 1.
-struct PageDivider {
-  std::uint32_t magic = 1;
-  int shift = 0;
-};
-constexpr PageDivider page_divider(std::uint32_t d) {
-  int shift = 0;
-  while ((std::uint64_t{1} << shift) < d) ++shift;
-  const std::uint64_t magic = ((std::uint64_t{1} << 32) * ((std::uint64_t{1} << shift) - d)) / d + 1;
-  return PageDivider{static_cast<std::uint32_t>(magic), shift};
-}
-
 }  // namespace attnkit::cuda_decode

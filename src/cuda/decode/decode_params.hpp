@@ -6,6 +6,7 @@
 
 #include "attnkit/dtype.hpp"
 #include "attnkit/problem.hpp"
+#include "cuda/common/fast_divider.hpp"
 
 namespace attnkit::cuda_decode {
 
@@ -71,8 +72,7 @@ struct DecodeParams {
   std::int64_t table_stride_b = 0, table_stride_p = 0;
   int page_size = 1, num_pages = 0, table_width = 0;  // table_width: entries per table row
   bool page_boxes = false;  // tiles are page-aligned runs copied as TMA boxes (decode_geometry.hpp)
-  std::uint32_t page_div_magic = 0;  // key / page_size = (umulhi(key, magic) + key) >> shift
-  int page_div_shift = 0;
+  cuda_common::FastDivider page_div;  // key / page_size
 
   // Extend (kernels instantiated with kExtend): q/out/lse rows are tokens (q_stride_b is the token
   // stride), sequence b owns tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1] (clamped to [0, q_rows]

@@ -234,10 +234,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
 
   // Paged rows: key -> page through the sequence's table row (keys past cache_end have no page).
   const std::int32_t* table_row = p.page_table + static_cast<std::int64_t>(b) * p.table_stride_b;
-  auto page_index = [&](int key) {
-    return static_cast<int>((__umulhi(static_cast<unsigned>(key), p.page_div_magic) + static_cast<unsigned>(key)) >>
-                            p.page_div_shift);
-  };
+  auto page_index = [&](int key) { return p.page_div.quotient(key); };
   auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
 
   if constexpr (kTmaTiles) {

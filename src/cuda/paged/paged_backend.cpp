@@ -94,9 +94,7 @@ void set_cache(DecodeParams& p, const PagedCacheSpec& spec, const PagedKvCache& 
   p.page_size = static_cast<int>(spec.page_size);
   p.num_pages = static_cast<int>(spec.num_pages);
   p.table_width = static_cast<int>(c.page_table.shape[1]);
-  const geo::PageDivider div = geo::page_divider(static_cast<std::uint32_t>(spec.page_size));
-  p.page_div_magic = div.magic;
-  p.page_div_shift = div.shift;
+  p.page_div = cuda_common::FastDivider(static_cast<std::uint32_t>(spec.page_size));
 }
 
 // Page runs copied as TMA boxes (the plan's page_boxes): descriptors of the pools as

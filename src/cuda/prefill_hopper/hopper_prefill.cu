@@ -132,10 +132,17 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
           "split the call into smaller batches");
   hp.total_tiles = static_cast<int>(total);
-  hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::int64_t{p.num_heads} * p.batch));
+  const int pairs = p.num_heads * p.batch;  // (sequence, head) pairs
+  hp.heads_per_group = std::clamp(static_cast<int>(std::min<std::uint32_t>(heads_per_group, INT32_MAX)), 1, std::max(pairs, 1));
   hp.tiles_per_unit = p.causal ? 2 : 1;  // causal: equal work per unit (hopper_prefill.cuh)
-  hp.total_units = p.num_heads * p.batch * (p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles);
+  const int units_per_pair = p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles;
+  hp.total_units = pairs * units_per_pair;
   if (hp.total_tiles == 0) return;
+  hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group * units_per_pair));
+  hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
+  hp.last_group = (pairs - 1) / hp.heads_per_group;
+  hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(pairs - hp.last_group * hp.heads_per_group));
+  hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(p.num_heads));
   // Every descriptor is made (and every tensor checked) before anything runs.
   hp.q_map = make_map(t.q, dtype, rows, "q");
   hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");

@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/fast_divider.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_hopper/hopper_primitives.cuh"
@@ -65,6 +66,11 @@ struct HopperParams {
   int heads_per_group;  // the plan's heads_per_tile_group
   int tiles_per_unit;   // 2: causal pairs (i-th longest, i-th shortest query tile); 1: single tiles
   int total_units;      // units over all (sequence, head) pairs
+  // The schedule's divisions, fixed at launch (every block decodes every step of its walk, and a
+  // 32-bit division is a long dependent chain): units per group of heads_per_group pairs, the pairs
+  // of a full group and of the last (possibly smaller) one, and heads per sequence.
+  cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads;
+  int last_group;
   // e4m3 inputs: the per-tensor scales (q x k folded into the score scale), and whether a 16-bit
   // output is bf16 (16-bit inputs write their own type).
   float qk_scale;
@@ -73,17 +79,23 @@ struct HopperParams {
   int out_vec16;  // 16-bit out whose rows all start 16-byte aligned: whole-block stores
 };
 
-// Work tile (the plan's order index, decoded by work_tile) of unit u's k-th tile, or -1 (the middle
-// tile of an odd m_tiles is a unit of its own). A unit lies in one (sequence, head), so a group's
-// units touch only the group's K/V.
-__device__ inline int unit_tile(const HopperParams& hp, int u, int k) {
-  const int units_per_pair = hp.tiles_per_unit == 2 ? (hp.m_tiles + 1) / 2 : hp.m_tiles;
-  const int group = u / (hp.heads_per_group * units_per_pair), r = u % (hp.heads_per_group * units_per_pair);
-  const int pairs_here = min(hp.heads_per_group, hp.p.num_heads * hp.p.batch - group * hp.heads_per_group);
-  const int i = r / pairs_here, bh_local = r % pairs_here;
+// A work tile: the (sequence, head) pair bh = b * num_heads + h and its query tile counted from the
+// last (m_rev = 0: the last query tile, the most keys under a causal mask); bh < 0: none.
+struct TileCoord {
+  int bh, m_rev;
+};
+
+// Unit u's k-th tile (none for k = 1 where the middle tile of an odd m_tiles is a unit of its own).
+// The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in flight
+// share in L2; inside a group the last query tiles of every pair come first, so a wave of blocks
+// holds tiles of similar length. A unit lies in one pair, so a group's units touch only its K/V.
+__device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
+  const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
+  const cuda_common::FastDivider& pairs = group == hp.last_group ? hp.last_group_pairs : hp.group_pairs;
+  const int i = pairs.quotient(r), bh_local = r - i * pairs.divisor;
   const int m_rev = k == 0 ? i : hp.m_tiles - 1 - i;
-  if (k == 1 && m_rev == i) return -1;
-  return group * hp.heads_per_group * hp.m_tiles + m_rev * pairs_here + bh_local;
+  if (k == 1 && m_rev == i) return {-1, 0};
+  return {group * hp.heads_per_group + bh_local, m_rev};
 }
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
@@ -95,20 +107,12 @@ struct WorkTile {
 };
 
 template <int Bc, int Br>
-__device__ inline WorkTile work_tile(const HopperParams& hp, int t) {
+__device__ inline WorkTile work_tile(const HopperParams& hp, TileCoord t) {
   const PrefillParams& p = hp.p;
-  // The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in
-  // flight share in L2; inside a group the last query tiles (the most keys under a causal mask) of
-  // every pair come first, so a wave of blocks holds tiles of similar length.
-  const int group_tiles = hp.heads_per_group * hp.m_tiles;
-  const int group = t / group_tiles, r = t % group_tiles;
-  const int pairs_here = min(hp.heads_per_group, p.num_heads * p.batch - group * hp.heads_per_group);
-  const int m_rev = r / pairs_here;
-  const int bh = group * hp.heads_per_group + r % pairs_here;
   WorkTile w;
-  w.h = bh % p.num_heads;
-  w.b = bh / p.num_heads;
-  w.m0 = (hp.m_tiles - 1 - m_rev) * Br;
+  w.b = hp.heads.quotient(t.bh);
+  w.h = t.bh - w.b * p.num_heads;
+  w.m0 = (hp.m_tiles - 1 - t.m_rev) * Br;
   w.e = cuda_prefill::sequence_extent(p, w.b);
   w.active = w.m0 < w.e.q_len;
   w.tile_lo = w.tile_hi = 0;
@@ -212,7 +216,13 @@ __device__ __forceinline__ void copy_out_o_tile(std::uint32_t tile, std::uint16_
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(tile + staged_o_offset<D>(row, chunk)));
-    if (row < rows) *reinterpret_cast<uint4*>(dst + row * row_stride + chunk * 8) = v;
+    // One 16-byte store in asm: a uint4 assignment here compiled to four 4-byte stores (so did
+    // make_uint4 of the loaded words), a quarter of the bytes per store instruction.
+    if (row < rows) {
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + row * row_stride + chunk * 8), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w)
+                   : "memory");
+    }
   }
 }
 
@@ -355,13 +365,14 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // (boustrophedon); step s of a block is tile s % tiles_per_unit of its unit of round
   // s / tiles_per_unit (-1: none).
   const int rounds = (hp.total_units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  const int steps = rounds * hp.tiles_per_unit;
-  auto block_tile = [&](int step) {
-    const int round = step / hp.tiles_per_unit;
+  const int unit_shift = hp.tiles_per_unit - 1;  // tiles_per_unit is 1 or 2
+  const int steps = rounds << unit_shift;
+  auto block_tile = [&](int step) -> TileCoord {
+    const int round = step >> unit_shift;
     const int slot = (round & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
                                  : static_cast<int>(blockIdx.x);
     const int u = round * static_cast<int>(gridDim.x) + slot;
-    return u < hp.total_units ? unit_tile(hp, u, step % hp.tiles_per_unit) : -1;
+    return u < hp.total_units ? unit_tile(hp, u, step & unit_shift) : TileCoord{-1, 0};
   };
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
@@ -387,8 +398,8 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     tma_prefetch_descriptor(&hp.v_map);
     std::uint32_t q_iter = 0, kv_iter = 0;
     for (int step = 0; step < steps; ++step) {
-      const int t = block_tile(step);
-      if (t < 0) continue;
+      const TileCoord t = block_tile(step);
+      if (t.bh < 0) continue;
       const WorkTile w = work_tile<Bc, Br>(hp, t);
       if (!w.active || w.tile_lo >= w.tile_hi) continue;
       const int kvh = w.h / p.group_size;
@@ -451,8 +462,8 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   if (cw == Consumers - 1) their_turn();
 
   for (int step = 0; step < steps; ++step) {
-    const int t = block_tile(step);
-    if (t < 0) continue;
+    const TileCoord t = block_tile(step);
+    if (t.bh < 0) continue;
     const WorkTile w = work_tile<Bc, Br>(hp, t);
     if (!w.active) continue;
     const int rows_here = min(Br, w.e.q_len - w.m0);

@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+"""Lines of prefill_rows.py (or bench_rows.py) output from alternating A/B runs (stdin) -> one line
+per point with every tag's values side by side, in the order the tags first appear:
+  ... | python3 dev/ab/pivot.py
+The point is every field but the tag and the last number columns (prefill_rows: TFLOP/s, gemm)."""
+import collections, sys
+
+tags, rows = [], collections.OrderedDict()
+for line in sys.stdin:
+    f = line.split()
+    if len(f) < 3: continue
+    tag = f[0]
+    # prefill_rows.py: tag impl dtype d causal seq tflops "gemm" N
+    if len(f) >= 9 and f[-2] == "gemm":
+        key, value = " ".join(f[1:6]), f[6]
+    else:
+        key, value = " ".join(f[1:-1]), f[-1]
+    if tag not in tags: tags.append(tag)
+    rows.setdefault(key, collections.defaultdict(list))[tag].append(value)
+print(f"{'point':40} " + " | ".join(f"{t:>15}" for t in tags))
+for key, per in rows.items():
+    print(f"{key:40} " + " | ".join(f"{'/'.join(per[t]):>15}" for t in tags))
