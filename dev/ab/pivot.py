@@ -2,7 +2,7 @@
 """Lines of prefill_rows.py (or bench_rows.py) output from alternating A/B runs (stdin) -> one line
 per point with every tag's values side by side, in the order the tags first appear:
   ... | python3 dev/ab/pivot.py
-The point is every field but the tag and the last number columns (prefill_rows: TFLOP/s, gemm)."""
+The point is every field but the tag and the value (prefill_rows: TFLOP/s; bench_rows: us)."""
 import collections, sys
 
 tags, rows = [], collections.OrderedDict()
@@ -13,6 +13,8 @@ for line in sys.stdin:
     # prefill_rows.py: tag impl dtype d causal seq tflops "gemm" N
     if len(f) >= 9 and f[-2] == "gemm":
         key, value = " ".join(f[1:6]), f[6]
+    elif f[-1] == "us":  # bench_rows.py: tag impl dtype batch kv timing value "us"
+        key, value = " ".join(f[1:-2]), f[-2]
     else:
         key, value = " ".join(f[1:-1]), f[-1]
     if tag not in tags: tags.append(tag)

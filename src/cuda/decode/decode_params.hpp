@@ -48,6 +48,9 @@ struct DecodeParams {
   // The plan's partition.
   int rows_per_block = 0, head_chunks = 0, key_warps = 0, tile = 0, stages = 0, splits = 1;
   int keys_per_split = 0, passes = 1;
+  // Block index -> (split, pass, KV head, sequence) without division instructions (they sit before
+  // the first load of every block); launch_decode_instance fills them from splits, passes, kv_heads.
+  cuda_common::FastDivider split_div, pass_div, kv_head_div;
   int shared_bytes = 0;
 
   // The fused step (RoPE on q and k_new, append k_new and v_new at positions[b], attend over

@@ -111,13 +111,10 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   }
 
   // Block -> (split, pass, kv head, sequence); the split index varies fastest.
-  std::int64_t block = blockIdx.x;
-  const int split = static_cast<int>(block % p.splits);
-  block /= p.splits;
-  const int pass = static_cast<int>(block % p.passes);
-  block /= p.passes;
-  const int kvh = static_cast<int>(block % p.kv_heads);
-  const int b = static_cast<int>(block / p.kv_heads);
+  const int block = static_cast<int>(blockIdx.x);
+  const int split_group = p.split_div.quotient(block), split = block - split_group * p.splits;
+  const int pass_group = p.pass_div.quotient(split_group), pass = split_group - pass_group * p.passes;
+  const int b = p.kv_head_div.quotient(pass_group), kvh = pass_group - b * p.kv_heads;
   if constexpr (kPageBoxes) {
     // No window: the split's first key is known before the length, so the table entries of its
     // first tiles travel to L2 while the length is read (the lookups then wait on L2, not DRAM).
@@ -504,12 +501,20 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
 
 // Host: launches one instantiation (its shared-memory limit raised once per device).
 template <class T, int kCap, int kHpw, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
-void launch_decode_instance(const DecodeParams& p, cudaStream_t stream) {
+void launch_decode_instance(const DecodeParams& plan_params, cudaStream_t stream) {
   using Engine = std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, SimtEngine<T, kCap, kHpw>>;
   auto kernel = split_kv_decode_kernel<T, kCap, Engine, kPaged, kExtend, kPageBoxes>;
   cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
                      "raising the kernel's shared-memory limit");
+  DecodeParams p = plan_params;
+  p.split_div = cuda_common::FastDivider(static_cast<std::uint32_t>(p.splits));
+  p.pass_div = cuda_common::FastDivider(static_cast<std::uint32_t>(p.passes));
+  p.kv_head_div = cuda_common::FastDivider(static_cast<std::uint32_t>(p.kv_heads));
   const std::int64_t blocks = static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits;
+  if (blocks > INT32_MAX) {  // a grid's x extent, and the block decode's 31-bit range
+    fail("cuda::decode", "the plan needs " + std::to_string(blocks) + " blocks, more than one launch holds",
+         "split the batch into smaller calls");
+  }
   const int threads = 32 * block_warps(p.head_chunks, p.key_warps);
   kernel<<<static_cast<unsigned>(blocks), threads, p.shared_bytes, stream>>>(p);
   cuda_common::check_launch("cuda::decode", "split_kv_decode_kernel");
