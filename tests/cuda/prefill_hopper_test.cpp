@@ -159,6 +159,33 @@ TEST(PrefillHopperPlan, BshdStridedViewsMatchGolden) {
   EXPECT_EQ(prefill_parity_failure(flat, golden.out, DType::kBF16), "") << "seed " << seed;
 }
 
+// Lazy rescaling (d256 and e4m3: a row's running max moves only once a tile passes it by a slack,
+// hopper_prefill.cuh): keys whose scale grows along the sequence raise the row maxima a little on
+// most key tiles, and two keys 40x larger make them jump by hundreds of log2 units: a max that did
+// not move there would overflow P (exp2 past 2^128); causal and not.
+TEST(PrefillHopperPlan, LazyRescaleFollowsRisingAndJumpingMaxima) {
+  ATTNKIT_SKIP_WITHOUT_HOPPER("warp-specialized kernel");
+  for (const bool causal : {false, true}) {
+    const std::int64_t S = 900, D = 256, G = 2;
+    PrefillCase c(PrefillShape{"rising_maxima_d256_bf16", 1, 4, G, D, 300, S, causal, DType::kBF16, DType::kBF16});
+    for (std::int64_t g = 0; g < G; ++g) {
+      for (std::int64_t j = 0; j < S; ++j) {
+        const float factor = (1.0f + 3.0f * static_cast<float>(j) / S) * (j == 301 || j == 650 ? 40.0f : 1.0f);
+        for (std::int64_t d = 0; d < D; ++d) {
+          const auto i = static_cast<std::size_t>((g * S + j) * D + d);
+          c.k.set(i, c.k.get(i) * factor);
+        }
+      }
+    }
+    const reference::Result golden = reference::prefill(c.problem, c.tensors());
+    const PrefillPlan plan = plan_prefill(c.problem, cuda::target(), KernelFamily::kWarpSpecializedWgmma);
+    ASSERT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma);
+    run_hopper(c, plan);
+    EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note();
+    EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note();
+  }
+}
+
 // out rows that start off 16 bytes (a row stride of D + 2) take the kernel's 4-byte stores instead
 // of the 16-byte block stores d256 otherwise uses: the same results, and the two padding columns
 // keep their poison.

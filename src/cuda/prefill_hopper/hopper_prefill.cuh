@@ -264,9 +264,19 @@ __device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillPar
   }
 }
 
-// Online softmax of one S tile: new running max, P = exp2((s - m) * sl + offset) in place, row
-// sums; returns the factors the previous O must be scaled by.
-template <int Bc, HopperInput In>
+// Lazy rescaling (as in FlashAttention-4): the running max moves only when a tile's max passes it
+// by more than a slack (log2 units); until then P = exp2(s - m) stays <= 2^slack, far inside f32 and
+// 16-bit range, and O keeps its scale, so most key tiles skip O's rescale (D / 2 multiplies per
+// thread). e4m3 P (at most 448, computed 2^8 too large: p_log2_offset) has no room: its max moves
+// on any rise. On where it measured faster (docs/perf-notes.md, "Hopper prefill round 11"): d256
+// +2-6%, e4m3 +1-11%; d64 lost 1-4% and bf16 d128 0-2% (the vote and branch cost more there).
+template <int D, HopperInput In>
+constexpr bool lazy_rescale() { return D == 256 || In == HopperInput::kE4M3; }
+constexpr float rescale_slack(HopperInput in) { return in == HopperInput::kE4M3 ? 0.0f : 8.0f; }
+
+// Online softmax of one S tile: running max, P = exp2((s - m) * sl + offset) in place, row sums;
+// returns the factors the previous O must be scaled by (all 1: leave O alone).
+template <int Bc, HopperInput In, bool Lazy>
 __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2]) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -275,10 +285,12 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, f
     for (int i = 0; i < Bc / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * hr], s[4 * i + 2 * hr + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_scaled = (mx == -INFINITY ? 0.0f : mx) * sl;  // all masked so far: keep exp2 finite
-    alpha[hr] = exp2_approx(st.m[hr] * sl - m_scaled);          // -inf (first tile) gives 0
-    st.m[hr] = mx;
-    const float bias = p_log2_offset(In) - m_scaled;
+    const float m_old = st.m[hr] * sl;                                 // -inf: no visible key yet
+    const float m_new = (mx == -INFINITY ? 0.0f : mx) * sl;            // all masked so far: keep exp2 finite
+    const bool move = !Lazy || st.m[hr] == -INFINITY || m_new > m_old + rescale_slack(In);
+    alpha[hr] = move ? exp2_approx(m_old - m_new) : 1.0f;              // -inf (first tile) gives 0
+    if (move) st.m[hr] = mx;
+    const float bias = p_log2_offset(In) - (move ? m_new : m_old);
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < Bc / 8; ++i) {
@@ -358,6 +370,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // 128-row blocks could take it too, but ran 5-6% slower with it at causal 512-1k.
   constexpr bool kStagedO = !kFp8 && D == 128 && Br <= Bc;
   const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0;
+  constexpr bool kLazyRescale = lazy_rescale<D, In>();
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
@@ -534,7 +547,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, w.tile_lo * Bc, c);
-        softmax_tile<Bc, In>(s, st, sl, alpha);
+        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
         scores_to_a<Bc, In>(s, pf);
       }
       for (int it = 1; it < n; ++it) {
@@ -558,7 +571,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           if (it == n - 1) mbar_arrive(q_empty);
         }
         if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, (w.tile_lo + it) * Bc, c);
-        softmax_tile<Bc, In>(s, st, sl, alpha);  // runs while P V is on the tensor cores
+        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);  // runs while P V is on the tensor cores
         // Pin the softmax's results before the wait: without this the compiler may schedule the
         // whole softmax after it (no data dependence), and the overlap is gone.
         fence_registers(s);
@@ -569,12 +582,14 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(pf[0]);
         __syncwarp();
         if (lane_leader) mbar_arrive(&v_empty[prev_stage]);
+        if (!kLazyRescale || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          o[4 * i + 0] *= alpha[0];
-          o[4 * i + 1] *= alpha[0];
-          o[4 * i + 2] *= alpha[1];
-          o[4 * i + 3] *= alpha[1];
+          for (int i = 0; i < D / 8; ++i) {
+            o[4 * i + 0] *= alpha[0];
+            o[4 * i + 1] *= alpha[0];
+            o[4 * i + 2] *= alpha[1];
+            o[4 * i + 3] *= alpha[1];
+          }
         }
         scores_to_a<Bc, In>(s, pf);
       }
