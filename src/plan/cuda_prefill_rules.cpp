@@ -33,11 +33,11 @@ namespace attnkit::detail {
 namespace {
 
 constexpr const char* kContext = "plan (cuda prefill)";
-// The Hopper kernel runs several times the tiled family's rate, so without a key split it still
-// wins while its work units fill at least a fifth of its waves of persistent blocks (one per SM):
-// on the H200, forced onto it, shapes at 24% fill ran 1.02x-1.14x and at 30% 1.35x the tiled
-// family with its splits, at 6% 4.5x slower (docs/perf-notes.md, "Prefill family choice").
-constexpr double kMinHopperWaveFill = 0.2;
+// The Hopper split rule's costs, in key-tile times (~1.2 us at d128): a work unit's own overhead
+// (its first S and softmax with no P V beside it, its last P V, the epilogue: ~3-5 us at d128,
+// docs/perf-notes.md "Hopper prefill round 10"), and the merge launch after split units.
+constexpr std::uint64_t kUnitOverheadTiles = 3;
+constexpr std::uint64_t kMergeTiles = 3;
 
 // The target's SMs (an H100/H200 class GPU when it does not say).
 std::uint64_t sm_count_of(const Target& t) { return t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132; }
@@ -259,10 +259,6 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.rows_per_block = static_cast<std::uint32_t>(rows);
   part.tile_size = static_cast<std::uint32_t>(bc);
   part.tile_count = to_u32(kv_tiles, "tile_count");
-  part.sequence_splits = 1;
-  part.tiles_per_split = part.tile_count;
-  part.keys_per_split = to_u32(kv_tiles * bc, "keys_per_split");
-  part.workgroups_per_row = 1;
   part.warp_lanes = 32;
   part.workgroup_lanes = static_cast<std::uint32_t>(hop::threads_per_block(c.consumer_warpgroups));
   part.warps_per_block = part.workgroup_lanes / 32;
@@ -281,7 +277,35 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   }
   part.o_acc_scratch_elements = 0;
   part.split_reduce_scratch_elements = 0;
-  const std::uint64_t work_units = hopper_work_units(p, c);
+  // Key splits (16-bit inputs): where the work tiles fill less than one wave of persistent blocks
+  // (few query tiles against long keys: chunked prefill, speculative decoding), each tile's keys
+  // are cut into splits of at least kTargetTilesPerSplit tiles; the units are then single tiles of
+  // one split, and the merge combines the splits' states from the workspace. The split count
+  // minimises the estimated time in key-tile times: rounds of units per block x (a unit's key tiles
+  // + kUnitOverheadTiles), + kMergeTiles when split. So a wave already 97% full (128 tiles of 32
+  // key tiles) stays whole (split in two it ran 64 against 56 us on the H200), and 8 tiles of 256
+  // key tiles split 16 ways (one round) rather than 33 (two rounds of shorter units).
+  std::uint64_t splits = 1;
+  if (!fp8 && work_tiles < sms) {
+    const std::uint64_t most = std::min<std::uint64_t>(std::max<std::uint64_t>(1, kv_tiles / kTargetTilesPerSplit),
+                                                       cuda_prefill::kMaxKeySplits);
+    auto estimate = [&](std::uint64_t s) {
+      return div_ceil(work_tiles * s, sms) * (div_ceil(kv_tiles, s) + kUnitOverheadTiles) + (s > 1 ? kMergeTiles : 0);
+    };
+    for (std::uint64_t s = 2; s <= most; ++s) {
+      if (estimate(s) < estimate(splits)) splits = s;
+    }
+  }
+  const std::uint64_t tiles_per_split = div_ceil(kv_tiles, splits);
+  splits = div_ceil(kv_tiles, tiles_per_split);  // no empty trailing split
+  part.sequence_splits = to_u32(splits, "sequence_splits");
+  part.tiles_per_split = to_u32(tiles_per_split, "tiles_per_split");
+  part.keys_per_split = to_u32(tiles_per_split * bc, "keys_per_split");
+  part.workgroups_per_row = part.sequence_splits;
+  const std::uint64_t work_units =
+      splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units") : hopper_work_units(p, c);
+  require(work_units <= INT32_MAX, kContext, std::to_string(work_units) + " work units do not fit 31 bits",
+          "split the call into smaller batches");
   part.grid_blocks = std::min(work_units, sms);
   // Order of the persistent walk: groups of (sequence, head) pairs whose K/V fit in a share of L2
   // (kL2GroupBytes); inside a group the query tiles of all its heads interleave, longest first, so
@@ -336,10 +360,14 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     (uneven ? " (sequence, head) pairs whose K/V fit 24 MiB of L2, query tiles longest first, "
                               "rounds handed out boustrophedon"
                             : " (sequence, head) pair: equal tiles, one head's K/V in L2 at a time") +
-                    (p.causal ? "; causal: " + std::to_string(work_units) +
-                                    " units of two query tiles (i-th longest + i-th shortest of one head: equal work)"
-                              : std::string()) +
-                    "; no key split");
+                    (p.causal && splits == 1
+                         ? "; causal: " + std::to_string(work_units) +
+                               " units of two query tiles (i-th longest + i-th shortest of one head: equal work)"
+                         : std::string()) +
+                    (splits > 1 ? "; they fill less than one wave, so keys split " + std::to_string(splits) + " ways, " +
+                                      std::to_string(tiles_per_split) + " tiles each: " + std::to_string(work_units) +
+                                      " units, split states merged after"
+                                : "; no key split"));
   reasons.push_back("GQA heads are not packed into one query tile: each query head's tile reads its KV head (group " +
                     std::to_string(p.group_size()) + " re-reads come from L2)");
   if (p.causal || p.options.window > 0) {
@@ -417,20 +445,6 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   partition_cooperative(p, t, requested, part, reasons);
   if (requested != nullptr) return;
   if (is_hopper(t) && half_inputs && hopper != nullptr && p.options.softcap == 0.0f && out_ok) {
-    // The tiled family splits keys where its blocks cannot fill the GPU, which the Hopper kernel
-    // does not do; but the Hopper kernel runs several times the tiled family's rate, so it keeps the
-    // problem unless its units fill under kMinHopperWaveFill of its waves of persistent blocks
-    // (decode-like shapes: few query tiles against long keys).
-    const std::uint64_t sms = sm_count_of(t);
-    const std::uint64_t units = hopper_work_units(p, *hopper);
-    const double fill = static_cast<double>(units) / static_cast<double>(sms * div_ceil(units, sms));
-    if (part.sequence_splits > 1 && fill < kMinHopperWaveFill) {
-      reasons.insert(reasons.begin(), "not warp_specialized_wgmma: its " + std::to_string(units) + " work units fill " +
-                                          std::to_string(static_cast<int>(100 * fill)) +
-                                          "% of its persistent blocks' waves, and it does not split keys; the tiled "
-                                          "family splits them");
-      return;
-    }
     reasons.clear();
     partition_hopper(p, t, *hopper, part, reasons);
   }

@@ -52,6 +52,13 @@ std::vector<PrefillShape> hopper_shapes() {
       {"hop_causal_three_tiles_d64_bf16", 1, 4, 4, 64, 577, 577, true, kBF16, kBF16},
       {"hop_ragged_causal_keyless_d64_bf16", 4, 4, 2, 64, 400, 450, true, kBF16, kBF16, 0, 0.0f, 1.0f,
        {{400, 450}, {0, 5}, {191, 192}, {385, 0}}},
+      // Few work tiles against long keys: the plan splits keys (units of one tile and one split,
+      // states merged after): splits past a tile's visible keys (causal, window) write empty states.
+      {"hop_split_causal_q100_gqa4_d128_bf16", 1, 8, 2, 128, 100, 5000, true, kBF16, kBF16},
+      {"hop_split_noncausal_q1_d256_f16_out_f32", 2, 2, 1, 256, 1, 3001, false, kF16, kF32},
+      {"hop_split_causal_window300_d64_bf16", 1, 4, 4, 64, 130, 4100, true, kBF16, kBF16, 300},
+      {"hop_split_ragged_causal_d128_bf16", 3, 4, 2, 128, 200, 2600, true, kBF16, kBF16, 0, 0.0f, 1.0f,
+       {{200, 2600}, {1, 1}, {57, 1900}}},
   };
   shapes.insert(shapes.end(), more.begin(), more.end());
   return shapes;
@@ -67,8 +74,9 @@ void run_hopper(PrefillCase& c, const PrefillPlan& plan) {
     t.cu_seqlens_q = keep[0]->view;
     t.cu_seqlens_k = keep[1]->view;
   }
-  ASSERT_EQ(plan.evidence.workspace_bytes, 0u);
-  cuda::prefill(plan, t, Workspace{});
+  // Key splits keep their states in the workspace (poisoned: every state the merge reads must be written).
+  DeviceWorkspace ws(plan.evidence.workspace_bytes, 0xff);
+  cuda::prefill(plan, t, ws.view());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.note();
   out.copy_to(c.out);
   lse.copy_to(c.lse);

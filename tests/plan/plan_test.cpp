@@ -192,13 +192,19 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   PrefillProblem capped = p;
   capped.options.softcap = 30.0f;
   EXPECT_EQ(family(capped, h200), KernelFamily::kCooperativeTiled);
-  PrefillProblem long_keys = p;  // 16 query rows against 3000 keys: the tiled family splits keys
+  // 16 query rows against 3000 keys: 2 work tiles, far from a wave, so the Hopper kernel splits
+  // keys (its states go to the workspace the plan reports).
+  PrefillProblem long_keys = p;
   long_keys.num_heads = long_keys.kv_heads = 2;
   long_keys.q_len = 16;
   long_keys.kv_len = 3000;
   const PrefillPlan split = plan_prefill(long_keys, h200);
-  EXPECT_EQ(split.partition.family, KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(split.partition.family, KernelFamily::kWarpSpecializedWgmma);
   EXPECT_GT(split.partition.sequence_splits, 1u);
+  EXPECT_GE(split.partition.tiles_per_split, kTargetTilesPerSplit);
+  EXPECT_EQ(split.partition.grid_blocks,
+            std::min<std::uint64_t>(132, 2ull * split.partition.sequence_splits));
+  EXPECT_GT(split.evidence.workspace_bytes, 0u);
   // One sequence of 1024 rows x 32 heads: the tiled family would split keys (256 blocks do not fill
   // its 264-block wave), but the Hopper kernel's 128 causal units fill 97% of its 132 persistent
   // blocks, and it ran 4.2x faster there (27 vs 113 us on the H200).
@@ -211,19 +217,32 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   one_sequence.causal = true;
   EXPECT_EQ(family(one_sequence, h200), KernelFamily::kWarpSpecializedWgmma);
   EXPECT_GT(plan_prefill(one_sequence, h200, KernelFamily::kCooperativeTiled).partition.sequence_splits, 1u);
-  // 128 query rows x 32 heads against 8192 keys: 32 units fill 24% of the Hopper waves (it ran 1.11x
-  // the split tiled family); 16 rows x 8 heads against 32768 keys: 8 units, 6% (it ran 4.5x slower).
+  EXPECT_EQ(plan_prefill(one_sequence, h200).partition.sequence_splits, 1u);  // 256 tiles: no split
+  // 128 query rows x 32 heads against 8192 keys (32 work tiles) and 16 rows x 8 heads against 32768
+  // keys (8): the Hopper kernel with its keys split, not the tiled family.
   PrefillProblem quarter = one_sequence;
   quarter.q_len = 128;
   quarter.kv_len = 8192;
   quarter.causal = false;
   EXPECT_EQ(family(quarter, h200), KernelFamily::kWarpSpecializedWgmma);
+  EXPECT_GT(plan_prefill(quarter, h200).partition.sequence_splits, 1u);
   PrefillProblem sliver = one_sequence;
   sliver.num_heads = 8;
   sliver.kv_heads = 2;
   sliver.q_len = 16;
   sliver.kv_len = 32768;
-  EXPECT_EQ(family(sliver, h200), KernelFamily::kCooperativeTiled);
+  EXPECT_EQ(family(sliver, h200), KernelFamily::kWarpSpecializedWgmma);
+  EXPECT_EQ(plan_prefill(sliver, h200).partition.sequence_splits, 16u);  // 8 x 16 = 128 units: one round
+  // 4 sequences x 32 heads of 16 rows: 128 work tiles fill 97% of the wave, so no split (in two it
+  // ran 64 against 56 us); 64 tiles split in two (one round of 128 units), not three (two rounds).
+  PrefillProblem nearly_full = sliver;
+  nearly_full.batch = 4;
+  nearly_full.num_heads = 32;
+  nearly_full.kv_heads = 8;
+  nearly_full.kv_len = 4096;
+  EXPECT_EQ(plan_prefill(nearly_full, h200).partition.sequence_splits, 1u);
+  nearly_full.batch = 2;
+  EXPECT_EQ(plan_prefill(nearly_full, h200).partition.sequence_splits, 2u);
   Target ampere = h200;
   ampere.cc_major = 8;
   EXPECT_EQ(family(p, ampere), KernelFamily::kCooperativeTiled);

@@ -1,7 +1,7 @@
 // cuda::prefill: validates the call, resolves the plan's tensors into kernel arguments and
-// launches the kernel the plan names (the Hopper warp-specialized kernel, src/cuda/prefill_hopper/;
-// the tensor-core tiled kernel, then the split merge when the plan splits keys; or the SIMT tiled
-// kernel for f32). Decides nothing: every size comes from the plan.
+// launches the kernel the plan names (the Hopper warp-specialized kernel, src/cuda/prefill_hopper/,
+// or the tensor-core tiled kernel, each followed by the split merge when the plan splits keys; or
+// the SIMT tiled kernel for f32). Decides nothing: every size comes from the plan.
 //
 // The tiled instantiations are listed once, in kTiledConfigs (prefill_config.hpp) x {f16, bf16}.
 #include <cuda_bf16.h>
@@ -94,6 +94,26 @@ void launch_merge(const PrefillParams& p, cudaStream_t stream) {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
+// The plan's key splits: their partial states go to the start of the caller's workspace
+// ([splits, heads, workspace_rows, head_dim] outputs, then [splits, heads, workspace_rows] LSEs).
+void bind_split_states(PrefillParams& p, const WorkPartition& part, const PrefillProblem& pr, Workspace workspace) {
+  p.splits = static_cast<int>(part.sequence_splits);
+  p.tiles_per_split = static_cast<int>(part.tiles_per_split);
+  require(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch), kContext,
+          "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
+          "plan again with plan_prefill");
+  if (p.splits == 1) return;
+  const std::uint64_t rows = static_cast<std::uint64_t>(p.splits) * pr.num_heads * p.workspace_rows;
+  const std::uint64_t needed = rows * (pr.head_dim + 1) * sizeof(float);
+  validate_workspace(workspace, needed, DeviceKind::kCuda);
+  require(workspace.bytes >= needed, kContext,
+          "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
+          "allocate plan.evidence.workspace_bytes of device memory");
+  require(aligned16(workspace.data), kContext, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
+  p.partial_out = static_cast<float*>(workspace.data);
+  p.partial_lse = p.partial_out + rows * pr.head_dim;
+}
+
 }  // namespace
 
 void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspace, Stream stream_handle) {
@@ -155,7 +175,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
             "the plan's key tile (" + std::to_string(part.tile_size) + ") is not the e4m3 kernel's",
             "plan with plan_prefill from this build of attnkit");
     require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::rows_per_block(*hc)) &&
-                part.sequence_splits == 1,
+                (part.sequence_splits == 1 || !fp8),
             kContext, "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
             "plan with plan_prefill from this build of attnkit");
     const std::int64_t unit = 2;  // paired stores
@@ -168,9 +188,18 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
                          static_cast<std::uint64_t>(cuda_prefill_hopper::hopper_fp8_vt_bytes(pr.batch, pr.kv_heads,
                                                                                              pr.head_dim, pr.kv_len)),
                          DeviceKind::kCuda);
+    } else {
+      bind_split_states(p, part, pr, workspace);
     }
     cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, pr.out_dtype, *hc, part.grid_blocks,
                                                part.heads_per_tile_group, workspace, stream);
+    if (p.splits > 1) {
+      if (pr.dtype == DType::kF16) {
+        launch_merge<__half>(p, stream);
+      } else {
+        launch_merge<__nv_bfloat16>(p, stream);
+      }
+    }
     return;
   }
   require(part.family == KernelFamily::kCooperativeTiled, kContext,
@@ -210,22 +239,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
             "pass out with even strides and an aligned base pointer");
   }
 
-  p.splits = static_cast<int>(part.sequence_splits);
-  p.tiles_per_split = static_cast<int>(part.tiles_per_split);
-  require(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch), kContext,
-          "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
-          "plan again with plan_prefill");
-  if (p.splits > 1) {
-    const std::uint64_t rows = static_cast<std::uint64_t>(p.splits) * pr.num_heads * p.workspace_rows;
-    const std::uint64_t needed = rows * (pr.head_dim + 1) * sizeof(float);
-    validate_workspace(workspace, needed, DeviceKind::kCuda);
-    require(workspace.bytes >= needed, kContext,
-            "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
-            "allocate plan.evidence.workspace_bytes of device memory");
-    require(aligned16(workspace.data), kContext, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
-    p.partial_out = static_cast<float*>(workspace.data);
-    p.partial_lse = p.partial_out + rows * pr.head_dim;
-  }
+  bind_split_states(p, part, pr, workspace);
 
   const auto configs = std::make_index_sequence<std::size(cuda_prefill::kTiledConfigs)>{};
   if (pr.dtype == DType::kF16) {

@@ -115,8 +115,10 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   const bool fp8 = dtype == DType::kE4M3;
   require(dtype == DType::kBF16 || dtype == DType::kF16 || fp8, kContext, "inputs are " + std::string(dtype_name(dtype)),
           "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
-  require(p.softcap == 0.0f && p.splits == 1, kContext, "the plan asks for a soft-cap or key splits",
-          "plan again with plan_prefill (the Hopper family has neither)");
+  require(p.softcap == 0.0f, kContext, "the plan asks for a soft-cap", "plan again with plan_prefill (the Hopper family has none)");
+  require(p.splits == 1 || (!fp8 && p.partial_out != nullptr && p.partial_lse != nullptr && p.tiles_per_split > 0), kContext,
+          "the plan splits keys for e4m3 inputs, or without split states in the workspace",
+          "plan again with plan_prefill (e4m3 plans do not split keys)");
   HopperParams hp{};
   hp.p = p;
   hp.qk_scale = fp8 ? t.scales.q * t.scales.k : 1.0f;
@@ -134,15 +136,20 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.total_tiles = static_cast<int>(total);
   const int pairs = p.num_heads * p.batch;  // (sequence, head) pairs
   hp.heads_per_group = std::clamp(static_cast<int>(std::min<std::uint32_t>(heads_per_group, INT32_MAX)), 1, std::max(pairs, 1));
-  hp.tiles_per_unit = p.causal ? 2 : 1;  // causal: equal work per unit (hopper_prefill.cuh)
-  const int units_per_pair = p.causal ? (hp.m_tiles + 1) / 2 : hp.m_tiles;
-  hp.total_units = pairs * units_per_pair;
+  // Causal: equal work per unit (hopper_prefill.cuh); key splits: single tiles, one per split.
+  hp.tiles_per_unit = p.causal && p.splits == 1 ? 2 : 1;
+  const std::int64_t units_per_pair =
+      hp.tiles_per_unit == 2 ? (hp.m_tiles + 1) / 2 : static_cast<std::int64_t>(hp.m_tiles) * p.splits;
+  require(units_per_pair * pairs <= INT32_MAX, kContext, "too many work units (" + std::to_string(units_per_pair * pairs) + ")",
+          "split the call into smaller batches");
+  hp.total_units = static_cast<int>(units_per_pair * pairs);
   if (hp.total_tiles == 0) return;
   hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group * units_per_pair));
   hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
   hp.last_group = (pairs - 1) / hp.heads_per_group;
   hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(pairs - hp.last_group * hp.heads_per_group));
   hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(p.num_heads));
+  hp.m_tiles_div = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.m_tiles));
   // Every descriptor is made (and every tensor checked) before anything runs.
   hp.q_map = make_map(t.q, dtype, rows, "q");
   hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");

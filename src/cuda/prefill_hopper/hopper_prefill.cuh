@@ -8,7 +8,9 @@
 //          operand K-major only; P is rounded to e4m3 for P V (the 5e-2 parity rule).
 // Output:  out in the input dtype or f32 (e4m3: bf16, f16 or f32), written from registers
 //          (bf16/f16 d256 rows as whole 16-byte blocks after a shuffle within each quad), optional
-//          f32 LSE.
+//          f32 LSE. With key splits (p.splits > 1, 16-bit inputs) each (tile, split) unit writes
+//          its normalised f32 state and LSE to the workspace instead, merged afterwards
+//          (cuda/prefill/split_merge.cuh).
 // Layout:  shared tiles are split into 128-byte row chunks ([rows][64] 16-bit or [rows][128] e4m3
 //          elements) with the 128-byte swizzle (what TMA writes and wgmma reads): Q [chunk][128
 //          rows], K and V [chunk][Bc keys] per slot; e4m3 V^T [D rows][128 keys] per slot.
@@ -16,8 +18,9 @@
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
 //          query tiles first inside a group). Causal: a block takes tiles in pairs of one
 //          (sequence, head), the i-th longest with the i-th shortest, so every pair holds the same
-//          number of key tiles. Units (pairs, or single tiles) go out in rounds of gridDim.x, odd
-//          rounds in reverse block order.
+//          number of key tiles; with key splits a unit is one tile's split (a group's tiles of one
+//          key range together). Units go out in rounds of gridDim.x, odd rounds in reverse block
+//          order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; the consumers release K slots
 //          after S and V slots after P V, through k_empty / v_empty). The 2 or 3 consumer
@@ -69,7 +72,7 @@ struct HopperParams {
   // The schedule's divisions, fixed at launch (every block decodes every step of its walk, and a
   // 32-bit division is a long dependent chain): units per group of heads_per_group pairs, the pairs
   // of a full group and of the last (possibly smaller) one, and heads per sequence.
-  cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads;
+  cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads, m_tiles_div;
   int last_group;
   // e4m3 inputs: the per-tensor scales (q x k folded into the score scale), and whether a 16-bit
   // output is bf16 (16-bit inputs write their own type).
@@ -79,28 +82,32 @@ struct HopperParams {
   int out_vec16;  // 16-bit out whose rows all start 16-byte aligned: whole-block stores
 };
 
-// A work tile: the (sequence, head) pair bh = b * num_heads + h and its query tile counted from the
-// last (m_rev = 0: the last query tile, the most keys under a causal mask); bh < 0: none.
+// A work tile: the (sequence, head) pair bh = b * num_heads + h, its query tile counted from the
+// last (m_rev = 0: the last query tile, the most keys under a causal mask), and its key split
+// (p.splits > 1: key tiles [split * tiles_per_split, + tiles_per_split)); bh < 0: none.
 struct TileCoord {
-  int bh, m_rev;
+  int bh, m_rev, split;
 };
 
 // Unit u's k-th tile (none for k = 1 where the middle tile of an odd m_tiles is a unit of its own).
 // The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in flight
 // share in L2; inside a group the last query tiles of every pair come first, so a wave of blocks
 // holds tiles of similar length. A unit lies in one pair, so a group's units touch only its K/V.
+// Key splits: units are single tiles, a group's tiles of one split (one key range) consecutive.
 __device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
   const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
   const cuda_common::FastDivider& pairs = group == hp.last_group ? hp.last_group_pairs : hp.group_pairs;
   const int i = pairs.quotient(r), bh_local = r - i * pairs.divisor;
-  const int m_rev = k == 0 ? i : hp.m_tiles - 1 - i;
-  if (k == 1 && m_rev == i) return {-1, 0};
-  return {group * hp.heads_per_group + bh_local, m_rev};
+  const int split = hp.m_tiles_div.quotient(i);  // 0 unless the plan splits keys
+  const int m = i - split * hp.m_tiles;
+  const int m_rev = k == 0 ? m : hp.m_tiles - 1 - m;
+  if (k == 1 && m_rev == m) return {-1, 0, 0};
+  return {group * hp.heads_per_group + bh_local, m_rev, split};
 }
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
 struct WorkTile {
-  int b, h, m0;
+  int b, h, m0, split;
   SequenceExtent e;
   int tile_lo, tile_hi;
   bool active;
@@ -113,6 +120,7 @@ __device__ inline WorkTile work_tile(const HopperParams& hp, TileCoord t) {
   w.b = hp.heads.quotient(t.bh);
   w.h = t.bh - w.b * p.num_heads;
   w.m0 = (hp.m_tiles - 1 - t.m_rev) * Br;
+  w.split = t.split;
   w.e = cuda_prefill::sequence_extent(p, w.b);
   w.active = w.m0 < w.e.q_len;
   w.tile_lo = w.tile_hi = 0;
@@ -125,6 +133,11 @@ __device__ inline WorkTile work_tile(const HopperParams& hp, TileCoord t) {
   if (key_hi > key_lo) {
     w.tile_lo = static_cast<int>(key_lo / Bc);
     w.tile_hi = static_cast<int>((key_hi + Bc - 1) / Bc);
+  }
+  if (p.splits > 1) {  // this split's share of the key tiles (possibly none: it writes an empty state)
+    w.tile_lo = max(w.tile_lo, w.split * p.tiles_per_split);
+    w.tile_hi = min(w.tile_hi, (w.split + 1) * p.tiles_per_split);
+    if (w.tile_lo >= w.tile_hi) w.tile_lo = w.tile_hi = 0;
   }
   return w;
 }
@@ -369,7 +382,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // 16-bit with 16-byte aligned rows; else (f32 out, e4m3, d64, d256) from registers. d64's
   // 128-row blocks could take it too, but ran 5-6% slower with it at causal 512-1k.
   constexpr bool kStagedO = !kFp8 && D == 128 && Br <= Bc;
-  const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0;
+  const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1;
   constexpr bool kLazyRescale = lazy_rescale<D, In>();
 
   const PrefillParams& p = hp.p;
@@ -385,7 +398,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     const int slot = (round & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
                                  : static_cast<int>(blockIdx.x);
     const int u = round * static_cast<int>(gridDim.x) + slot;
-    return u < hp.total_units ? unit_tile(hp, u, step & unit_shift) : TileCoord{-1, 0};
+    return u < hp.total_units ? unit_tile(hp, u, step & unit_shift) : TileCoord{-1, 0, 0};
   };
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
@@ -675,8 +688,13 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       const float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
       const std::int64_t row = w.e.q_start + w.m0 + r;
       const std::int64_t out_off = w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride + row * p.o_row_stride;
-      if (p.out_kind == OutKind::kF32) {
-        float* dst = static_cast<float*>(p.out) + out_off;
+      // Key splits: this split's normalised state, row [split][head][workspace row] of the
+      // workspace (f32), which the merge combines by LSE.
+      const bool split_state = p.splits > 1;
+      const std::int64_t state_row =
+          (static_cast<std::int64_t>(w.split) * p.num_heads + w.h) * p.workspace_rows + w.e.workspace_row0 + w.m0 + r;
+      if (split_state || p.out_kind == OutKind::kF32) {
+        float* dst = split_state ? p.partial_out + state_row * D : static_cast<float*>(p.out) + out_off;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
           if (valid) *reinterpret_cast<float2*>(dst + i * 8 + 2 * e_c) = make_float2(o[4 * i + 2 * hr] * inv, o[4 * i + 2 * hr + 1] * inv);
@@ -696,8 +714,12 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           for (int i = 0; i < D / 8; ++i) *reinterpret_cast<std::uint32_t*>(dst + i * 8 + 2 * e_c) = piece(i);
         }
       }
-      if (valid && p.lse != nullptr && e_c == 0) {
-        p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] = row_lse(hr);
+      if (valid && e_c == 0) {
+        if (split_state) {
+          p.partial_lse[state_row] = row_lse(hr);
+        } else if (p.lse != nullptr) {
+          p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] = row_lse(hr);
+        }
       }
     }
   }
