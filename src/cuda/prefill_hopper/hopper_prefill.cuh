@@ -71,7 +71,8 @@ struct HopperParams {
   int total_units;      // units over all (sequence, head) pairs
   // The schedule's divisions, fixed at launch (every block decodes every step of its walk, and a
   // 32-bit division is a long dependent chain): units per group of heads_per_group pairs, the pairs
-  // of a full group and of the last (possibly smaller) one, and heads per sequence.
+  // of a full group and of the last (possibly smaller) one, heads per sequence, and query tiles
+  // per pair (a unit index over them gives the key split).
   cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads, m_tiles_div;
   int last_group;
   // e4m3 inputs: the per-tensor scales (q x k folded into the score scale), and whether a 16-bit
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   std::uint64_t* o_slot_free = v_empty + Stages;
   constexpr int kConsumerWarps = 4 * Consumers;
   // O through the last K slot at head_dim 128 (the block's O tile is exactly one K tile) when it is
-  // 16-bit with 16-byte aligned rows; else (f32 out, e4m3, d64, d256) from registers. d64's
+  // 16-bit with 16-byte aligned rows; else (f32 out, split states, e4m3, d64, d256) from registers. d64's
   // 128-row blocks could take it too, but ran 5-6% slower with it at causal 512-1k.
   constexpr bool kStagedO = !kFp8 && D == 128 && Br <= Bc;
   const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1;
@@ -389,7 +390,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   const int warpgroup = threadIdx.x / 128;
   // Round r hands units r * grid .. r * grid + grid - 1 out to the blocks, in reverse on odd rounds
   // (boustrophedon); step s of a block is tile s % tiles_per_unit of its unit of round
-  // s / tiles_per_unit (-1: none).
+  // s / tiles_per_unit (bh < 0: none).
   const int rounds = (hp.total_units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   const int unit_shift = hp.tiles_per_unit - 1;  // tiles_per_unit is 1 or 2
   const int steps = rounds << unit_shift;
