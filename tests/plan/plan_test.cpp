@@ -243,6 +243,10 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   EXPECT_EQ(plan_prefill(nearly_full, h200).partition.sequence_splits, 1u);
   nearly_full.batch = 2;
   EXPECT_EQ(plan_prefill(nearly_full, h200).partition.sequence_splits, 2u);
+  // A square causal problem with 64 work tiles keeps its paired units whole (split, it ran slower).
+  PrefillProblem square = sliver;
+  square.q_len = square.kv_len = 1024;
+  EXPECT_EQ(plan_prefill(square, h200).partition.sequence_splits, 1u);
   Target ampere = h200;
   ampere.cc_major = 8;
   EXPECT_EQ(family(p, ampere), KernelFamily::kCooperativeTiled);
