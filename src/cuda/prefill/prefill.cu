@@ -92,6 +92,16 @@ void launch_merge(const PrefillParams& p, cudaStream_t stream) {
   check_launch("split_merge_kernel");
 }
 
+// The split merge after a kernel that split keys (f16 or bf16 out; nothing when unsplit).
+void merge_split_states(const PrefillParams& p, DType dtype, cudaStream_t stream) {
+  if (p.splits == 1) return;
+  if (dtype == DType::kF16) {
+    launch_merge<__half>(p, stream);
+  } else {
+    launch_merge<__nv_bfloat16>(p, stream);
+  }
+}
+
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
 // The plan's key splits: their partial states go to the start of the caller's workspace
@@ -193,13 +203,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     }
     cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, pr.out_dtype, *hc, part.grid_blocks,
                                                part.heads_per_tile_group, workspace, stream);
-    if (p.splits > 1) {
-      if (pr.dtype == DType::kF16) {
-        launch_merge<__half>(p, stream);
-      } else {
-        launch_merge<__nv_bfloat16>(p, stream);
-      }
-    }
+    merge_split_states(p, pr.dtype, stream);
     return;
   }
   require(part.family == KernelFamily::kCooperativeTiled, kContext,
@@ -244,11 +248,10 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   const auto configs = std::make_index_sequence<std::size(cuda_prefill::kTiledConfigs)>{};
   if (pr.dtype == DType::kF16) {
     launch_tiled<__half>(p, stream, configs);
-    if (p.splits > 1) launch_merge<__half>(p, stream);
   } else {
     launch_tiled<__nv_bfloat16>(p, stream, configs);
-    if (p.splits > 1) launch_merge<__nv_bfloat16>(p, stream);
   }
+  merge_split_states(p, pr.dtype, stream);
 }
 
 }  // namespace attnkit::cuda

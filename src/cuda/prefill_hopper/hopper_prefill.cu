@@ -135,7 +135,7 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
           "split the call into smaller batches");
   hp.total_tiles = static_cast<int>(total);
   const int pairs = p.num_heads * p.batch;  // (sequence, head) pairs
-  hp.heads_per_group = std::clamp(static_cast<int>(std::min<std::uint32_t>(heads_per_group, INT32_MAX)), 1, std::max(pairs, 1));
+  hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
   // Causal: equal work per unit (hopper_prefill.cuh); key splits: single tiles, one per split.
   hp.tiles_per_unit = p.causal && p.splits == 1 ? 2 : 1;
   const std::int64_t units_per_pair =
