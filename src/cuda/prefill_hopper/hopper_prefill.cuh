@@ -16,10 +16,10 @@
 //          rows], K and V [chunk][Bc keys] per slot; e4m3 V^T [D rows][128 keys] per slot.
 // Parallelism: persistent blocks of 3 or 4 warpgroups walk the work tiles (query tile of 128 or 192 rows,
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
-//          query tiles first inside a group). Causal: a block takes tiles in pairs of one
-//          (sequence, head), the i-th longest with the i-th shortest, so every pair holds the same
-//          number of key tiles; with key splits a unit is one tile's split (a group's tiles of one
-//          key range together). Units go out in rounds of gridDim.x, odd rounds in reverse block
+//          query tiles first inside a group). Causal, more tiles than SMs (the plan's
+//          tiles_per_unit 2): a block takes tiles in pairs of one (sequence, head), the i-th
+//          longest with the i-th shortest, so every pair holds the same number of key tiles;
+//          with key splits a unit is one tile's split (a group's tiles of one key range together). Units go out in rounds of gridDim.x, odd rounds in reverse block
 //          order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; the consumers release K slots
@@ -28,7 +28,8 @@
 //          shared memory, online softmax in registers, O += P V with P straight from registers
 //          (wgmma's register-A form). The consumers take turns to issue, in a round on named
 //          barriers, so each one's softmax runs under the others' matrix work; inside a
-//          warpgroup S of tile j+1 and P V of tile j are issued together.
+//          warpgroup S of tile j+1 and P V of tile j are issued together (its softmax of tile j+1
+//          follows both: see the key loop).
 //          GQA: head h reads KV head h / group_size.
 // Masks:   causal bottom-right aligned, sliding window: tiles no row of the block sees are never
 //          loaded; only tiles some row of the warpgroup cannot fully see pay for the mask.
@@ -585,12 +586,11 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           if (it == n - 1) mbar_arrive(q_empty);
         }
         if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, (w.tile_lo + it) * Bc, c);
-        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);  // runs while P V is on the tensor cores
-        // Pin the softmax's results before the wait: without this the compiler may schedule the
-        // whole softmax after it (no data dependence), and the overlap is gone.
-        fence_registers(s);
-        fence_registers(alpha);
-        fence_registers(st.l);
+        // ptxas places the P V wait above this softmax (it has no data dependence on it), so the
+        // softmax runs beside the other warpgroups' matrix work, not beside this one's P V. Held
+        // above the wait (a never-taken branch) it measured 0-10% slower: the warpgroups'
+        // softmaxes then overlap each other (docs/perf-notes.md, "Hopper prefill round 13").
+        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
         wgmma_wait<0>();
         fence_registers(o);
         fence_registers(pf[0]);
