@@ -88,6 +88,9 @@ struct WorkPartition {
   // Persistent schedules (warp_specialized_wgmma): (sequence, head) pairs whose query tiles are
   // interleaved, longest first, before the next group starts (sized so their K/V stays in L2).
   std::uint32_t heads_per_tile_group = 1;
+  // Query tiles per unit of the persistent walk: 2 pairs a causal problem's i-th longest and i-th
+  // shortest tiles of one (sequence, head) (equal work per unit); 1 where the tiles fit one wave.
+  std::uint32_t tiles_per_unit = 1;
 };
 
 // Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).

@@ -229,16 +229,14 @@ const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProbl
   return best;
 }
 
-// The Hopper kernel's units of work: work tiles (query tile x head x sequence), or for causal
-// problems pairs of one (sequence, head)'s query tiles, the i-th longest with the i-th shortest,
-// so every unit holds the same number of key tiles (rounds of tiles sorted longest first left a
-// block up to 1.8x the mean work when a round spanned one head: d256 16k causal).
-std::uint64_t hopper_work_units(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
-  const std::uint64_t q_tiles =
-      div_ceil(static_cast<std::uint64_t>(p.q_len), static_cast<std::uint64_t>(cuda_prefill_hopper::rows_per_block(c)));
-  return checked_product({p.causal ? div_ceil(q_tiles, 2) : q_tiles, static_cast<std::uint64_t>(p.batch),
-                          static_cast<std::uint64_t>(p.num_heads)},
-                         kContext, "work units");
+// Query tiles per unit of the Hopper kernel's walk (unsplit plans). Causal problems pair one
+// (sequence, head)'s query tiles, the i-th longest with the i-th shortest, so every unit holds the
+// same number of key tiles (rounds of tiles sorted longest first left a block up to 1.8x the mean
+// work when a round spanned one head: d256 16k causal). Where the tiles fit one wave of blocks,
+// pairing only halves the blocks at work: a pair costs its two tiles' fixed costs and one more key
+// tile than the longest tile alone (docs/perf-notes.md, "Hopper prefill round 14").
+std::uint64_t hopper_tiles_per_unit(const PrefillProblem& p, std::uint64_t work_tiles, std::uint64_t sms) {
+  return p.causal && work_tiles > sms ? 2 : 1;
 }
 
 void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefill_hopper::HopperConfig& c,
@@ -304,8 +302,12 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.tiles_per_split = to_u32(tiles_per_split, "tiles_per_split");
   part.keys_per_split = to_u32(tiles_per_split * bc, "keys_per_split");
   part.workgroups_per_row = part.sequence_splits;
-  const std::uint64_t work_units =
-      splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units") : hopper_work_units(p, c);
+  part.tiles_per_unit = to_u32(splits > 1 ? 1 : hopper_tiles_per_unit(p, work_tiles, sms), "tiles_per_unit");
+  const std::uint64_t work_units = splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units")
+                                              : checked_product({div_ceil(q_tiles, std::uint64_t{part.tiles_per_unit}),
+                                                                 static_cast<std::uint64_t>(p.batch),
+                                                                 static_cast<std::uint64_t>(p.num_heads)},
+                                                                kContext, "work units");
   require(work_units <= INT32_MAX, kContext, std::to_string(work_units) + " work units do not fit 31 bits",
           "split the call into smaller batches");
   part.grid_blocks = std::min(work_units, sms);
@@ -363,8 +365,10 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                               "rounds handed out boustrophedon"
                             : " (sequence, head) pair: equal tiles, one head's K/V in L2 at a time") +
                     (p.causal && splits == 1
-                         ? "; causal: " + std::to_string(work_units) +
-                               " units of two query tiles (i-th longest + i-th shortest of one head: equal work)"
+                         ? (part.tiles_per_unit == 2
+                                ? "; causal: " + std::to_string(work_units) +
+                                      " units of two query tiles (i-th longest + i-th shortest of one head: equal work)"
+                                : "; causal: the tiles fit one wave, one tile per block (pairs would idle half the SMs)")
                          : std::string()) +
                     (splits > 1 ? "; they fill less than one wave, so keys split " + std::to_string(splits) + " ways, " +
                                       std::to_string(tiles_per_split) + " tiles each: " + std::to_string(work_units) +

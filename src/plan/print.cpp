@@ -95,6 +95,10 @@ void add_partition(Rows& rows, const WorkPartition& p) {
                                            " warps of " + std::to_string(p.warp_lanes) + ")");
   rows.emplace_back("grid", std::to_string(p.grid_blocks) + " blocks");
   rows.emplace_back("pipeline stages", std::to_string(p.pipeline_stages));
+  if (p.family == KernelFamily::kWarpSpecializedWgmma) {
+    rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
+                                             std::to_string(p.heads_per_tile_group) + " (sequence, head) pairs");
+  }
   rows.emplace_back("scratch (elements)", "q " + std::to_string(p.q_scratch_elements) + ", scores " +
                                               std::to_string(p.score_scratch_elements) + ", o acc " +
                                               std::to_string(p.o_acc_scratch_elements) + ", split reduce " +
@@ -150,7 +154,9 @@ json partition_json(const WorkPartition& p) {
           {"o_acc_scratch_elements", p.o_acc_scratch_elements},
           {"split_reduce_scratch_elements", p.split_reduce_scratch_elements},
           {"grid_blocks", p.grid_blocks},
-          {"pipeline_stages", p.pipeline_stages}};
+          {"pipeline_stages", p.pipeline_stages},
+          {"heads_per_tile_group", p.heads_per_tile_group},
+          {"tiles_per_unit", p.tiles_per_unit}};
 }
 
 json evidence_json(const Evidence& e) {

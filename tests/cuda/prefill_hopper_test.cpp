@@ -34,6 +34,9 @@ std::vector<PrefillShape> hopper_shapes() {
   const std::vector<PrefillShape> more = {
       {"hop_noncausal_ring_wraps_d128_bf16", 1, 4, 4, 128, 1000, 1000, false, kBF16, kBF16},
       {"hop_causal_persistent_gqa8_d128_bf16", 2, 16, 2, 128, 700, 900, true, kBF16, kBF16},
+      // 9 query tiles x 48 heads: 240 causal pairs, two rounds of the persistent walk (fewer tiles
+      // than SMs run unpaired, one per block: most shapes here).
+      {"hop_causal_paired_two_rounds_d128_bf16", 3, 16, 4, 128, 1030, 1030, true, kBF16, kBF16},
       {"hop_causal_d64_f16_out_f32", 1, 8, 2, 64, 520, 520, true, kF16, kF32},
       {"hop_noncausal_gqa4_d256_f16", 1, 4, 1, 256, 300, 450, false, kF16, kF16},
       {"hop_causal_window37_q_lt_kv_d128_bf16", 1, 4, 4, 128, 400, 530, true, kBF16, kBF16, 37},
@@ -93,6 +96,19 @@ TEST_P(PrefillHopper, MatchesGolden) {
   run_hopper(c, plan);
   EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << "\n" << to_table(plan);
   EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note();
+  // Unsplit causal plans run the other unit shape too (pairs of equal work, or single tiles),
+  // whichever the planner picks here: the persistent walk serves any grid.
+  if (c.problem.causal && plan.partition.sequence_splits == 1) {
+    PrefillPlan other = plan;
+    other.partition.tiles_per_unit = plan.partition.tiles_per_unit == 2 ? 1 : 2;
+    poison(c.out);
+    poison(c.lse);
+    run_hopper(c, other);
+    EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "")
+        << c.note() << " with " << other.partition.tiles_per_unit << " tile(s) per unit";
+    EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note() << " with " << other.partition.tiles_per_unit
+                                                          << " tile(s) per unit";
+  }
   // Every other compiled config of this head_dim and key tile (d64: 128- and 192-row blocks) runs
   // the same case, whichever the planner prefers for it: the plan's block shape is patched.
   for (const attnkit::cuda_prefill_hopper::HopperConfig& other : attnkit::cuda_prefill_hopper::kHopperConfigs) {

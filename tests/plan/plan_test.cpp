@@ -158,6 +158,8 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   EXPECT_EQ(plan_prefill(long_seq, h200).partition.heads_per_tile_group, 3u);
   long_seq.causal = false;  // equal tiles: one head at a time
   EXPECT_EQ(plan_prefill(long_seq, h200).partition.heads_per_tile_group, 1u);
+  EXPECT_EQ(hopper.partition.tiles_per_unit, 2u);  // causal, 1024 tiles: pairs of equal work
+  EXPECT_EQ(plan_prefill(long_seq, h200).partition.tiles_per_unit, 1u);  // non-causal: single tiles
   // Same FLOPs and bytes as the tiled family: the evidence counts the problem, not the kernel.
   const PrefillPlan tiled = plan_prefill(p, h200, KernelFamily::kCooperativeTiled);
   EXPECT_EQ(tiled.partition.family, KernelFamily::kCooperativeTiled);
@@ -300,6 +302,30 @@ TEST(Targets, CpuTargetReadsTheHost) {
 // e4m3 inputs: only the Hopper family has an fp8 kernel (hopper_config.hpp's kHopperFp8Configs),
 // so the planner takes it on sm_90 or fails; V^T is staged in the workspace, whose size the plan
 // reports exactly.
+TEST(PlanGpu, PrefillHopperPairsCausalTilesOnlyBeyondOneWave) {
+  const Target h200 = known_target("h200");  // 132 SMs
+  PrefillProblem p;  // bf16, d128, causal
+  p.num_heads = p.kv_heads = 8;
+  p.q_len = p.kv_len = 2048;  // 16 query tiles x 8 heads = 128 tiles: one wave
+  const PrefillPlan one_wave = plan_prefill(p, h200);
+  ASSERT_EQ(one_wave.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(one_wave);
+  EXPECT_EQ(one_wave.partition.tiles_per_unit, 1u) << to_table(one_wave);
+  EXPECT_EQ(one_wave.partition.grid_blocks, 128u);  // a block per tile, not 64 pairs on 132 SMs
+  EXPECT_EQ(one_wave.partition.sequence_splits, 1u);
+  p.q_len = p.kv_len = 2049;  // 17 tiles x 8 = 136 > 132: pairs again (9 per head, 72 units)
+  const PrefillPlan beyond = plan_prefill(p, h200);
+  EXPECT_EQ(beyond.partition.tiles_per_unit, 2u) << to_table(beyond);
+  EXPECT_EQ(beyond.partition.grid_blocks, 72u);
+  p.causal = false;  // equal tiles: never paired
+  EXPECT_EQ(plan_prefill(p, h200).partition.tiles_per_unit, 1u);
+  p.causal = true;
+  p.q_len = 16;  // key splits (decode-like): units are single tiles of one split
+  p.kv_len = 32768;
+  const PrefillPlan split = plan_prefill(p, h200);
+  EXPECT_GT(split.partition.sequence_splits, 1u) << to_table(split);
+  EXPECT_EQ(split.partition.tiles_per_unit, 1u);
+}
+
 TEST(PlanGpu, PrefillE4m3PlansTheHopperFp8KernelOrFails) {
   namespace hop = cuda_prefill_hopper;
   const Target h200 = known_target("h200");

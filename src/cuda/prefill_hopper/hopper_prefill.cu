@@ -111,7 +111,7 @@ void launch_any(const HopperParams& hp, const HopperConfig& config, std::uint64_
 
 void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype, DType out_dtype,
                            const HopperConfig& config, std::uint64_t grid_blocks, std::uint32_t heads_per_group,
-                           Workspace workspace, void* stream) {
+                           std::uint32_t tiles_per_unit, Workspace workspace, void* stream) {
   const bool fp8 = dtype == DType::kE4M3;
   require(dtype == DType::kBF16 || dtype == DType::kF16 || fp8, kContext, "inputs are " + std::string(dtype_name(dtype)),
           "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
@@ -136,8 +136,12 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.total_tiles = static_cast<int>(total);
   const int pairs = p.num_heads * p.batch;  // (sequence, head) pairs
   hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
-  // Causal: equal work per unit (hopper_prefill.cuh); key splits: single tiles, one per split.
-  hp.tiles_per_unit = p.causal && p.splits == 1 ? 2 : 1;
+  // The plan's units: causal pairs of equal work (hopper_prefill.cuh), or single tiles (one per
+  // split with key splits).
+  require(tiles_per_unit == 1 || (tiles_per_unit == 2 && p.causal && p.splits == 1), kContext,
+          "the plan asks for " + std::to_string(tiles_per_unit) + " query tiles per unit",
+          "plan again with plan_prefill (units are single tiles, or causal pairs without key splits)");
+  hp.tiles_per_unit = static_cast<int>(tiles_per_unit);
   const std::int64_t units_per_pair =
       hp.tiles_per_unit == 2 ? (hp.m_tiles + 1) / 2 : static_cast<std::int64_t>(hp.m_tiles) * p.splits;
   require(units_per_pair * pairs <= INT32_MAX, kContext, "too many work units (" + std::to_string(units_per_pair * pairs) + ")",
