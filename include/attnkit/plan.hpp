@@ -91,6 +91,9 @@ struct WorkPartition {
   // Query tiles per unit of the persistent walk: 2 pairs a causal problem's i-th longest and i-th
   // shortest tiles of one (sequence, head) (equal work per unit); 1 where the tiles fit one wave.
   std::uint32_t tiles_per_unit = 1;
+  // Query heads per query tile: > 1 packs a GQA group's heads (q_len rows each) into one tile, so
+  // short queries (speculative decoding, chunk tails) fill the tile's rows with work.
+  std::uint32_t packed_heads = 1;
 };
 
 // Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).

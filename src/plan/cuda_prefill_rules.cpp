@@ -245,10 +245,16 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   const bool fp8 = is_fp8(p.dtype);
   const std::uint64_t rows = static_cast<std::uint64_t>(hop::rows_per_block(c));
   const std::uint64_t bc = static_cast<std::uint64_t>(c.keys_per_tile);
-  const std::uint64_t q_tiles = div_ceil(static_cast<std::uint64_t>(p.q_len), rows);
+  // GQA packing: where a group's queries fit one tile (q_len x group <= rows: speculative decoding,
+  // short chunks), the group's heads share the tile instead of each padding a tile of its own, so
+  // a KV head's tiles are read and multiplied once, not group times.
+  const bool packed = !fp8 && p.group_size() > 1 && static_cast<std::uint64_t>(p.q_len * p.group_size()) <= rows;
+  const std::uint64_t q_tiles = packed ? 1 : div_ceil(static_cast<std::uint64_t>(p.q_len), rows);
   const std::uint64_t kv_tiles = div_ceil(static_cast<std::uint64_t>(p.kv_len), bc);
-  const std::uint64_t work_tiles = checked_product(
-      {q_tiles, static_cast<std::uint64_t>(p.batch), static_cast<std::uint64_t>(p.num_heads)}, kContext, "work tiles");
+  const std::uint64_t tile_pairs = checked_mul(static_cast<std::uint64_t>(p.batch),
+                                               static_cast<std::uint64_t>(packed ? p.kv_heads : p.num_heads), kContext,
+                                               "(sequence, head) pairs");  // packed: (sequence, KV head)
+  const std::uint64_t work_tiles = checked_mul(q_tiles, tile_pairs, kContext, "work tiles");
   require(work_tiles <= INT32_MAX, kContext, std::to_string(work_tiles) + " work tiles do not fit 31 bits",
           "split the call into smaller batches");
   const std::uint64_t sms = sm_count_of(t);
@@ -302,12 +308,11 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   part.tiles_per_split = to_u32(tiles_per_split, "tiles_per_split");
   part.keys_per_split = to_u32(tiles_per_split * bc, "keys_per_split");
   part.workgroups_per_row = part.sequence_splits;
-  part.tiles_per_unit = to_u32(splits > 1 ? 1 : hopper_tiles_per_unit(p, work_tiles, sms), "tiles_per_unit");
-  const std::uint64_t work_units = splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units")
-                                              : checked_product({div_ceil(q_tiles, std::uint64_t{part.tiles_per_unit}),
-                                                                 static_cast<std::uint64_t>(p.batch),
-                                                                 static_cast<std::uint64_t>(p.num_heads)},
-                                                                kContext, "work units");
+  part.packed_heads = packed ? to_u32(static_cast<std::uint64_t>(p.group_size()), "packed_heads") : 1;
+  part.tiles_per_unit = to_u32(splits > 1 || packed ? 1 : hopper_tiles_per_unit(p, work_tiles, sms), "tiles_per_unit");
+  const std::uint64_t work_units =
+      splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units")
+                 : checked_mul(div_ceil(q_tiles, std::uint64_t{part.tiles_per_unit}), tile_pairs, kContext, "work units");
   require(work_units <= INT32_MAX, kContext, std::to_string(work_units) + " work units do not fit 31 bits",
           "split the call into smaller batches");
   part.grid_blocks = std::min(work_units, sms);
@@ -318,12 +323,11 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   constexpr std::uint64_t kL2GroupBytes = 24ull << 20;
   const std::uint64_t kv_head_bytes = std::max<std::uint64_t>(
       1, 2ull * static_cast<std::uint64_t>(p.kv_len) * static_cast<std::uint64_t>(p.head_dim) * dtype_size(p.dtype));
-  const std::uint64_t pairs = static_cast<std::uint64_t>(p.batch) * static_cast<std::uint64_t>(p.num_heads);
   // Without a mask every tile costs the same: one head at a time is the tightest L2 reuse
   // (measured: d128 2k-16k non-causal 572-609 TFLOP/s against 522-604 with 24 MiB groups).
   const bool uneven = p.causal || p.options.window > 0;
   part.heads_per_tile_group =
-      uneven ? to_u32(std::clamp<std::uint64_t>(kL2GroupBytes / kv_head_bytes, 1, pairs), "heads_per_tile_group") : 1;
+      uneven ? to_u32(std::clamp<std::uint64_t>(kL2GroupBytes / kv_head_bytes, 1, tile_pairs), "heads_per_tile_group") : 1;
   reasons.push_back("warp_specialized_wgmma (Hopper sm_90): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
                     std::to_string(p.head_dim) + " has a Hopper " + (fp8 ? "fp8 " : "") + "config, no soft-cap");
   if (fp8) {
@@ -374,8 +378,18 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                                       std::to_string(tiles_per_split) + " tiles each: " + std::to_string(work_units) +
                                       " units, split states merged after"
                                 : "; no key split"));
-  reasons.push_back("GQA heads are not packed into one query tile: each query head's tile reads its KV head (group " +
-                    std::to_string(p.group_size()) + " re-reads come from L2)");
+  if (packed) {
+    reasons.push_back("GQA packing: the " + std::to_string(p.group_size()) + " query heads of a KV group share one " +
+                      std::to_string(rows) + "-row tile (" + std::to_string(p.q_len) + " rows each), so each KV head's " +
+                      "keys are multiplied once, not " + std::to_string(p.group_size()) + " times");
+  } else {
+    reasons.push_back("GQA heads are not packed into one query tile" +
+                      std::string(p.group_size() > 1 ? " (q_len x group > " + std::to_string(rows) + " rows" +
+                                                           (fp8 ? ", or e4m3 inputs" : "") + ")"
+                                                     : "") +
+                      ": each query head's tile reads its KV head (group " + std::to_string(p.group_size()) +
+                      " re-reads come from L2)");
+  }
   if (p.causal || p.options.window > 0) {
     reasons.push_back("key tiles no row of the block sees are never loaded; only tiles a warpgroup cannot fully see are masked");
   }

@@ -97,7 +97,10 @@ void add_partition(Rows& rows, const WorkPartition& p) {
   rows.emplace_back("pipeline stages", std::to_string(p.pipeline_stages));
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
-                                             std::to_string(p.heads_per_tile_group) + " (sequence, head) pairs");
+                                             std::to_string(p.heads_per_tile_group) + " (sequence, head) pairs" +
+                                             (p.packed_heads > 1 ? ", " + std::to_string(p.packed_heads) +
+                                                                       " GQA heads packed per tile"
+                                                                 : std::string()));
   }
   rows.emplace_back("scratch (elements)", "q " + std::to_string(p.q_scratch_elements) + ", scores " +
                                               std::to_string(p.score_scratch_elements) + ", o acc " +
@@ -156,7 +159,8 @@ json partition_json(const WorkPartition& p) {
           {"grid_blocks", p.grid_blocks},
           {"pipeline_stages", p.pipeline_stages},
           {"heads_per_tile_group", p.heads_per_tile_group},
-          {"tiles_per_unit", p.tiles_per_unit}};
+          {"tiles_per_unit", p.tiles_per_unit},
+          {"packed_heads", p.packed_heads}};
 }
 
 json evidence_json(const Evidence& e) {

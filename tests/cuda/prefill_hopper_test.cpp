@@ -62,6 +62,16 @@ std::vector<PrefillShape> hopper_shapes() {
       {"hop_split_causal_window300_d64_bf16", 1, 4, 4, 64, 130, 4100, true, kBF16, kBF16, 300},
       {"hop_split_ragged_causal_d128_bf16", 3, 4, 2, 128, 200, 2600, true, kBF16, kBF16, 0, 0.0f, 1.0f,
        {{200, 2600}, {1, 1}, {57, 1900}}},
+      // GQA packing (q_len x group fits a tile: the group's heads share it): one query row, a
+      // window, f32 out, a full tile without key splits, an odd group, a ragged batch whose rows
+      // past a sequence's queries belong to the next one.
+      {"hop_packed_q1_gqa4_causal_d128_bf16", 2, 8, 2, 128, 1, 3000, true, kBF16, kBF16},
+      {"hop_packed_q5_gqa8_window40_d64_bf16", 1, 16, 2, 64, 5, 777, true, kBF16, kBF16, 40},
+      {"hop_packed_q16_gqa4_noncausal_d256_f16_out_f32", 2, 8, 2, 256, 16, 500, false, kF16, kF32},
+      {"hop_packed_q32_gqa4_causal_square_d128_bf16", 1, 8, 2, 128, 32, 32, true, kBF16, kBF16},
+      {"hop_packed_q7_gqa3_causal_window20_d128_f16", 2, 6, 2, 128, 7, 200, true, kF16, kF16, 20},
+      {"hop_packed_ragged_causal_gqa4_d128_bf16", 3, 8, 2, 128, 12, 900, true, kBF16, kBF16, 0, 0.0f, 1.0f,
+       {{12, 900}, {1, 1}, {7, 300}}},
   };
   shapes.insert(shapes.end(), more.begin(), more.end());
   return shapes;
@@ -96,6 +106,17 @@ TEST_P(PrefillHopper, MatchesGolden) {
   run_hopper(c, plan);
   EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << "\n" << to_table(plan);
   EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note();
+  // GQA-packed plans run unpacked too (a tile per head); the packed shapes must plan packed.
+  if (c.shape.name.rfind("hop_packed", 0) == 0) EXPECT_GT(plan.partition.packed_heads, 1u) << to_table(plan);
+  if (plan.partition.packed_heads > 1) {
+    PrefillPlan unpacked = plan;
+    unpacked.partition.packed_heads = 1;
+    poison(c.out);
+    poison(c.lse);
+    run_hopper(c, unpacked);
+    EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << " unpacked";
+    EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note() << " unpacked";
+  }
   // Unsplit causal plans run the other unit shape too (pairs of equal work, or single tiles),
   // whichever the planner picks here: the persistent walk serves any grid.
   if (c.problem.causal && plan.partition.sequence_splits == 1) {
@@ -119,6 +140,8 @@ TEST_P(PrefillHopper, MatchesGolden) {
     }
     PrefillPlan patched = plan;
     patched.partition.rows_per_block = rows;
+    // A packed group must fit the patched block (else its heads run a tile each).
+    if (c.problem.q_len * c.problem.group_size() > static_cast<std::int64_t>(rows)) patched.partition.packed_heads = 1;
     patched.partition.workgroup_lanes = static_cast<std::uint32_t>(attnkit::cuda_prefill_hopper::threads_per_block(other.consumer_warpgroups));
     patched.partition.warps_per_block = patched.partition.workgroup_lanes / 32;
     poison(c.out);  // poisoned again, so the second run must write every element

@@ -234,13 +234,16 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   sliver.q_len = 16;
   sliver.kv_len = 32768;
   EXPECT_EQ(family(sliver, h200), KernelFamily::kWarpSpecializedWgmma);
-  EXPECT_EQ(plan_prefill(sliver, h200).partition.sequence_splits, 16u);  // 8 x 16 = 128 units: one round
-  // 4 sequences x 32 heads of 16 rows: 128 work tiles fill 97% of the wave, so no split (in two it
-  // ran 64 against 56 us); 64 tiles split in two (one round of 128 units), not three (two rounds).
+  // GQA-packed (4 heads x 16 rows in one tile): 2 work tiles x 64 splits = 128 units, one round.
+  EXPECT_EQ(plan_prefill(sliver, h200).partition.packed_heads, 4u);
+  EXPECT_EQ(plan_prefill(sliver, h200).partition.sequence_splits, 64u);
+  // 4 sequences x 32 heads of 16 rows (no GQA: nothing to pack): 128 work tiles fill 97% of the
+  // wave, so no split (in two it ran 64 against 56 us); 64 tiles split in two (one round of 128
+  // units), not three (two rounds).
   PrefillProblem nearly_full = sliver;
   nearly_full.batch = 4;
   nearly_full.num_heads = 32;
-  nearly_full.kv_heads = 8;
+  nearly_full.kv_heads = 32;
   nearly_full.kv_len = 4096;
   EXPECT_EQ(plan_prefill(nearly_full, h200).partition.sequence_splits, 1u);
   nearly_full.batch = 2;
@@ -324,6 +327,31 @@ TEST(PlanGpu, PrefillHopperPairsCausalTilesOnlyBeyondOneWave) {
   const PrefillPlan split = plan_prefill(p, h200);
   EXPECT_GT(split.partition.sequence_splits, 1u) << to_table(split);
   EXPECT_EQ(split.partition.tiles_per_unit, 1u);
+}
+
+TEST(PlanGpu, PrefillHopperPacksGqaGroupsWhoseQueriesFitOneTile) {
+  const Target h200 = known_target("h200");
+  PrefillProblem p;  // bf16, d128, 32 query / 8 KV heads, causal: 128-row tiles
+  p.q_len = 16;
+  p.kv_len = 32768;
+  const PrefillPlan packed = plan_prefill(p, h200);
+  ASSERT_EQ(packed.partition.family, KernelFamily::kWarpSpecializedWgmma) << to_table(packed);
+  EXPECT_EQ(packed.partition.packed_heads, 4u) << to_table(packed);  // 4 heads x 16 rows = 64 rows
+  EXPECT_EQ(packed.partition.tiles_per_unit, 1u);
+  // 8 work tiles (one per KV head) against 256 key tiles: split so one round fills the SMs.
+  EXPECT_EQ(packed.partition.grid_blocks, std::min<std::uint64_t>(132, 8ull * packed.partition.sequence_splits));
+  EXPECT_GT(packed.partition.sequence_splits, 8u);
+  p.q_len = 32;  // 4 x 32 = 128 rows: still one tile
+  EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 4u);
+  p.q_len = 33;  // 132 rows: one head per tile again
+  EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 1u);
+  p.q_len = 1;
+  p.kv_heads = 32;  // no GQA: nothing to pack
+  EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 1u);
+  p.kv_heads = 8;
+  p.dtype = DType::kE4M3;  // the e4m3 kernel has no packing
+  p.out_dtype = DType::kBF16;
+  EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 1u);
 }
 
 TEST(PlanGpu, PrefillE4m3PlansTheHopperFp8KernelOrFails) {

@@ -20,8 +20,9 @@ namespace {
 constexpr const char* kContext = "cuda::prefill (hopper)";
 
 // A 4-D map (D, rows, heads, batch) of a [batch, heads, rows, D] view, boxes of one 128-byte
-// swizzled row chunk x box_rows rows; rows past the end read as zeros.
-CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char* name) {
+// swizzled row chunk x box_rows rows x box_heads heads (GQA-packed Q tiles: a group's heads, which
+// land in shared memory as box_heads x box_rows consecutive rows); rows past the end read as zeros.
+CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char* name, int box_heads = 1) {
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(v.shape[3]), static_cast<cuuint64_t>(v.shape[2]),
                               static_cast<cuuint64_t>(v.shape[1]), static_cast<cuuint64_t>(v.shape[0])};
@@ -46,7 +47,8 @@ CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char*
   spec.data = v.data;
   spec.dims = {dims[0], dims[1], dims[2], dims[3]};
   spec.byte_strides = {strides[0], strides[1], strides[2]};
-  spec.box = {static_cast<std::uint32_t>(128 / elem), static_cast<std::uint32_t>(box_rows), 1, 1};
+  spec.box = {static_cast<std::uint32_t>(128 / elem), static_cast<std::uint32_t>(box_rows),
+              static_cast<std::uint32_t>(box_heads), 1};
   spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
   return cuda_common::make_tensor_map_4d(spec, kContext, name);
 }
@@ -111,7 +113,8 @@ void launch_any(const HopperParams& hp, const HopperConfig& config, std::uint64_
 
 void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype, DType out_dtype,
                            const HopperConfig& config, std::uint64_t grid_blocks, std::uint32_t heads_per_group,
-                           std::uint32_t tiles_per_unit, Workspace workspace, void* stream) {
+                           std::uint32_t tiles_per_unit, std::uint32_t packed_heads, Workspace workspace,
+                           void* stream) {
   const bool fp8 = dtype == DType::kE4M3;
   require(dtype == DType::kBF16 || dtype == DType::kF16 || fp8, kContext, "inputs are " + std::string(dtype_name(dtype)),
           "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
@@ -129,12 +132,23 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   for (int d = 0; d < 3; ++d) vec16 = vec16 && (t.out.strides[d] % 8 == 0 || t.out.shape[d] == 1);
   hp.out_vec16 = vec16 ? 1 : 0;
   const int rows = rows_per_block(config);
-  hp.m_tiles = (p.q_len + rows - 1) / rows;
-  const std::int64_t total = static_cast<std::int64_t>(hp.m_tiles) * p.num_heads * p.batch;
+  // GQA packing (the plan's): one tile holds a group's heads x q_len query rows, a work tile's
+  // "head" is its KV head.
+  const bool packed = packed_heads > 1;
+  require(!packed || (static_cast<int>(packed_heads) == p.group_size && !fp8 && p.q_len * p.group_size <= rows),
+          kContext, "the plan packs " + std::to_string(packed_heads) + " heads of q_len " + std::to_string(p.q_len) +
+                        " into " + std::to_string(rows) + "-row tiles (group " + std::to_string(p.group_size) + ")",
+          "plan again with plan_prefill (it packs a whole group, 16-bit inputs, q_len x group <= rows per tile)");
+  const int tile_heads = packed ? p.num_heads / p.group_size : p.num_heads;
+  hp.packed_rows = packed ? p.q_len : 0;
+  hp.packed_div = cuda_common::FastDivider(static_cast<std::uint32_t>(packed ? p.q_len : 1));
+  hp.q_tile_bytes = static_cast<std::uint32_t>((packed ? p.q_len * p.group_size : rows) * p.head_dim * dtype_size(dtype));
+  hp.m_tiles = packed ? 1 : (p.q_len + rows - 1) / rows;
+  const std::int64_t total = static_cast<std::int64_t>(hp.m_tiles) * tile_heads * p.batch;
   require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
           "split the call into smaller batches");
   hp.total_tiles = static_cast<int>(total);
-  const int pairs = p.num_heads * p.batch;  // (sequence, head) pairs
+  const int pairs = tile_heads * p.batch;  // (sequence, head) pairs; packed: (sequence, KV head)
   hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
   // The plan's units: causal pairs of equal work (hopper_prefill.cuh), or single tiles (one per
   // split with key splits).
@@ -152,10 +166,10 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
   hp.last_group = (pairs - 1) / hp.heads_per_group;
   hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(pairs - hp.last_group * hp.heads_per_group));
-  hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(p.num_heads));
+  hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(tile_heads));
   hp.m_tiles_div = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.m_tiles));
   // Every descriptor is made (and every tensor checked) before anything runs.
-  hp.q_map = make_map(t.q, dtype, rows, "q");
+  hp.q_map = packed ? make_map(t.q, dtype, p.q_len, "q", p.group_size) : make_map(t.q, dtype, rows, "q");
   hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (!fp8) {

@@ -30,7 +30,9 @@
 //          barriers, so each one's softmax runs under the others' matrix work; inside a
 //          warpgroup S of tile j+1 and P V of tile j are issued together (its softmax of tile j+1
 //          follows both: see the key loop).
-//          GQA: head h reads KV head h / group_size.
+//          GQA: head h reads KV head h / group_size. Where a group's queries fit one tile (the
+//          plan's packed_heads, 16-bit inputs), the tile holds the group's heads x q_len rows (one
+//          Q box of q_len rows x group heads) and its work tile is the KV head's.
 // Masks:   causal bottom-right aligned, sliding window: tiles no row of the block sees are never
 //          loaded; only tiles some row of the warpgroup cannot fully see pay for the mask.
 //          Masked keys get probability 0; rows with no visible key write 0 and LSE -inf.
@@ -82,6 +84,12 @@ struct HopperParams {
   float v_scale;
   int out_bf16;
   int out_vec16;  // 16-bit out whose rows all start 16-byte aligned: whole-block stores
+  // GQA packing (the plan's packed_heads > 1): a query tile holds the group's heads x packed_rows
+  // query rows (row r: head r / packed_rows of the group, query row r % packed_rows), and a work
+  // tile's "head" is its KV head; 0: a tile holds one head's rows.
+  int packed_rows;
+  cuda_common::FastDivider packed_div;  // by packed_rows (1 when unpacked)
+  std::uint32_t q_tile_bytes;           // bytes one Q tile's boxes bring
 };
 
 // A work tile: the (sequence, head) pair bh = b * num_heads + h, its query tile counted from the
@@ -120,7 +128,7 @@ __device__ inline WorkTile work_tile(const HopperParams& hp, TileCoord t) {
   const PrefillParams& p = hp.p;
   WorkTile w;
   w.b = hp.heads.quotient(t.bh);
-  w.h = t.bh - w.b * p.num_heads;
+  w.h = t.bh - w.b * static_cast<int>(hp.heads.divisor);  // the KV head when packed
   w.m0 = (hp.m_tiles - 1 - t.m_rev) * Br;
   w.split = t.split;
   w.e = cuda_prefill::sequence_extent(p, w.b);
@@ -254,15 +262,16 @@ struct RowState {
   float l[2];  // running sum of this thread's columns
 };
 
-// Masks S (this thread's entries) to the keys rows `pos0` and `pos0 + 8` may see. 32-bit
-// arithmetic: the planner keeps lengths <= 2^30, and the window is clamped to what can matter.
+// Masks S (this thread's entries) to the keys its two rows (query positions pos[0], pos[1]) may
+// see. 32-bit arithmetic: the planner keeps lengths <= 2^30, and the window is clamped to what can
+// matter.
 template <int Bc>
-__device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillParams& p, int kv_len, int pos0, int key0,
-                                            int c) {
+__device__ __forceinline__ void mask_scores(float (&s)[Bc / 2], const PrefillParams& p, int kv_len, const int (&pos_of)[2],
+                                            int key0, int c) {
   const int window = static_cast<int>(cuda_prefill::min_i64(p.window, std::int64_t{1} << 30));
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
-    const int pos = pos0 + hr * 8;
+    const int pos = pos_of[hr];
     const int hi = p.causal ? min(kv_len - 1, pos) : kv_len - 1;
     const int lo = window > 0 ? max(0, pos - window + 1) : 0;
     // Relative to this lane's first column, clamped to the tile (the compares below stay small).
@@ -384,8 +393,12 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // 16-bit with 16-byte aligned rows; else (f32 out, split states, e4m3, d64, d256) from registers. d64's
   // 128-row blocks could take it too, but ran 5-6% slower with it at causal 512-1k.
   constexpr bool kStagedO = !kFp8 && D == 128 && Br <= Bc;
-  const bool staged_o = kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1;
+  const bool staged_o =
+      kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1 && hp.packed_rows == 0;
   constexpr bool kLazyRescale = lazy_rescale<D, In>();
+  // GQA packing: 16-bit inputs only (the plan's rule), so the e4m3 kernels compile without it (their
+  // d256 key loop has no register to spare).
+  const int packed_rows = kFp8 ? 0 : hp.packed_rows;
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
@@ -430,14 +443,15 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       if (t.bh < 0) continue;
       const WorkTile w = work_tile<Bc, Br>(hp, t);
       if (!w.active || w.tile_lo >= w.tile_hi) continue;
-      const int kvh = w.h / p.group_size;
+      const int kvh = packed_rows > 0 ? w.h : w.h / p.group_size;
+      const int q_head = packed_rows > 0 ? w.h * p.group_size : w.h;  // packed: the group's first head
       const int q_row = static_cast<int>(w.e.q_start + w.m0);
       const int batch = static_cast<int>(w.e.q_base_batch);
       mbar_wait(q_empty, (q_iter & 1) ^ 1);
-      mbar_arrive_expect_tx(q_full, kQBytes);
+      mbar_arrive_expect_tx(q_full, hp.q_tile_bytes);
 #pragma unroll
       for (int c = 0; c < Chunks; ++c) {
-        tma_load_4d(s_q + c * kQChunkBytes, &hp.q_map, q_full, c * kChunkElems, q_row, w.h, batch);
+        tma_load_4d(s_q + c * kQChunkBytes, &hp.q_map, q_full, c * kChunkElems, q_row, q_head, batch);
       }
       ++q_iter;
       for (int j = w.tile_lo; j < w.tile_hi; ++j, ++kv_iter) {
@@ -497,7 +511,15 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     const int rows_here = min(Br, w.e.q_len - w.m0);
     // Positions fit 32 bits (kv_len is an int); the key loop keeps only 32-bit state, so that d256
     // (O alone is 128 registers) does not spill inside it.
-    const int pos0 = w.m0 + row0 + w.e.kv_len - w.e.q_len;
+    // The query positions of this thread's rows (row0, row0 + 8): with GQA packing row r is query
+    // row r % packed_rows (of head r / packed_rows of the group).
+    int pos[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = row0 + 8 * hr;
+      const int q_row = packed_rows > 0 ? r - static_cast<int>(hp.packed_div.quotient(r)) * packed_rows : r;
+      pos[hr] = w.m0 + q_row + w.e.kv_len - w.e.q_len;
+    }
 
     float o[D / 2];
 #pragma unroll
@@ -510,10 +532,12 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       // the sequence and every row of the warpgroup sees all of it.
       int free_lo, free_hi;
       {
-        const std::int64_t wg_first = static_cast<std::int64_t>(w.m0) + cw * 64 + w.e.kv_len - w.e.q_len;
+        // The warpgroup's first and last query positions (packed: its rows span the tile's query rows).
+        const int wg_row = packed_rows > 0 ? 0 : cw * 64, wg_rows = packed_rows > 0 ? packed_rows : 64;
+        const std::int64_t wg_first = static_cast<std::int64_t>(w.m0) + wg_row + w.e.kv_len - w.e.q_len;
         std::int64_t last_key0 = w.e.kv_len - Bc;  // the largest unmasked tile start
         if (p.causal) last_key0 = cuda_prefill::min_i64(last_key0, wg_first - Bc + 1);
-        const std::int64_t first_key0 = p.window > 0 ? wg_first + 63 - p.window + 1 : 0;
+        const std::int64_t first_key0 = p.window > 0 ? wg_first + wg_rows - 1 - p.window + 1 : 0;
         const auto floor_div = [](std::int64_t a) { return a >= 0 ? a / Bc : -((-a + Bc - 1) / Bc); };
         free_hi = static_cast<int>(cuda_prefill::max_i64(-1, floor_div(last_key0) - w.tile_lo));
         free_lo = static_cast<int>(cuda_prefill::min_i64(n, cuda_prefill::max_i64(0, -floor_div(-first_key0) - w.tile_lo)));
@@ -561,7 +585,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           mbar_arrive(staged_o && n == 1 ? o_slot_free : &k_empty[stage]);
           if (n == 1) mbar_arrive(q_empty);
         }
-        if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, w.tile_lo * Bc, c);
+        if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
         softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
         scores_to_a<Bc, In>(s, pf);
       }
@@ -585,7 +609,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           mbar_arrive(staged_o && it == n - 1 ? o_slot_free : &k_empty[stage]);
           if (it == n - 1) mbar_arrive(q_empty);
         }
-        if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos0, (w.tile_lo + it) * Bc, c);
+        if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos, (w.tile_lo + it) * Bc, c);
         // ptxas places the P V wait above this softmax (it has no data dependence on it), so the
         // softmax runs beside the other warpgroups' matrix work, not beside this one's P V. Held
         // above the wait (a never-taken branch) it measured 0-10% slower: the warpgroups'
@@ -682,18 +706,26 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = e_row0 + hr * 8;
-      const bool valid = r < rows_here;  // the same for a quad's four lanes
+      // Row r's query row and head (GQA packing: head r / packed_rows of the group; rows past the
+      // group's are padding).
+      int q_row = r, head = w.h;
+      if (packed_rows > 0) {
+        const int in_group = static_cast<int>(hp.packed_div.quotient(r));
+        q_row = r - in_group * packed_rows;
+        head = in_group < p.group_size ? w.h * p.group_size + in_group : -1;
+      }
+      const bool valid = q_row < rows_here && head >= 0;  // the same for a quad's four lanes
       if (!kBlockStores && !valid) continue;
       const float l = st.l[hr];
       const bool any = l > 0.0f;
       const float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
-      const std::int64_t row = w.e.q_start + w.m0 + r;
-      const std::int64_t out_off = w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride + row * p.o_row_stride;
+      const std::int64_t row = w.e.q_start + w.m0 + q_row;
+      const std::int64_t out_off = w.e.q_base_batch * p.o_batch_stride + head * p.o_head_stride + row * p.o_row_stride;
       // Key splits: this split's normalised state, row [split][head][workspace row] of the
       // workspace (f32), which the merge combines by LSE.
       const bool split_state = p.splits > 1;
       const std::int64_t state_row =
-          (static_cast<std::int64_t>(w.split) * p.num_heads + w.h) * p.workspace_rows + w.e.workspace_row0 + w.m0 + r;
+          (static_cast<std::int64_t>(w.split) * p.num_heads + head) * p.workspace_rows + w.e.workspace_row0 + w.m0 + q_row;
       if (split_state || p.out_kind == OutKind::kF32) {
         float* dst = split_state ? p.partial_out + state_row * D : static_cast<float*>(p.out) + out_off;
 #pragma unroll
@@ -719,7 +751,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         if (split_state) {
           p.partial_lse[state_row] = row_lse(hr);
         } else if (p.lse != nullptr) {
-          p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + row * p.lse_row_stride] = row_lse(hr);
+          p.lse[w.e.q_base_batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride] = row_lse(hr);
         }
       }
     }
