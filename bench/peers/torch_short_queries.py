@@ -62,7 +62,7 @@ def render(attnkit_paths, torch_path, out):
         for r in doc["rows"]:
             if r.get("impl") == "read-ceiling":
                 ceiling = r["ceiling_value"]
-            elif r.get("impl") == "attnkit" and r.get("timing", "event") == "event" and "q_len" in r:
+            elif r.get("impl") == "attnkit" and r.get("timing", "events").startswith("event") and "q_len" in r:
                 if r.get("op") == "prefill":
                     ours[(r["batch"], r["q_len"], r["kv_len"])] = r
                 elif r.get("op") == "decode":  # the split-KV decode kernel on the q_len 1 problem
