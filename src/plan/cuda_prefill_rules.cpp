@@ -384,9 +384,9 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                       "keys are multiplied once, not " + std::to_string(p.group_size()) + " times");
   } else {
     reasons.push_back("GQA heads are not packed into one query tile" +
-                      std::string(p.group_size() > 1 ? " (q_len x group > " + std::to_string(rows) + " rows" +
-                                                           (fp8 ? ", or e4m3 inputs" : "") + ")"
-                                                     : "") +
+                      std::string(p.group_size() == 1 ? ""
+                                  : fp8         ? " (the e4m3 kernel does not pack)"
+                                                : " (q_len x group > " + std::to_string(rows) + " rows)") +
                       ": each query head's tile reads its KV head (group " + std::to_string(p.group_size()) +
                       " re-reads come from L2)");
   }
