@@ -213,15 +213,24 @@ double padded_tile_work(const PrefillProblem& p, const cuda_prefill_hopper::Hopp
   return static_cast<double>(padded_tile_rows(p, c)) * cuda_prefill_hopper::rows_per_block(c);
 }
 
+// Whether a config's query tile holds a whole GQA group's queries (partition_hopper then packs
+// the group's heads into one tile).
+bool packs_gqa_group(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
+  return p.group_size() > 1 && p.q_len * p.group_size() <= cuda_prefill_hopper::rows_per_block(c);
+}
+
 // The Hopper config for the problem's head_dim with the least padded tile work per unit of speed
-// (nullptr: none compiled for that head_dim). The loop over query blocks is O(q_len / 128).
+// (nullptr: none compiled for that head_dim). A config that packs the GQA group beats one that does
+// not (packing divides the tiles by the group; d64: 160 rows of a group of 8 fit a 192-row block,
+// not a 128-row one). The loop over query blocks is O(q_len / 128).
 const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProblem& p) {
   const cuda_prefill_hopper::HopperConfig* best = nullptr;
   double best_cost = 0;
   for (const cuda_prefill_hopper::HopperConfig& c : cuda_prefill_hopper::kHopperConfigs) {
     if (c.head_dim != p.head_dim) continue;
     const double cost = padded_tile_work(p, c) / c.relative_rate;
-    if (best == nullptr || cost < best_cost) {
+    const bool packs = packs_gqa_group(p, c), best_packs = best != nullptr && packs_gqa_group(p, *best);
+    if (best == nullptr || packs > best_packs || (packs == best_packs && cost < best_cost)) {
       best = &c;
       best_cost = cost;
     }
@@ -248,7 +257,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   // GQA packing: where a group's queries fit one tile (q_len x group <= rows: speculative decoding,
   // short chunks), the group's heads share the tile instead of each padding a tile of its own, so
   // a KV head's tiles are read and multiplied once, not group times.
-  const bool packed = !fp8 && p.group_size() > 1 && static_cast<std::uint64_t>(p.q_len * p.group_size()) <= rows;
+  const bool packed = !fp8 && packs_gqa_group(p, c);
   const std::uint64_t q_tiles = packed ? 1 : div_ceil(static_cast<std::uint64_t>(p.q_len), rows);
   const std::uint64_t kv_tiles = div_ceil(static_cast<std::uint64_t>(p.kv_len), bc);
   const std::uint64_t tile_pairs = checked_mul(static_cast<std::uint64_t>(p.batch),

@@ -345,6 +345,18 @@ TEST(PlanGpu, PrefillHopperPacksGqaGroupsWhoseQueriesFitOneTile) {
   EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 4u);
   p.q_len = 33;  // 132 rows: one head per tile again
   EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 1u);
+  // d64, a group of 8: 20 rows each (160) fit a 192-row block of three consumer warpgroups, not a
+  // 128-row one, so the planner takes the block that packs; 16 rows each (128) fit both: the smaller.
+  PrefillProblem d64 = p;
+  d64.head_dim = 64;
+  d64.kv_heads = 4;
+  d64.q_len = 20;
+  const PrefillPlan d64_packed = plan_prefill(d64, h200);
+  EXPECT_EQ(d64_packed.partition.rows_per_block, 192u) << to_table(d64_packed);
+  EXPECT_EQ(d64_packed.partition.packed_heads, 8u);
+  d64.q_len = 16;
+  EXPECT_EQ(plan_prefill(d64, h200).partition.rows_per_block, 128u);
+  EXPECT_EQ(plan_prefill(d64, h200).partition.packed_heads, 8u);
   p.q_len = 1;
   p.kv_heads = 32;  // no GQA: nothing to pack
   EXPECT_EQ(plan_prefill(p, h200).partition.packed_heads, 1u);
