@@ -9,7 +9,8 @@ tag = sys.argv[1] if len(sys.argv) > 1 else ""
 for r in d["rows"]:
     if "impl" in r:  # attnkit bench
         if r.get("skipped"): continue
-        print(f"{tag} {r['impl'][:12]:12} {r.get('dtype','')} b{r.get('batch','')} kv{r.get('kv_len','')} {r.get('timing','')[:5]} {r['median_s']*1e6:9.2f} us")
+        shape = f"d{r['head_dim']} h{r.get('num_heads','')} {'c' if r.get('causal') else 'nc'} " if r.get("op") == "prefill" else ""
+        print(f"{tag} {r['impl'][:12]:12} {shape}{r.get('dtype','')} b{r.get('batch','')} kv{r.get('kv_len','')} {r.get('timing','')[:5]} {r['median_s']*1e6:9.2f} us")
     else:  # paged bench
         def us(k): return f"{r[k]['median_s']*1e6:8.1f}" if k in r and isinstance(r[k], dict) and 'median_s' in r[k] else "       -"
         keys = [k for k in r if isinstance(r[k], dict) and "median_s" in r[k]]

@@ -88,8 +88,9 @@ struct WorkPartition {
   // Persistent schedules (warp_specialized_wgmma): (sequence, head) pairs whose query tiles are
   // interleaved, longest first, before the next group starts (sized so their K/V stays in L2).
   std::uint32_t heads_per_tile_group = 1;
-  // Query tiles per unit of the persistent walk: 2 pairs a causal problem's i-th longest and i-th
-  // shortest tiles of one (sequence, head) (equal work per unit); 1 where the tiles fit one wave.
+  // Query tiles per unit of the persistent walk: 2 pairs a causal problem's i-th shortest and i-th
+  // longest tiles of one (sequence, head) (equal work per unit; a head's pairs walked together);
+  // 1 where the tiles fit one wave.
   std::uint32_t tiles_per_unit = 1;
   // Query heads per query tile: > 1 packs a GQA group's heads (q_len rows each) into one tile, so
   // short queries (speculative decoding, chunk tails) fill the tile's rows with work.

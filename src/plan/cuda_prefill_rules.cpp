@@ -239,7 +239,7 @@ const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProbl
 }
 
 // Query tiles per unit of the Hopper kernel's walk (unsplit plans). Causal problems pair one
-// (sequence, head)'s query tiles, the i-th longest with the i-th shortest, so every unit holds the
+// (sequence, head)'s query tiles, the i-th shortest with the i-th longest, so every unit holds the
 // same number of key tiles (rounds of tiles sorted longest first left a block up to 1.8x the mean
 // work when a round spanned one head: d256 16k causal). Where the tiles fit one wave of blocks,
 // pairing only halves the blocks at work: a pair costs its two tiles' fixed costs and one more key
@@ -374,13 +374,15 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   reasons.push_back(std::to_string(work_tiles) + " work tiles (" + std::to_string(rows) + " rows x head x sequence) over " +
                     std::to_string(part.grid_blocks) + " persistent blocks" +
                     "; walked in groups of " + std::to_string(part.heads_per_tile_group) +
-                    (uneven ? " (sequence, head) pairs whose K/V fit 24 MiB of L2, query tiles longest first, "
-                              "rounds handed out boustrophedon"
+                    (uneven ? std::string(" (sequence, head) pairs whose K/V fit 24 MiB of L2, ") +
+                                  (part.tiles_per_unit == 2 ? "" : "query tiles longest first, ") +
+                                  "rounds handed out boustrophedon"
                             : " (sequence, head) pair: equal tiles, one head's K/V in L2 at a time") +
                     (p.causal && splits == 1
                          ? (part.tiles_per_unit == 2
                                 ? "; causal: " + std::to_string(work_units) +
-                                      " units of two query tiles (i-th longest + i-th shortest of one head: equal work)"
+                                      " units of two query tiles (i-th shortest, then i-th longest of one head: equal work; a head's "
+                                      "units consecutive, so its K/V is read from DRAM once)"
                                 : "; causal: the tiles fit one wave, one tile per block (pairs would idle half the SMs)")
                          : std::string()) +
                     (splits > 1 ? "; they fill less than one wave, so keys split " + std::to_string(splits) + " ways, " +

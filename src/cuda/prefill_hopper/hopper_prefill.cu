@@ -168,6 +168,7 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(pairs - hp.last_group * hp.heads_per_group));
   hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(tile_heads));
   hp.m_tiles_div = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.m_tiles));
+  hp.pair_units = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(hp.m_tiles / 2, 1)));
   // Every descriptor is made (and every tensor checked) before anything runs.
   hp.q_map = packed ? make_map(t.q, dtype, p.q_len, "q", p.group_size) : make_map(t.q, dtype, rows, "q");
   hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");

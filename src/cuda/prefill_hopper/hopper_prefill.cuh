@@ -18,9 +18,10 @@
 //          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
 //          query tiles first inside a group). Causal, more tiles than SMs (the plan's
 //          tiles_per_unit 2): a block takes tiles in pairs of one (sequence, head), the i-th
-//          longest with the i-th shortest, so every pair holds the same number of key tiles;
-//          with key splits a unit is one tile's split (a group's tiles of one key range together). Units go out in rounds of gridDim.x, odd rounds in reverse block
-//          order.
+//          shortest then the i-th longest, so every pair holds the same number of key tiles, a
+//          head's pairs walked together so its K/V is read from DRAM once (unit_tile); with key
+//          splits a unit is one tile's split (a group's tiles of one key range together). Units
+//          go out in rounds of gridDim.x, odd rounds in reverse block order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; the consumers release K slots
 //          after S and V slots after P V, through k_empty / v_empty). The 2 or 3 consumer
@@ -70,13 +71,13 @@ struct HopperParams {
   int m_tiles;      // query tiles of the longest sequence
   int total_tiles;  // m_tiles * num_heads * batch
   int heads_per_group;  // the plan's heads_per_tile_group
-  int tiles_per_unit;   // 2: causal pairs (i-th longest, i-th shortest query tile); 1: single tiles
+  int tiles_per_unit;   // 2: causal pairs (i-th shortest, then i-th longest query tile); 1: single tiles
   int total_units;      // units over all (sequence, head) pairs
   // The schedule's divisions, fixed at launch (every block decodes every step of its walk, and a
   // 32-bit division is a long dependent chain): units per group of heads_per_group pairs, the pairs
   // of a full group and of the last (possibly smaller) one, heads per sequence, and query tiles
-  // per pair (a unit index over them gives the key split).
-  cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads, m_tiles_div;
+  // per pair (a unit index over them gives the key split); causal pairs: two-tile units per pair.
+  cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads, m_tiles_div, pair_units;
   int last_group;
   // e4m3 inputs: the per-tensor scales (q x k folded into the score scale), and whether a 16-bit
   // output is bf16 (16-bit inputs write their own type).
@@ -99,20 +100,32 @@ struct TileCoord {
   int bh, m_rev, split;
 };
 
-// Unit u's k-th tile (none for k = 1 where the middle tile of an odd m_tiles is a unit of its own).
+// Unit u's k-th tile (none: k = 1 of a unit that holds one tile).
 // The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in flight
-// share in L2; inside a group the last query tiles of every pair come first, so a wave of blocks
-// holds tiles of similar length. A unit lies in one pair, so a group's units touch only its K/V.
-// Key splits: units are single tiles, a group's tiles of one split (one key range) consecutive.
+// share in L2. Single tiles: inside a group the last query tiles of every pair come first, so a
+// wave of blocks holds tiles of similar length; with key splits a group's tiles of one split (one
+// key range) are consecutive. Causal pairs (tiles_per_unit 2, all of equal work): a (sequence,
+// head) pair's units are consecutive, so they run in the same round, and each walks its shorter
+// tile first, so the longer one starts on keys just read; both keep a head's K/V reads close in
+// time (with the units a group apart and the longer tile first, d256 causal 32 x 8 x 512 read 288
+// MB from DRAM against the plan's 201, docs/perf-notes.md, Hopper prefill round 16). The middle
+// tiles of an odd m_tiles (units of half the work) come after the group's pairs: spread over every
+// pair's units they fell on the same few blocks in every round.
 __device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
   const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
   const cuda_common::FastDivider& pairs = group == hp.last_group ? hp.last_group_pairs : hp.group_pairs;
+  if (hp.tiles_per_unit == 2) {
+    const int pair_units = hp.m_tiles / 2;  // units of two tiles per (sequence, head) pair
+    const int paired = static_cast<int>(pairs.divisor) * pair_units;
+    if (r >= paired) {  // a middle tile
+      return k == 0 ? TileCoord{group * hp.heads_per_group + r - paired, hp.m_tiles / 2, 0} : TileCoord{-1, 0, 0};
+    }
+    const int pair = hp.pair_units.quotient(r), m = r - pair * pair_units;
+    return {group * hp.heads_per_group + pair, k == 0 ? hp.m_tiles - 1 - m : m, 0};
+  }
   const int i = pairs.quotient(r), bh_local = r - i * pairs.divisor;
   const int split = hp.m_tiles_div.quotient(i);  // 0 unless the plan splits keys
-  const int m = i - split * hp.m_tiles;
-  const int m_rev = k == 0 ? m : hp.m_tiles - 1 - m;
-  if (k == 1 && m_rev == m) return {-1, 0, 0};
-  return {group * hp.heads_per_group + bh_local, m_rev, split};
+  return {group * hp.heads_per_group + bh_local, i - split * hp.m_tiles, split};
 }
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
