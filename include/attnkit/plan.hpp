@@ -85,8 +85,9 @@ struct WorkPartition {
   std::uint32_t split_reduce_scratch_elements = 0;
   std::uint64_t grid_blocks = 0;            // blocks (GPU) or tasks (CPU) launched
   std::uint32_t pipeline_stages = 1;        // buffered tiles in flight
-  // Persistent schedules (warp_specialized_wgmma): (sequence, head) pairs whose query tiles are
-  // interleaved, longest first, before the next group starts (sized so their K/V stays in L2).
+  // Persistent schedules (warp_specialized_wgmma): (sequence, head) pairs walked before the next
+  // group starts (sized so their K/V stays in L2); single tiles interleaved longest first, causal
+  // pairs one head's units after another.
   std::uint32_t heads_per_tile_group = 1;
   // Query tiles per unit of the persistent walk: 2 pairs a causal problem's i-th shortest and i-th
   // longest tiles of one (sequence, head) (equal work per unit; a head's pairs walked together);
