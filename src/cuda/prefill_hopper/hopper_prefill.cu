@@ -149,26 +149,17 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
           "split the call into smaller batches");
   hp.total_tiles = static_cast<int>(total);
   const int pairs = tile_heads * p.batch;  // (sequence, head) pairs; packed: (sequence, KV head)
-  hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
   // The plan's units: causal pairs of equal work (hopper_prefill.cuh), or single tiles (one per
   // split with key splits).
   require(tiles_per_unit == 1 || (tiles_per_unit == 2 && p.causal && p.splits == 1), kContext,
           "the plan asks for " + std::to_string(tiles_per_unit) + " query tiles per unit",
           "plan again with plan_prefill (units are single tiles, or causal pairs without key splits)");
-  hp.tiles_per_unit = static_cast<int>(tiles_per_unit);
-  const std::int64_t units_per_pair =
-      hp.tiles_per_unit == 2 ? (hp.m_tiles + 1) / 2 : static_cast<std::int64_t>(hp.m_tiles) * p.splits;
-  require(units_per_pair * pairs <= INT32_MAX, kContext, "too many work units (" + std::to_string(units_per_pair * pairs) + ")",
+  const std::int64_t units = walk_units_per_pair(hp.m_tiles, static_cast<int>(tiles_per_unit), p.splits) * pairs;
+  require(units <= INT32_MAX, kContext, "too many work units (" + std::to_string(units) + ")",
           "split the call into smaller batches");
-  hp.total_units = static_cast<int>(units_per_pair * pairs);
+  set_walk(hp, pairs, heads_per_group, static_cast<int>(tiles_per_unit), p.splits);
   if (hp.total_tiles == 0) return;
-  hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group * units_per_pair));
-  hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
-  hp.last_group = (pairs - 1) / hp.heads_per_group;
-  hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(pairs - hp.last_group * hp.heads_per_group));
   hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(tile_heads));
-  hp.m_tiles_div = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.m_tiles));
-  hp.pair_units = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(hp.m_tiles / 2, 1)));
   // Every descriptor is made (and every tensor checked) before anything runs.
   hp.q_map = packed ? make_map(t.q, dtype, p.q_len, "q", p.group_size) : make_map(t.q, dtype, rows, "q");
   hp.k_map = make_map(t.k, dtype, config.keys_per_tile, "k");

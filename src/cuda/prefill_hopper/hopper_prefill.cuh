@@ -44,6 +44,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -111,7 +112,7 @@ struct TileCoord {
 // MB from DRAM against the plan's 201, docs/perf-notes.md, Hopper prefill round 16). The middle
 // tiles of an odd m_tiles (units of half the work) come after the group's pairs: spread over every
 // pair's units they fell on the same few blocks in every round.
-__device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
+__host__ __device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
   const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
   const cuda_common::FastDivider& pairs = group == hp.last_group ? hp.last_group_pairs : hp.group_pairs;
   if (hp.tiles_per_unit == 2) {
@@ -126,6 +127,29 @@ __device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
   const int i = pairs.quotient(r), bh_local = r - i * pairs.divisor;
   const int split = hp.m_tiles_div.quotient(i);  // 0 unless the plan splits keys
   return {group * hp.heads_per_group + bh_local, i - split * hp.m_tiles, split};
+}
+
+// Host: units per (sequence, head) pair of a walk over m_tiles query tiles (two-tile causal pairs
+// and a middle tile, or single tiles, one per key split).
+inline std::int64_t walk_units_per_pair(int m_tiles, int tiles_per_unit, int splits) {
+  return tiles_per_unit == 2 ? (m_tiles + 1) / 2 : static_cast<std::int64_t>(m_tiles) * splits;
+}
+
+// Host: the walk's fields of hp (the launcher's, and the walk test's): hp.m_tiles query tiles per
+// pair, `pairs` (sequence, head) pairs in groups of heads_per_group, tiles_per_unit 1 or 2, keys
+// split `splits` ways. The caller has checked that the units fit 31 bits.
+inline void set_walk(HopperParams& hp, int pairs, std::int64_t heads_per_group, int tiles_per_unit, int splits) {
+  hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
+  hp.tiles_per_unit = tiles_per_unit;
+  const std::int64_t units_per_pair = walk_units_per_pair(hp.m_tiles, tiles_per_unit, splits);
+  hp.total_units = static_cast<int>(units_per_pair * pairs);
+  // Every divisor at least 1: an empty problem (no pairs or no query tiles) walks nothing.
+  hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max<std::int64_t>(hp.heads_per_group * units_per_pair, 1)));
+  hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
+  hp.last_group = (std::max(pairs, 1) - 1) / hp.heads_per_group;
+  hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(pairs - hp.last_group * hp.heads_per_group, 1)));
+  hp.m_tiles_div = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(hp.m_tiles, 1)));
+  hp.pair_units = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(hp.m_tiles / 2, 1)));
 }
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
