@@ -382,7 +382,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                          ? (part.tiles_per_unit == 2
                                 ? "; causal: " + std::to_string(work_units) +
                                       " units of two query tiles (i-th shortest, then i-th longest of one head: equal work; a head's "
-                                      "units consecutive, so its K/V is read from DRAM once)"
+                                      "units consecutive, so they share its K/V reads in L2)"
                                 : "; causal: the tiles fit one wave, one tile per block (pairs would idle half the SMs)")
                          : std::string()) +
                     (splits > 1 ? "; they fill less than one wave, so keys split " + std::to_string(splits) + " ways, " +

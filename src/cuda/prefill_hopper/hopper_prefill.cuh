@@ -19,7 +19,7 @@
 //          query tiles first inside a group). Causal, more tiles than SMs (the plan's
 //          tiles_per_unit 2): a block takes tiles in pairs of one (sequence, head), the i-th
 //          shortest then the i-th longest, so every pair holds the same number of key tiles, a
-//          head's pairs walked together so its K/V is read from DRAM once (unit_tile); with key
+//          head's pairs walked together so they share its K/V reads in L2 (unit_tile); with key
 //          splits a unit is one tile's split (a group's tiles of one key range together). Units
 //          go out in rounds of gridDim.x, odd rounds in reverse block order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
