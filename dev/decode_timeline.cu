@@ -19,7 +19,7 @@
 #include <vector>
 
 namespace timeline {
-constexpr int kPhases = 10;
+constexpr int kPhases = 8;
 constexpr int kMaxBlocks = 8192;
 // Per block and phase: the global timer (ns, aligns blocks) and the SM clock (cycles, precise
 // within a block).
@@ -56,8 +56,8 @@ void ok(cudaError_t e, const char* what) {
 
 const char* kPhaseNames[timeline::kPhases] = {
     "entry",         "length known",       "producer: first tiles issued", "q staged (barrier)",
-    "first tile landed", "tiles consumed (barrier)", "state written",  "epilogue: warp stats (barrier)",
-    "epilogue: row stats (barrier)", "epilogue: slices (barrier)"};
+    "first tile landed", "tiles consumed (barrier)", "state written",
+    "epilogue: warp stats and slices (barrier)"};
 
 }  // namespace
 

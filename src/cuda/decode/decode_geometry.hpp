@@ -134,7 +134,7 @@ constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {
   const std::int64_t staging = rows_per_block * capacity * 4;  // f32 q rows, later the reduction
-  const std::int64_t stats = std::int64_t{2} * (key_warps + 1) * rows_per_block * 4;  // per warp, per row
+  const std::int64_t stats = std::int64_t{2} * key_warps * rows_per_block * 4;  // (max, sum) per warp and row
   const std::int64_t fused_scratch = std::int64_t{2} * capacity * 4;
   // The ring region also holds the key warps' f32 output slices in the epilogue.
   const std::int64_t ring_region =

@@ -217,21 +217,16 @@ struct MmaEngine {
     }
   }
 
-  __device__ void add_output(float* reduced, const float* row_m, int g_base, int n_mine, bool first) const {
+  // slice[row][dim] = this warp's unscaled output (relative to its own row max m).
+  __device__ void write_output(float* slice, int g_base, int n_mine) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = lane / 4 + 8 * h;
       if (row >= n_mine) continue;
-      const int r = g_base + row;
-      const float m_use = row_m[r] == -INFINITY ? 0.0f : row_m[r];
-      const float f = exp2f(m[h] - m_use);
+      float* dst = slice + (g_base + row) * kCap + 2 * (lane % 4);
 #pragma unroll
       for (int nb = 0; nb < kNBlocks; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float* dst = reduced + r * kCap + nb * 8 + 2 * (lane % 4) + e;
-          *dst = (first ? 0.0f : *dst) + o[nb][2 * h + e] * f;
-        }
+        *reinterpret_cast<float2*>(dst + nb * 8) = make_float2(o[nb][2 * h], o[nb][2 * h + 1]);
       }
     }
   }

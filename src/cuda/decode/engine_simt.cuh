@@ -168,22 +168,16 @@ struct SimtEngine {
     }
   }
 
-  // reduced[row][dim] (+)= acc * 2^(m - block max).
-  __device__ void add_output(float* reduced, const float* row_m, int g_base, int n_mine, bool first) const {
+  // slice[row][dim] = this warp's unscaled output (relative to its own row max m).
+  __device__ void write_output(float* slice, int g_base, int n_mine) const {
     if (key_group != 0) return;
 #pragma unroll
     for (int g = 0; g < kHpw; ++g) {
       if (g < n_mine) {
-        const int r = g_base + g;
-        const float m_use = row_m[r] == -INFINITY ? 0.0f : row_m[r];
-        const float f = exp2f(m[g] - m_use);
 #pragma unroll
         for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-          for (int e = 0; e < kVecElems; ++e) {
-            float* dst = reduced + r * kCap + dim_of(j, e);
-            *dst = (first ? 0.0f : *dst) + acc[g][j * kVecElems + e] * f;
-          }
+          for (int e = 0; e < kVecElems; ++e) slice[(g_base + g) * kCap + dim_of(j, e)] = acc[g][j * kVecElems + e];
         }
       }
     }

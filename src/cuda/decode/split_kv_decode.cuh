@@ -179,9 +179,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   float* staging = reinterpret_cast<float*>(aligned + ring_bytes);  // [rows_per_block][kCap]
   float* warp_m = staging + p.rows_per_block * kCap;             // [key_warps][rows_per_block]
   float* warp_l = warp_m + p.key_warps * p.rows_per_block;
-  float* row_m = warp_l + p.key_warps * p.rows_per_block;       // [rows_per_block]
-  float* row_l = row_m + p.rows_per_block;
-  float* new_k = row_l + p.rows_per_block;                      // [kCap] fused: rotated k_new
+  float* new_k = warp_l + p.key_warps * p.rows_per_block;       // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
   // Paged: the K/V element offsets of the rows of `stages` tiles (16-byte aligned); extend: each
   // packed row's key range.
@@ -425,32 +423,24 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     __syncthreads();
   }
 
-  // 5. Combine: within each warp (engine), then the key warps: each writes its rows' output, scaled
-  //    to the block's row max, into its own slice of the (now idle) ring region, and the writers
-  //    below sum the slices (three block barriers, whatever the number of key warps).
+  // 5. Combine: within each warp (engine), then the key warps: each writes its rows' (max, sum)
+  //    and unscaled output into its own slice of the (now idle) ring region, and after one block
+  //    barrier the writers below weight the slices by 2^(m_w - row max) as they sum them (a
+  //    separate row-stats pass cost two more barriers on the critical path of short calls).
+  float* slices = reinterpret_cast<float*>(aligned);  // [key_warps][rows_per_block][kCap]
   if (!producer) {
     engine.finish();
     engine.write_stats(warp_m + key_warp * p.rows_per_block, warp_l + key_warp * p.rows_per_block, g_base, n_mine);
+    engine.write_output(slices + key_warp * p.rows_per_block * kCap, g_base, n_mine);
   }
   __syncthreads();
   ATTNKIT_DECODE_STAMP(7);
-  for (int r = tid; r < rows_here; r += blockDim.x) {
+  // Row r's max over the key warps (0 when no warp saw a key, so every weight is then 0).
+  auto row_max = [&](int r) {
     float mx = -INFINITY;
     for (int w = 0; w < p.key_warps; ++w) mx = fmaxf(mx, warp_m[w * p.rows_per_block + r]);
-    const float m_use = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-    for (int w = 0; w < p.key_warps; ++w) {
-      sum += warp_l[w * p.rows_per_block + r] * exp2f(warp_m[w * p.rows_per_block + r] - m_use);
-    }
-    row_m[r] = mx;
-    row_l[r] = sum;
-  }
-  __syncthreads();
-  ATTNKIT_DECODE_STAMP(8);
-  float* slices = reinterpret_cast<float*>(aligned);  // [key_warps][rows_per_block][kCap]
-  if (!producer) engine.add_output(slices + key_warp * p.rows_per_block * kCap, row_m, g_base, n_mine, true);
-  __syncthreads();
-  ATTNKIT_DECODE_STAMP(9);
+    return mx;
+  };
 
   // 6. Write the normalised output and LSE (final when unsplit, else this split's partial state).
   //    Split states are indexed by (token, head): [splits, state rows * num_heads, head_dim]. A
@@ -462,13 +452,16 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   for (int i = tid; i < rows_here * kRowVecs; i += blockDim.x) {
     const int r = i / kRowVecs, d = (i % kRowVecs) * kVec;
     if (d >= p.head_dim) continue;
-    const float sum = row_l[r];
-    const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
-    float4 acc = *reinterpret_cast<const float4*>(slices + r * kCap + d);
-    for (int w = 1; w < p.key_warps; ++w) {
+    const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int w = 0; w < p.key_warps; ++w) {
+      const float f = exp2f(warp_m[w * p.rows_per_block + r] - m_use);
       const float4 x = *reinterpret_cast<const float4*>(slices + (w * p.rows_per_block + r) * kCap + d);
-      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+      sum = fmaf(warp_l[w * p.rows_per_block + r], f, sum);
+      acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
     }
+    const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
     const float4 o = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     const std::int64_t token = token_of(r);
     const int head = head_of(r);
@@ -485,8 +478,12 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     }
   }
   for (int r = tid; r < rows_here; r += blockDim.x) {
-    const float sum = row_l[r];
-    float lse = sum > 0.0f ? (row_m[r] + log2f(sum)) * kLn2 : -INFINITY;
+    const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int w = 0; w < p.key_warps; ++w) {
+      sum = fmaf(warp_l[w * p.rows_per_block + r], exp2f(warp_m[w * p.rows_per_block + r] - m_use), sum);
+    }
+    float lse = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     const std::int64_t token = token_of(r);
     const int head = head_of(r);
     if (p.splits == 1) {
