@@ -105,10 +105,6 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   // Separate instances: one kernel holding both pipelines needs 177 registers for bf16 d128 (160
   // for either alone), which leaves room for one block per SM instead of two.
   constexpr bool kTmaTiles = !kPaged || kPageBoxes;
-  if (kTmaTiles && threadIdx.x == 0) {  // the TMA descriptors travel while the lengths are read
-    cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.k_map));
-    cuda_common::tma_prefetch_descriptor(reinterpret_cast<const CUtensorMap*>(p.v_map));
-  }
 
   // Block -> (split, pass, kv head, sequence); the split index varies fastest.
   const int block = static_cast<int>(blockIdx.x);
@@ -127,43 +123,6 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
       cuda_common::prefetch_l2(row + last * p.table_stride_p);
     }
   }
-
-  // Extend: this block's packed rows (query row, head) and their union key range.
-  ExtendRows ext;
-  int rows_in_sequence = p.group;  // packed rows of (b, kvh): the group, or q_len * group
-  SequenceRange range;
-  int seq_len = 0;  // extend: the sequence's keys, clamped to the plan's kv_len
-  if constexpr (kExtend) {
-    ext = extend_rows(p, b);
-    rows_in_sequence = ext.q_len * p.group;
-    if (pass * p.rows_per_block >= rows_in_sequence) return;  // no row here: nothing to write
-    seq_len = min(max(p.lengths[b], 0), p.kv_len);
-    range = extend_block_range(p, seq_len, ext.q_len, pass * p.rows_per_block,
-                               min(p.rows_per_block, rows_in_sequence - pass * p.rows_per_block));
-  } else {
-    range = sequence_range(p, b);
-  }
-
-  const int visible = range.len - range.lo;
-  const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
-  if (p.splits > 1 && split >= active_splits) return;  // the merge writes empty and invalid rows
-  ATTNKIT_DECODE_STAMP(1);
-  const int k_begin = range.lo + split * p.keys_per_split;
-  const int k_end = min(range.len, k_begin + p.keys_per_split);
-  const int new_pos = (p.fused && range.valid) ? range.len - 1 : -1;
-  const bool owns_new = new_pos >= k_begin && new_pos < k_end;  // only this block appends it
-  const int cache_end = owns_new ? new_pos : k_end;              // keys read from the cache
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int consumer_warps = p.head_chunks * p.key_warps;
-  const bool producer = warp == consumer_warps;  // the last warp copies tiles in; the others compute
-  const int head_chunk = warp / p.key_warps, key_warp = warp % p.key_warps;
-  const int row0 = pass * p.rows_per_block;  // first packed row of this block (a head of the group in decode)
-  const int rows_here = min(p.rows_per_block, rows_in_sequence - row0);
-  const int hpw = (p.rows_per_block + p.head_chunks - 1) / p.head_chunks;
-  const int g_base = head_chunk * hpw;
-  const int n_mine = producer ? 0 : max(0, min(hpw, rows_here - g_base));
-  const int h0 = kvh * p.group + row0;  // first query head of this block
 
   // Shared memory: [K/V ring: stages x boxes x tile x kPitch each] [q staging, later the
   // cross-warp reduction] [stats] [fused scratch] [paged: row offsets] [extend: row key ranges].
@@ -186,6 +145,93 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   auto* row_offsets = reinterpret_cast<longlong2*>((reinterpret_cast<std::uintptr_t>(new_v + kCap) + 15) / 16 * 16);
   int2* row_keys = reinterpret_cast<int2*>(row_offsets + (kPaged ? p.stages * p.tile : 0));
 
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int consumer_warps = p.head_chunks * p.key_warps;
+  const bool producer = warp == consumer_warps;  // the last warp copies tiles in; the others compute
+  const int tile_elems = cuda_decode::tile_elems(p.tile, kCap, sizeof(T));  // one ring slot of K (or V)
+
+  // TMA tiles. The producer warp's lane 0 copies each tile as kBoxes row segments of K and of V
+  // (decode_geometry.hpp's layout: swizzled 128-byte segments, or padded f32 ones; columns past
+  // head_dim, rows past the cache and pages outside the pool read as zeros), into a ring of
+  // `stages` slots guarded by mbarriers that the lane sets up: full[s] completes when slot s holds
+  // its tile (the arrival plus the boxes' bytes), empty[s] when every consumer warp is done with it.
+  // Rows past cache_end are copied too and masked by the engines. A paged tile is tile / box_rows
+  // runs of rows that share a page, one box per run and segment (pages: the runs' pages).
+  const bool producer_lane = kTmaTiles && producer && lane == 0;
+  const std::uint32_t tile_bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
+  const auto* k_map = reinterpret_cast<const CUtensorMap*>(p.k_map);
+  const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
+  const int box_rows = page_box_rows(p.tile, p.page_size);  // paged: rows of one page run
+  auto page_index = [&](int key) { return p.page_div.quotient(key); };
+  auto copy_tile = [&](int slot, int key0, const int (&pages)[kMaxPageRuns]) {
+    cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box) {
+      const int offset = slot * tile_elems + box * p.tile * kPitch;
+      if constexpr (!kPaged) {
+        cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
+        cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kMaxPageRuns; ++i) {
+          const int key = key0 + i * box_rows;
+          if (i * box_rows >= p.tile) break;
+          const int slot_in_page = key - page_index(key) * p.page_size;  // 0 unless a page holds several tiles
+          const int run = offset + i * box_rows * kPitch;  // whole 8-row swizzle atoms (box_rows >= 16)
+          cuda_common::tma_load_4d(k_ring + run, k_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
+          cuda_common::tma_load_4d(v_ring + run, v_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
+        }
+      }
+    }
+  };
+  // A contiguous cache without a window starts each split at a key the length does not move, so
+  // the lane requests the split's first tiles (of the plan's kv_len) at entry: their latency runs
+  // beside the length's read instead of after it (a tile past the length is masked; one past the
+  // split's last tile, or every tile of a split the length leaves empty, is waited for and dropped).
+  int issued = 0;  // tiles the producer lane has requested
+  if (producer_lane) {
+    cuda_common::tma_prefetch_descriptor(k_map);
+    cuda_common::tma_prefetch_descriptor(v_map);
+    for (int s = 0; s < p.stages; ++s) {
+      cuda_common::mbar_init(&full_bar[s], 1);
+      cuda_common::mbar_init(&empty_bar[s], static_cast<std::uint32_t>(consumer_warps));
+    }
+    cuda_common::mbar_init_fence();
+    if (!kPaged && p.window == 0) {
+      const int key0 = split * p.keys_per_split;
+      const int keys = min(p.kv_len - key0, p.keys_per_split);
+      issued = keys > 0 ? min(p.stages, (keys + p.tile - 1) / p.tile) : 0;
+      const int no_pages[kMaxPageRuns] = {};
+      for (int t = 0; t < issued; ++t) copy_tile(t, key0 + t * p.tile, no_pages);
+    }
+  }
+  // Tiles [from, issued) were requested but will not be consumed: wait until they have landed, so
+  // no copy writes the ring after the block reuses it or exits.
+  auto drop_issued = [&](int from) {
+    for (int t = from; t < issued; ++t) cuda_common::mbar_wait(&full_bar[t], 0);
+  };
+
+  // Extend: this block's packed rows (query row, head) and their union key range.
+  ExtendRows ext;
+  int rows_in_sequence = p.group;  // packed rows of (b, kvh): the group, or q_len * group
+  SequenceRange range;
+  int seq_len = 0;  // extend: the sequence's keys, clamped to the plan's kv_len
+  if constexpr (kExtend) {
+    ext = extend_rows(p, b);
+    rows_in_sequence = ext.q_len * p.group;
+    if (pass * p.rows_per_block >= rows_in_sequence) return;  // no row here: nothing to write
+    seq_len = min(max(p.lengths[b], 0), p.kv_len);
+    range = extend_block_range(p, seq_len, ext.q_len, pass * p.rows_per_block,
+                               min(p.rows_per_block, rows_in_sequence - pass * p.rows_per_block));
+  }
+  const int head_chunk = warp / p.key_warps, key_warp = warp % p.key_warps;
+  const int row0 = pass * p.rows_per_block;  // first packed row of this block (a head of the group in decode)
+  const int rows_here = min(p.rows_per_block, rows_in_sequence - row0);
+  const int hpw = (p.rows_per_block + p.head_chunks - 1) / p.head_chunks;
+  const int g_base = head_chunk * hpw;
+  const int n_mine = producer ? 0 : max(0, min(hpw, rows_here - g_base));
+  const int h0 = kvh * p.group + row0;  // first query head of this block
+
   // Packed row r of this block -> its token (q/out/lse row) and query head.
   auto token_of = [&](int r) {
     if constexpr (kExtend) return ext.q_start + (row0 + r) / p.group;
@@ -196,24 +242,47 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     return h0 + r;
   };
 
-  const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
-
   // Query rows of the block -> f32 staging (zeros past head_dim; all zeros for an invalid fused
-  // position), by `threads` threads from `thread`, in batches of load_q_batch.
-  auto stage_q = [&](int thread, int threads) {
-    const int q_elems = rows_here * kCap;
-    auto row_offset = [&](int r) { return token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h; };
-    for (int base = thread; base < q_elems; base += kQBatch * threads) {
-      float x[kQBatch];
-      load_q_batch<kCap>(p, rows_here, base, threads, row_offset, x);
+  // position), by `threads` threads from `thread`, in batches of load_q_batch (from batch `from` on;
+  // store_q stores one batch).
+  const int q_elems = rows_here * kCap;
+  auto q_row_offset = [&](int r) { return token_of(r) * p.q_stride_b + head_of(r) * p.q_stride_h; };
+  auto store_q = [&](int base, int threads, const float (&x)[kQBatch]) {
 #pragma unroll
-      for (int j = 0; j < kQBatch; ++j) {
-        const int i = base + j * threads;
-        if (i < q_elems) staging[i] = range.valid ? x[j] : 0.0f;
-      }
+    for (int j = 0; j < kQBatch; ++j) {
+      const int i = base + j * threads;
+      if (i < q_elems) staging[i] = range.valid ? x[j] : 0.0f;
     }
   };
-  const int tile_elems = cuda_decode::tile_elems(p.tile, kCap, sizeof(T));  // one ring slot of K (or V)
+  auto stage_q = [&](int thread, int threads, int from) {
+    for (int base = thread + from * kQBatch * threads; base < q_elems; base += kQBatch * threads) {
+      float x[kQBatch];
+      load_q_batch<kCap>(p, rows_here, base, threads, q_row_offset, x);
+      store_q(base, threads, x);
+    }
+  };
+  // Decode with TMA tiles: the consumer threads' first batch of q is loaded before the length, so
+  // its latency runs beside the length's and the first tiles' too.
+  [[maybe_unused]] float q_first[kQBatch];
+  if constexpr (kTmaTiles && !kExtend) {
+    if (!producer) load_q_batch<kCap>(p, rows_here, tid, consumer_warps * 32, q_row_offset, q_first);
+  }
+  if constexpr (!kExtend) range = sequence_range(p, b);
+
+  const int visible = range.len - range.lo;
+  const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
+  if (p.splits > 1 && split >= active_splits) {  // the merge writes empty and invalid rows
+    if (producer_lane) drop_issued(0);
+    return;
+  }
+  ATTNKIT_DECODE_STAMP(1);
+  const int k_begin = range.lo + split * p.keys_per_split;
+  const int k_end = min(range.len, k_begin + p.keys_per_split);
+  const int new_pos = (p.fused && range.valid) ? range.len - 1 : -1;
+  const bool owns_new = new_pos >= k_begin && new_pos < k_end;  // only this block appends it
+  const int cache_end = owns_new ? new_pos : k_end;              // keys read from the cache
+  const int n_tiles = cache_end > k_begin ? (cache_end - k_begin + p.tile - 1) / p.tile : 0;
+
   auto process_tile = [&](Engine& engine, int t, int slot) {
     const int tile_key0 = k_begin + t * p.tile;
     if constexpr (kExtend) {
@@ -229,74 +298,37 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
 
   // Paged rows: key -> page through the sequence's table row (keys past cache_end have no page).
   const std::int32_t* table_row = p.page_table + static_cast<std::int64_t>(b) * p.table_stride_b;
-  auto page_index = [&](int key) { return p.page_div.quotient(key); };
   auto lookup_page = [&](int key) { return key < cache_end ? __ldg(table_row + page_index(key) * p.table_stride_p) : -1; };
 
   if constexpr (kTmaTiles) {
-    // TMA. The producer warp's lane 0 copies each tile as kBoxes row segments of K and of V
-    // (decode_geometry.hpp's layout: swizzled 128-byte segments, or padded f32 ones; columns past
-    // head_dim, rows past the cache and pages outside the pool read as zeros), into a ring of
-    // `stages` slots guarded by mbarriers: full[s] completes when slot s holds its tile (the
-    // arrival plus the boxes' bytes), empty[s] when every consumer warp is done with it. Rows past
-    // cache_end are copied too and masked by the engines. A paged tile is tile / box_rows runs of rows that share a page, one box per run and
-    // segment; the runs' pages are looked up before the wait for the slot, so the table latency
-    // overlaps it.
-    if (tid == 0) {
-      for (int s = 0; s < p.stages; ++s) {
-        cuda_common::mbar_init(&full_bar[s], 1);
-        cuda_common::mbar_init(&empty_bar[s], static_cast<std::uint32_t>(consumer_warps));
-      }
-      cuda_common::mbar_init_fence();
-    }
-    __syncthreads();
-    // The producer's lane 0 issues tile t into its slot (waiting for the slot to be released
-    // first from the second round on).
-    const std::uint32_t tile_bytes = static_cast<std::uint32_t>(2 * tile_elems * sizeof(T));
-    const auto* k_map = reinterpret_cast<const CUtensorMap*>(p.k_map);
-    const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
-    const int box_rows = page_box_rows(p.tile, p.page_size);  // paged: rows of one page run
+    // The producer's lane 0 issues tile t into its slot (waiting for the slot to be released first
+    // from the second round on); a paged tile's pages are looked up before that wait, so the table
+    // latency overlaps it.
     auto issue_tile = [&](int t) {
       const int slot = t % p.stages;
-      const int key0 = k_begin + t * p.tile;
       int pages[kMaxPageRuns] = {};
       if constexpr (kPaged) {
 #pragma unroll
-        for (int i = 0; i < kMaxPageRuns; ++i) pages[i] = i * box_rows < p.tile ? lookup_page(key0 + i * box_rows) : -1;
+        for (int i = 0; i < kMaxPageRuns; ++i) pages[i] = i * box_rows < p.tile ? lookup_page(k_begin + t * p.tile + i * box_rows) : -1;
       }
       if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
-      cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
-#pragma unroll
-      for (int box = 0; box < kBoxes; ++box) {
-        const int offset = slot * tile_elems + box * p.tile * kPitch;
-        if constexpr (!kPaged) {
-          cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
-          cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kMaxPageRuns; ++i) {
-            const int key = key0 + i * box_rows;
-            if (i * box_rows >= p.tile) break;
-            const int slot_in_page = key - page_index(key) * p.page_size;  // 0 unless a page holds several tiles
-            const int run = offset + i * box_rows * kPitch;  // whole 8-row swizzle atoms (box_rows >= 16)
-            cuda_common::tma_load_4d(k_ring + run, k_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
-            cuda_common::tma_load_4d(v_ring + run, v_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i]);
-          }
-        }
-      }
+      copy_tile(slot, k_begin + t * p.tile, pages);
     };
     // The first `stages` tiles go out before anything else (their slots are free) while the
     // consumer warps stage q (the producer's lane is busy issuing, and q loads behind its issues
     // put 2.7 us on a batch-1 call's critical path, dev/decode_timeline.cu); the block barrier
-    // after it is whole-block (no named barrier for a subset of warps).
+    // after it is whole-block (no named barrier for a subset of warps) and also publishes the
+    // lane's barrier set-up to the consumers.
     const int first_tiles = min(p.stages, n_tiles);
     if (producer) {
       if (lane == 0) {
-        for (int t = 0; t < first_tiles; ++t) issue_tile(t);
+        for (int t = issued; t < first_tiles; ++t) issue_tile(t);
         ATTNKIT_DECODE_STAMP(2);
       }
       __syncwarp();
     } else {
-      stage_q(tid, consumer_warps * 32);
+      store_q(tid, consumer_warps * 32, q_first);
+      stage_q(tid, consumer_warps * 32, 1);
     }
     __syncthreads();
     ATTNKIT_DECODE_STAMP(3);
@@ -306,7 +338,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     }
     if (producer) {
       if (lane == 0) {
-        for (int t = first_tiles; t < n_tiles; ++t) issue_tile(t);
+        for (int t = max(first_tiles, issued); t < n_tiles; ++t) issue_tile(t);
+        drop_issued(n_tiles);
       }
       __syncwarp();  // the warp reaches the block barriers below converged (bar.sync is warp-aligned)
     } else {
@@ -365,7 +398,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         row_keys[r] = r < rows_here ? extend_row_keys(p, seq_len, ext.q_len, (row0 + r) / p.group) : make_int2(0, 0);
       }
     }
-    stage_q(tid, blockDim.x);
+    stage_q(tid, blockDim.x, 0);
     __syncthreads();
     if (!producer) {
       engine.init(staging, g_base, n_mine, p.q_scale, lane);
