@@ -101,10 +101,12 @@ int main(int argc, char** argv) {
   p.tile = static_cast<int>(w.tile_size), p.stages = static_cast<int>(w.pipeline_stages);
   p.splits = static_cast<int>(w.sequence_splits), p.keys_per_split = static_cast<int>(w.keys_per_split);
   p.passes = 1;
+  p.cluster_merge = w.merge_cluster > 1;
   if (splits_override > 0) {  // the same tiles in this many splits
     p.splits = splits_override;
     const int tiles = static_cast<int>((kv_len + p.tile - 1) / p.tile);
     p.keys_per_split = (tiles + p.splits - 1) / p.splits * p.tile;
+    p.cluster_merge = p.splits > 1 && p.splits <= cuda_decode::kMaxClusterSplits;
   }
   p.shared_bytes = static_cast<int>(cuda_decode::shared_bytes(128, p.tile, p.stages, 2, p.rows_per_block, p.key_warps));
   p.q = q, p.q_dtype = DType::kBF16, p.q_stride_b = 32 * 128, p.q_stride_h = 128;
@@ -135,6 +137,21 @@ int main(int argc, char** argv) {
                                                      p.shared_bytes),
        "occupancy");
     std::printf("stamped kernel: %d registers, %d blocks per SM\n", attributes.numRegs, per_sm);
+    if (p.cluster_merge) {  // how many clusters of the plan's size the device holds at once
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(static_cast<unsigned>(blocks));
+      config.blockDim = dim3(32 * static_cast<unsigned>(w.warps_per_block));
+      config.dynamicSmemBytes = static_cast<std::size_t>(p.shared_bytes);
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = static_cast<unsigned>(p.splits);
+      attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      ok(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "active clusters");
+      std::printf("clusters of %d blocks: at most %d active at once\n", p.splits, clusters);
+    }
   }
   cudaStream_t s;
   ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
@@ -153,7 +170,7 @@ int main(int argc, char** argv) {
     if (!warm) ok(cudaMemsetAsync(flush, rep & 0xff, 256u << 20, s), "flush");
     cudaEventRecord(e0, s);
     cuda_decode::launch_decode_typed<__nv_bfloat16>(p, s);
-    if (p.splits > 1) cuda_decode::launch_merge_splits(p, s);
+    if (p.splits > 1 && !p.cluster_merge) cuda_decode::launch_merge_splits(p, s);
     cudaEventRecord(e1, s);
     ok(cudaEventSynchronize(e1), "run");
     if (rep < 5) continue;

@@ -96,6 +96,10 @@ struct WorkPartition {
   // Query heads per query tile: > 1 packs a GQA group's heads (q_len rows each) into one tile, so
   // short queries (speculative decoding, chunk tails) fill the tile's rows with work.
   std::uint32_t packed_heads = 1;
+  // Split-KV decode: > 1 when a row's key splits run as one thread-block cluster of this many
+  // blocks and merge their partial states through distributed shared memory (no workspace, no
+  // merge launch); 0: the states go to the workspace and a merge kernel combines them.
+  std::uint32_t merge_cluster = 0;
 };
 
 // Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).

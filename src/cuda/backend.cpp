@@ -43,7 +43,9 @@ void check_plan(const DecodePlan& plan, const char* ctx) {
                           w.tile_size == static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(plan.problem.head_dim),
                                                                               geo::key_warps_of(w.warps_per_block, chunks),
                                                                               kv_bytes)) &&
-                          w.keys_per_split % w.tile_size == 0;
+                          w.keys_per_split % w.tile_size == 0 &&
+                          (w.merge_cluster == 0 || (w.merge_cluster == w.sequence_splits && w.merge_cluster >= 2 &&
+                                                    w.merge_cluster <= static_cast<unsigned>(geo::kMaxClusterSplits)));
   require(consistent, ctx, "the plan's partition does not match this build's decode kernel",
           "make the plan with attnkit::plan_decode of this build and do not edit its partition");
 }
@@ -71,6 +73,7 @@ DecodeParams base_params(const DecodePlan& plan) {
   p.splits = static_cast<int>(w.sequence_splits);
   p.keys_per_split = static_cast<int>(w.keys_per_split);
   p.passes = static_cast<int>((pr.group_size() + w.rows_per_block - 1) / w.rows_per_block);
+  p.cluster_merge = w.merge_cluster > 1;
   p.shared_bytes = static_cast<int>(geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), p.tile, p.stages,
                                                       static_cast<std::int64_t>(dtype_size(pr.kv_dtype)),
                                                       p.rows_per_block, p.key_warps));
@@ -105,7 +108,7 @@ void set_io(DecodeParams& p, const TensorView& q, const TensorView& k, const Ten
 // Split states in the caller's workspace: exactly what the plan reported, never more.
 void set_workspace(DecodeParams& p, const DecodePlan& plan, const Workspace& ws, const char* ctx) {
   validate_workspace(ws, plan.evidence.workspace_bytes, DeviceKind::kCuda);
-  if (p.splits <= 1) return;
+  if (p.splits <= 1 || p.cluster_merge) return;  // cluster merges keep their states in shared memory
   const std::uint64_t rows = static_cast<std::uint64_t>(p.batch) * static_cast<std::uint64_t>(p.num_heads);
   const std::uint64_t needed = static_cast<std::uint64_t>(p.splits) * rows * (static_cast<std::uint64_t>(p.head_dim) + 1) * 4;
   require(needed <= plan.evidence.workspace_bytes && needed <= ws.bytes, ctx,
@@ -128,7 +131,7 @@ void require_small_enough(const DecodePlan& plan, const char* ctx) {
 
 void launch(const DecodeParams& p, DType kv_dtype, Stream stream) {
   cuda_decode::launch_split_kv_decode(p, kv_dtype, stream);
-  if (p.splits > 1) cuda_decode::launch_merge_splits(p, stream);
+  if (p.splits > 1 && !p.cluster_merge) cuda_decode::launch_merge_splits(p, stream);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_byte
 }
 
 void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
-                           WorkPartition& p, std::vector<std::string>& reasons) {
+                           WorkPartition& p, std::vector<std::string>& reasons, bool allow_cluster_merge) {
   const char* ctx = "plan_decode (cuda)";
   if (requested != nullptr && *requested != KernelFamily::kSplitKvDecode) {
     fail(ctx, "the CUDA backend has only the split_kv_decode family for decode, got " + to_string(*requested),
@@ -171,7 +171,18 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   splits = div_up(range, keys_per_split);
   reasons.push_back("sequence_splits " + std::to_string(splits) + " of " + std::to_string(keys_per_split) +
                     " keys: " + split_reason);
-  if (splits > 1) {
+  // Short splits of tensor-core plans run as one cluster per row and merge in distributed shared
+  // memory: no merge launch and no workspace round trip after the last split (decode_geometry.hpp's
+  // kMaxClusterSplits says where, docs/perf-notes.md, "Decode round 18", what it measured).
+  const bool cluster_merge = allow_cluster_merge && splits > 1 && splits <= geo::kMaxClusterSplits &&
+                             geo::uses_mma(kv_bytes) && keys_per_split <= geo::kMaxClusterSplitKeys &&
+                             base * splits * 4 <= wave * 3;
+  if (cluster_merge) {
+    reasons.push_back("merge: the " + std::to_string(splits) + " splits of a (sequence, KV head) run as one cluster; "
+                      "each block keeps its partial (output, LSE) state in shared memory and the cluster merges them "
+                      "through distributed shared memory (no workspace, no merge launch); a sequence shorter than the "
+                      "plan leaves its last splits empty");
+  } else if (splits > 1) {
     reasons.push_back("merge: partial (output, LSE) states of the splits go to the caller's workspace and a merge "
                       "kernel (launched as a programmatic dependent of the decode grid) combines them; a sequence shorter "
                       "than the plan uses fewer splits");
@@ -191,11 +202,12 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   p.warps_per_block = u32(threads / 32);
   // Shared-memory footprint in f32 words: q staging (aliases the ring), the K/V ring, the stats.
   p.q_scratch_elements = 0;
-  p.score_scratch_elements = u32(2 * (key_warps + 1) * rows + 2 * capacity);
+  p.score_scratch_elements = u32((2 * key_warps + 1) * rows + 2 * capacity);
   p.o_acc_scratch_elements = u32((smem - 4 * p.score_scratch_elements) / 4);
   p.split_reduce_scratch_elements = 0;
   p.grid_blocks = static_cast<std::uint64_t>(base) * static_cast<std::uint64_t>(splits);
   p.pipeline_stages = u32(stages);
+  p.merge_cluster = cluster_merge ? u32(splits) : 0;
   reasons.push_back("grid_blocks " + std::to_string(p.grid_blocks) + " = batch " + std::to_string(pr.batch) +
                     " x kv_heads " + std::to_string(pr.kv_heads) + " x passes " + std::to_string(passes) +
                     " x splits " + std::to_string(splits) + " (" + std::to_string(per_sm) +

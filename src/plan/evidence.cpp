@@ -94,7 +94,8 @@ Evidence compute_decode_evidence(const DecodeProblem& pr, const WorkPartition& p
   const std::uint64_t lengths_bytes = checked_mul(u(pr.batch), kI32Bytes, ctx, "lengths bytes");
   const std::uint64_t out_bytes = checked_product({rows, hd, dtype_size(pr.out_dtype)}, ctx, "out bytes");
   const std::uint64_t lse_bytes = checked_mul(rows, kF32Bytes, ctx, "lse bytes");
-  const std::uint64_t states = split_state_bytes(p.sequence_splits, rows, pr.head_dim, ctx);
+  // Splits merged inside a cluster keep their states in shared memory.
+  const std::uint64_t states = p.merge_cluster > 1 ? 0 : split_state_bytes(p.sequence_splits, rows, pr.head_dim, ctx);
 
   Evidence e;
   e.traffic.global_read_bytes = checked_sum({q_bytes, kv_bytes, lengths_bytes, states}, ctx, "global read bytes");

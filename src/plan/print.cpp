@@ -95,6 +95,9 @@ void add_partition(Rows& rows, const WorkPartition& p) {
                                            " warps of " + std::to_string(p.warp_lanes) + ")");
   rows.emplace_back("grid", std::to_string(p.grid_blocks) + " blocks");
   rows.emplace_back("pipeline stages", std::to_string(p.pipeline_stages));
+  if (p.merge_cluster > 1) {
+    rows.emplace_back("split merge", "in clusters of " + std::to_string(p.merge_cluster) + " blocks (distributed shared memory)");
+  }
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
                                              std::to_string(p.heads_per_tile_group) + " (sequence, head) pairs" +
@@ -160,7 +163,8 @@ json partition_json(const WorkPartition& p) {
           {"pipeline_stages", p.pipeline_stages},
           {"heads_per_tile_group", p.heads_per_tile_group},
           {"tiles_per_unit", p.tiles_per_unit},
-          {"packed_heads", p.packed_heads}};
+          {"packed_heads", p.packed_heads},
+          {"merge_cluster", p.merge_cluster}};
 }
 
 json evidence_json(const Evidence& e) {

@@ -15,8 +15,10 @@ void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelF
                           WorkPartition& partition, std::vector<std::string>& reasons);
 void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                            WorkPartition& partition, std::vector<std::string>& reasons);
+// cluster_merge: whether the caller's kernel can merge a row's splits inside a cluster
+// (contiguous decode); the paged and extend kernels merge through the workspace.
 void partition_cuda_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
-                           WorkPartition& partition, std::vector<std::string>& reasons);
+                           WorkPartition& partition, std::vector<std::string>& reasons, bool cluster_merge = true);
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& partition, std::vector<std::string>& reasons);
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cuda/decode_support.hpp"
+#include "plan/evidence.hpp"
 
 namespace attnkit::testing::cuda_decode_tests {
 namespace {
@@ -197,6 +198,32 @@ TEST(DecodeCudaPaths, SplitRunIsDeterministic) {
   EXPECT_EQ(first.bytes, second.bytes);
 }
 
+// A plan whose splits merge in clusters (distributed shared memory) and the same partition merged
+// through the workspace by the merge kernel: both against the golden, at mixed lengths (0 and 1:
+// clusters with empty splits; 5 splits: a cluster size that is not a power of two).
+TEST(DecodeCudaPaths, ClusterMergeAndMergeKernelMatchGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  DecodeSpec s{"cluster_merge_mixed", 16, 4, 128, DType::kBF16, DType::kBF16, DType::kF32, {640, 0, 1, 333}};
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  ASSERT_GT(plan.partition.merge_cluster, 1u) << "the case is meant to merge in clusters\n" << to_table(plan);
+  EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
+  const reference::Result golden = run_and_golden(r, plan);
+  const std::string note = s.name + " seed=" + std::to_string(r.seed);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " cluster merge");
+  expect_lse_matches(r.lse, golden.lse, note + " cluster merge", rel_l2_limit(s.kv, s.q, s.out));
+
+  DecodePlan kernel_merge = plan;
+  kernel_merge.partition.merge_cluster = 0;
+  kernel_merge.evidence = detail::compute_decode_evidence(r.problem, kernel_merge.partition, kernel_merge.target);
+  ASSERT_GT(kernel_merge.evidence.workspace_bytes, 0u);
+  poison(r.out);
+  poison(r.lse);
+  run_and_golden(r, kernel_merge);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " merge kernel");
+  expect_lse_matches(r.lse, golden.lse, note + " merge kernel", rel_l2_limit(s.kv, s.q, s.out));
+}
+
 // A small case for compute-sanitizer (memcheck, racecheck): split path, window, GQA 4, LSE.
 TEST(DecodeCudaSmall, SanitizerCase) {
   ATTNKIT_SKIP_WITHOUT_GPU();
@@ -204,6 +231,18 @@ TEST(DecodeCudaSmall, SanitizerCase) {
   DecodeRun r = make_run(s);
   const DecodePlan plan = plan_decode(r.problem, cuda::target());
   ASSERT_GT(plan.partition.sequence_splits, 1u) << "the case is meant to split\n" << to_table(plan);
+  const reference::Result golden = run_and_golden(r, plan);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name);
+  expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
+}
+
+// The same for the cluster merge: 2 x 8 blocks, splits merged in clusters, one empty sequence.
+TEST(DecodeCudaSmall, ClusterMergeSanitizerCase) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  DecodeSpec s{"sanitizer_cluster", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {700, 0}};
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  ASSERT_GT(plan.partition.merge_cluster, 1u) << "the case is meant to merge in clusters\n" << to_table(plan);
   const reference::Result golden = run_and_golden(r, plan);
   expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name);
   expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));

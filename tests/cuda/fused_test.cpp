@@ -35,6 +35,8 @@ std::vector<FusedSpec> fused_specs() {
       {"interleaved_tables_bf16_mha_d80", 4, 4, 80, kBF16, kInterleaved, true, {100, 0}},
       {"half_theta_f32_window_gqa8_d128", 16, 2, 128, kF32, kHalf, false, {6000, 10}, 257},
       {"half_theta_bf16_invalid_position", 8, 2, 64, kBF16, kHalf, false, {33, 700}, 0, true},
+      // 3 x 8 blocks: few enough splits to merge in clusters, one sequence of them with no valid key.
+      {"half_theta_bf16_invalid_position_cluster_merge", 32, 8, 128, kBF16, kHalf, false, {33, 700}, 0, true},
   };
 }
 

@@ -54,6 +54,18 @@ TEST(PagedCudaPlan, PagedDecodeSplitsAtLeastAsFinelyAsContiguousAndStatesItsExac
 // splits cost uniform batches 7-11% on the H200), except that pages shorter than a tile fill the
 // resident blocks when the contiguous partition leaves them empty; mixed or unknown lengths split
 // further.
+// The paged and extend kernels merge their splits through the workspace, never in clusters.
+TEST(PagedCudaPlan, PagedPlansMergeThroughTheWorkspace) {
+  PagedDecodeProblem p;
+  p.batch = 1;
+  p.kv_len = 1024;  // contiguous: 8 splits merged in clusters of 8
+  p.cache = {1024 / 16, 16, 1024 / 16, PageLayout::kHND};
+  const PagedDecodePlan plan = plan_paged_decode(p, known_target("h200"));
+  EXPECT_GT(plan.partition.sequence_splits, 1u);
+  EXPECT_EQ(plan.partition.merge_cluster, 0u);
+  EXPECT_GT(plan.bounds.workspace_bytes, 0u);
+}
+
 TEST(PagedCudaPlan, ExpectedLengthsHintKeepsTheContiguousPartitionForUniformBatches) {
   for (std::int64_t batch : {16, 64, 256}) {
     for (std::int64_t kv_len : {1024, 16384, 65536}) {

@@ -113,6 +113,32 @@ TEST(PlanGpu, PlansDecodeForAKnownTargetWithoutTheDevice) {
 // non-causal problems take 80; a short causal one, whose 128-row diagonal wastes more of an
 // 80-key tile, keeps 64. The gpu suite's d256 shapes (tests/cuda/prefill_hopper_test.cpp) land on
 // both, so both kernels are checked against the golden.
+// The split merge: in clusters (no workspace) only for short splits of tensor-core plans whose grid
+// stays within three quarters of the resident wave; else through the workspace and the merge kernel.
+TEST(PlanGpu, DecodeMergesShortSplitsInClusters) {
+  const Target h200 = known_target("h200");
+  auto plan = [&](std::int64_t batch, std::int64_t kv_len, std::int64_t head_dim, DType dtype) {
+    DecodeProblem p;
+    p.batch = batch;
+    p.kv_len = p.max_seq = kv_len;
+    p.head_dim = head_dim;
+    p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+    return plan_decode(p, h200);
+  };
+  const DecodePlan short_calls = plan(1, 1024, 128, DType::kBF16);
+  EXPECT_EQ(short_calls.partition.sequence_splits, 8u);
+  EXPECT_EQ(short_calls.partition.merge_cluster, 8u) << to_table(short_calls);
+  EXPECT_EQ(short_calls.evidence.workspace_bytes, 0u);
+  EXPECT_EQ(plan(8, 1024, 128, DType::kBF16).partition.merge_cluster, 2u);
+  // More than 8 splits, long splits, CUDA-core (f32) plans, a grid near the wave: the merge kernel.
+  for (const DecodePlan& p : {plan(1, 4096, 128, DType::kBF16), plan(4, 16384, 128, DType::kBF16),
+                              plan(1, 1024, 128, DType::kF32), plan(4, 2048, 64, DType::kBF16)}) {
+    EXPECT_GT(p.partition.sequence_splits, 1u) << to_table(p);
+    EXPECT_EQ(p.partition.merge_cluster, 0u) << to_table(p);
+    EXPECT_GT(p.evidence.workspace_bytes, 0u) << to_table(p);
+  }
+}
+
 TEST(PlanGpu, PrefillHead256ChoosesItsKeyTileByPaddedWork) {
   const Target h200 = known_target("h200");
   const KernelFamily hopper = KernelFamily::kWarpSpecializedWgmma;

@@ -1,5 +1,6 @@
 // Shared device helpers (sm_90): mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads
-// completed on an mbarrier, and programmatic dependent launch controls. Each wrapper is one PTX
+// completed on an mbarrier, cluster barriers and distributed shared-memory loads, and programmatic
+// dependent launch controls. Each wrapper is one PTX
 // instruction (or a wait loop on one), written from the PTX ISA. Used by the decode pipeline and
 // the Hopper prefill kernel.
 #pragma once
@@ -63,6 +64,35 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, s
       "[%2];" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
+}
+
+// ---- thread-block clusters ----------------------------------------------------------------
+// Every thread of every block of the cluster arrives, then waits for all the others: shared-memory
+// writes before it are visible to the cluster's reads after it. Warp-aligned (.aligned): call it
+// with the warp converged.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The same without ordering memory: for a barrier that only keeps blocks alive (a release would
+// also wait for the thread's global stores in flight).
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+// The address of the same shared-memory location in the cluster's block `rank`.
+__device__ __forceinline__ std::uint32_t cluster_address(std::uint32_t local, int rank) {
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float load_cluster_f32(std::uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float4 load_cluster_f32x4(std::uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
 }
 
 // ---- programmatic dependent launch --------------------------------------------------------

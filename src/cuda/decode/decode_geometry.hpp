@@ -18,6 +18,16 @@ inline constexpr int kStepsPerTile = 4;      // key steps a warp takes per share
 inline constexpr int kMaxThreads = 256;      // keeps 255 registers per thread available
 inline constexpr int kProducerWarps = 1;     // the warp that issues the K/V tile copies
 inline constexpr int kMaxSplits = 256;       // the merge kernel stages one weight per split
+// Splits merged in a cluster (docs/perf-notes.md, "Decode round 18"). A cluster's blocks must share
+// a GPC, so fewer of them are resident than single blocks (H200: 30 clusters of 8 where 33 would
+// fit by resources), and the planner merges in clusters only where the grid stays within three
+// quarters of the resident wave (bf16 d64 b4 x 2k, 128 blocks of one per SM in clusters of 4, ran
+// 1.4x slower: a second wave). Clusters also cost streaming calls bandwidth (bf16 b4 x 16k, 4096
+// keys per split, +6%; clusters of 16 at b1 x 16k / 64k +6% / +16%), so only short splits of
+// tensor-core plans merge in clusters, of at most 8 blocks, where the saved merge launch is worth
+// more (b1 x 1k -1.3 us, b8 x 1k -2.2 us).
+inline constexpr int kMaxClusterSplits = 8;
+inline constexpr int kMaxClusterSplitKeys = 512;
 inline constexpr int kMaxStages = 8;
 
 // head_dim is compiled for three capacities; any multiple of 8 up to 256 runs on the next one up.
@@ -126,7 +136,7 @@ inline constexpr std::int64_t kStaticSharedBytes = 2 * kMaxStages * 8;
 inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom (16-bit K/V)
 
 // Dynamic shared memory of one block (bytes): alignment slack, the K/V ring, the f32 query staging (reused as the
-// cross-warp reduction), the (max, sum) pairs of each key warp and of the block, and the fused
+// cross-warp reduction), the (max, sum) pairs of each key warp and the block's LSEs, and the fused
 // kernel's new-key scratch.
 constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes) {
   return std::int64_t{2} * stages * tile_elems(tile, capacity, kv_elem_bytes) * kv_elem_bytes;
@@ -134,7 +144,8 @@ constexpr std::int64_t ring_bytes(int capacity, int tile, int stages, std::int64
 constexpr std::int64_t shared_bytes(int capacity, int tile, int stages, std::int64_t kv_elem_bytes,
                                     std::int64_t rows_per_block, int key_warps) {
   const std::int64_t staging = rows_per_block * capacity * 4;  // f32 q rows, later the reduction
-  const std::int64_t stats = std::int64_t{2} * key_warps * rows_per_block * 4;  // (max, sum) per warp and row
+  // (max, sum) per key warp and row, and the block's LSE per row (the cluster merge reads it)
+  const std::int64_t stats = (std::int64_t{2} * key_warps + 1) * rows_per_block * 4;
   const std::int64_t fused_scratch = std::int64_t{2} * capacity * 4;
   // The ring region also holds the key warps' f32 output slices in the epilogue.
   const std::int64_t ring_region =

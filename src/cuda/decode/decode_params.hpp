@@ -52,6 +52,9 @@ struct DecodeParams {
   // the first load of every block); launch_decode_instance fills them from splits, passes, kv_heads.
   cuda_common::FastDivider split_div, pass_div, kv_head_div;
   int shared_bytes = 0;
+  // The plan's merge_cluster: the splits of a (sequence, KV head, pass) run as one cluster (rank =
+  // split) and merge their states in distributed shared memory; no workspace, no merge launch.
+  bool cluster_merge = false;
 
   // The fused step (RoPE on q and k_new, append k_new and v_new at positions[b], attend over
   // positions[b] + 1 keys). Off for plain decode.

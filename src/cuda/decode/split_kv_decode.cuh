@@ -124,8 +124,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     }
   }
 
-  // Shared memory: [K/V ring: stages x boxes x tile x kPitch each] [q staging, later the
-  // cross-warp reduction] [stats] [fused scratch] [paged: row offsets] [extend: row key ranges].
+  // Shared memory: [K/V ring: stages x boxes x tile x kPitch each] [q staging, later the block's
+  // state for a cluster merge] [stats, block LSEs] [fused scratch] [paged: row offsets] [extend: row key ranges].
   // The ring is 1024-byte aligned (TMA destinations; the 128-byte swizzle's 8-row atom).
   const int ring_elems = p.stages * cuda_decode::tile_elems(p.tile, kCap, sizeof(T));
   // The ring region also holds the key warps' output slices once the ring is idle (epilogue).
@@ -138,7 +138,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   float* staging = reinterpret_cast<float*>(aligned + ring_bytes);  // [rows_per_block][kCap]
   float* warp_m = staging + p.rows_per_block * kCap;             // [key_warps][rows_per_block]
   float* warp_l = warp_m + p.key_warps * p.rows_per_block;
-  float* new_k = warp_l + p.key_warps * p.rows_per_block;       // [kCap] fused: rotated k_new
+  float* state_lse = warp_l + p.key_warps * p.rows_per_block;   // [rows_per_block] cluster merge: log2 LSE
+  float* new_k = state_lse + p.rows_per_block;                  // [kCap] fused: rotated k_new
   float* new_v = new_k + kCap;
   // Paged: the K/V element offsets of the rows of `stages` tiles (16-byte aligned); extend: each
   // packed row's key range.
@@ -269,10 +270,62 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   }
   if constexpr (!kExtend) range = sequence_range(p, b);
 
+  // Row r's output (4 columns from d) and LSE (natural log), final: q/out/lse rows of the token and
+  // head of packed row r; an invalid fused position writes NaN.
+  auto store_out = [&](int r, int d, float4 o) {
+    const std::int64_t at = token_of(r) * p.out_stride_b + head_of(r) * p.out_stride_h + d;
+    const float bad = range.valid ? 0.0f : NAN;
+    cuda_common::store_from_f32(p.out, p.out_dtype, at, o.x + bad);
+    cuda_common::store_from_f32(p.out, p.out_dtype, at + 1, o.y + bad);
+    cuda_common::store_from_f32(p.out, p.out_dtype, at + 2, o.z + bad);
+    cuda_common::store_from_f32(p.out, p.out_dtype, at + 3, o.w + bad);
+  };
+  auto store_lse = [&](int r, float lse) {
+    if (p.lse != nullptr) p.lse[token_of(r) * p.lse_stride_b + head_of(r) * p.lse_stride_h] = range.valid ? lse : NAN;
+  };
+  // Cluster merge: the splits of this (sequence, KV head, pass) are one cluster, rank = split. Each
+  // active split leaves its normalised output [rows][kCap] in `staging` and its log2 LSE per row in
+  // `state_lse`; after a cluster barrier every block merges a share of the rows' 4-column pieces
+  // from all active splits' shared memory (out = sum w_s out_s / sum w_s, w_s = 2^(lse_s - max)),
+  // and a second barrier keeps each block's memory until its peers have read it. A row no split
+  // saw writes zeros and LSE -inf.
+  const bool cluster_merge = !kExtend && p.cluster_merge;
+  auto merge_in_cluster = [&](int active) {
+    cuda_common::cluster_sync();
+    const int row_vecs = p.head_dim / 4, items = rows_here * row_vecs;
+    const std::uint32_t lse_local = cuda_common::smem_u32(state_lse), out_local = cuda_common::smem_u32(staging);
+    for (int i = split * static_cast<int>(blockDim.x) + tid; i < items; i += p.splits * static_cast<int>(blockDim.x)) {
+      const int r = i / row_vecs, d = (i % row_vecs) * 4;
+      float lse[kMaxClusterSplits];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        lse[s] = s < active ? cuda_common::load_cluster_f32(cuda_common::cluster_address(lse_local + 4 * r, s)) : -INFINITY;
+        mx = fmaxf(mx, lse[s]);
+      }
+      const float m_use = mx == -INFINITY ? 0.0f : mx;
+      float sum = 0.0f;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s >= active) continue;
+        const float w = exp2f(lse[s] - m_use);
+        const float4 x = cuda_common::load_cluster_f32x4(cuda_common::cluster_address(out_local + 4 * (r * kCap + d), s));
+        sum += w;
+        acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
+      }
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      store_out(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+      if (d == 0) store_lse(r, sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY);
+    }
+    cuda_common::cluster_sync_relaxed();  // the peers' reads of this block are done (their values are used)
+  };
+
   const int visible = range.len - range.lo;
   const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
   if (p.splits > 1 && split >= active_splits) {  // the merge writes empty and invalid rows
     if (producer_lane) drop_issued(0);
+    if (cluster_merge) merge_in_cluster(active_splits);
     return;
   }
   ATTNKIT_DECODE_STAMP(1);
@@ -475,11 +528,12 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     return mx;
   };
 
-  // 6. Write the normalised output and LSE (final when unsplit, else this split's partial state).
-  //    Split states are indexed by (token, head): [splits, state rows * num_heads, head_dim]. A
-  //    thread takes four consecutive columns per step (head_dim is a multiple of 8) and no
-  //    division: this loop runs once per block, on the critical path of short calls (its scalar
-  //    form took 1.8 us of a 16 us batch-1 call, dev/decode_timeline.cu).
+  // 6. Write the normalised output and LSE: final when unsplit; else this split's partial state,
+  //    in shared memory for the cluster merge, or in the workspace for the merge kernel, indexed by
+  //    (token, head): [splits, state rows * num_heads, head_dim]. A thread takes four consecutive
+  //    columns per step (head_dim is a multiple of 8) and no division: this loop runs once per
+  //    block, on the critical path of short calls (its scalar form took 1.8 us of a 16 us batch-1
+  //    call, dev/decode_timeline.cu).
   const std::int64_t rows_total = static_cast<std::int64_t>(kExtend ? p.state_rows : p.batch) * p.num_heads;
   constexpr int kVec = 4, kRowVecs = kCap / kVec;
   for (int i = tid; i < rows_here * kRowVecs; i += blockDim.x) {
@@ -496,17 +550,12 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     }
     const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
     const float4 o = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    const std::int64_t token = token_of(r);
-    const int head = head_of(r);
     if (p.splits == 1) {
-      const std::int64_t at = token * p.out_stride_b + head * p.out_stride_h + d;
-      const float bad = range.valid ? 0.0f : NAN;  // an invalid fused position writes NaN rows
-      cuda_common::store_from_f32(p.out, p.out_dtype, at, o.x + bad);
-      cuda_common::store_from_f32(p.out, p.out_dtype, at + 1, o.y + bad);
-      cuda_common::store_from_f32(p.out, p.out_dtype, at + 2, o.z + bad);
-      cuda_common::store_from_f32(p.out, p.out_dtype, at + 3, o.w + bad);
+      store_out(r, d, o);
+    } else if (cluster_merge) {
+      *reinterpret_cast<float4*>(staging + r * kCap + d) = o;
     } else {
-      const std::int64_t row = token * p.num_heads + head;
+      const std::int64_t row = token_of(r) * p.num_heads + head_of(r);
       *reinterpret_cast<float4*>(p.partial_out + (split * rows_total + row) * p.head_dim + d) = o;
     }
   }
@@ -516,16 +565,16 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     for (int w = 0; w < p.key_warps; ++w) {
       sum = fmaf(warp_l[w * p.rows_per_block + r], exp2f(warp_m[w * p.rows_per_block + r] - m_use), sum);
     }
-    float lse = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
-    const std::int64_t token = token_of(r);
-    const int head = head_of(r);
+    const float lse2 = sum > 0.0f ? mx + log2f(sum) : -INFINITY;  // log2 units
     if (p.splits == 1) {
-      if (!range.valid) lse = NAN;
-      if (p.lse != nullptr) p.lse[token * p.lse_stride_b + head * p.lse_stride_h] = lse;
+      store_lse(r, lse2 * kLn2);
+    } else if (cluster_merge) {
+      state_lse[r] = lse2;
     } else {
-      p.partial_lse[split * rows_total + token * p.num_heads + head] = lse;
+      p.partial_lse[split * rows_total + token_of(r) * p.num_heads + head_of(r)] = lse2 * kLn2;
     }
   }
+  if (cluster_merge) merge_in_cluster(active_splits);
   ATTNKIT_DECODE_STAMP(6);
 }
 
@@ -546,8 +595,33 @@ void launch_decode_instance(const DecodeParams& plan_params, cudaStream_t stream
          "split the batch into smaller calls");
   }
   const int threads = 32 * block_warps(p.head_chunks, p.key_warps);
-  kernel<<<static_cast<unsigned>(blocks), threads, p.shared_bytes, stream>>>(p);
-  cuda_common::check_launch("cuda::decode", "split_kv_decode_kernel");
+  if (!p.cluster_merge) {
+    kernel<<<static_cast<unsigned>(blocks), threads, p.shared_bytes, stream>>>(p);
+    cuda_common::check_launch("cuda::decode", "split_kv_decode_kernel");
+    return;
+  }
+  if (kExtend || p.splits < 2 || p.splits > kMaxClusterSplits) {
+    fail("cuda::decode", "a cluster merge of " + std::to_string(p.splits) + " splits is not supported here",
+         "plan with this build's planner (it merges 2 to " + std::to_string(kMaxClusterSplits) +
+             " splits of contiguous decode in a cluster)");
+  }
+  // One cluster per (sequence, KV head, pass): its splits are consecutive blocks.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(p.shared_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(p.splits);
+  attributes[0].val.clusterDim.y = attributes[0].val.clusterDim.z = 1;
+  // A cluster's blocks on as many SMs as possible (by default they were packed two to an SM: b1 x 1k
+  // 14.0 -> 13.3 us with the spread).
+  attributes[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+  attributes[1].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicySpread;
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  cuda_common::check(cudaLaunchKernelEx(&config, kernel, p), "cuda::decode", "launching split_kv_decode_kernel in clusters");
 }
 
 // Host: the instantiation for a plan's head_dim capacity and heads per warp.
