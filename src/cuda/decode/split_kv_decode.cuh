@@ -294,25 +294,33 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     cuda_common::cluster_sync();
     const int row_vecs = p.head_dim / 4, items = rows_here * row_vecs;
     const std::uint32_t lse_local = cuda_common::smem_u32(state_lse), out_local = cuda_common::smem_u32(staging);
-    for (int i = split * static_cast<int>(blockDim.x) + tid; i < items; i += p.splits * static_cast<int>(blockDim.x)) {
+    // Items round-robin over the cluster's blocks; every split's LSE and piece is requested before
+    // any is used (one distributed shared-memory round trip per item, not one per split).
+    for (int i = tid * p.splits + split; i < items; i += p.splits * static_cast<int>(blockDim.x)) {
       const int r = i / row_vecs, d = (i % row_vecs) * 4;
       float lse[kMaxClusterSplits];
-      float mx = -INFINITY;
+      float4 x[kMaxClusterSplits];
 #pragma unroll
       for (int s = 0; s < kMaxClusterSplits; ++s) {
-        lse[s] = s < active ? cuda_common::load_cluster_f32(cuda_common::cluster_address(lse_local + 4 * r, s)) : -INFINITY;
-        mx = fmaxf(mx, lse[s]);
+        lse[s] = -INFINITY;
+        x[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (s < active) {
+          lse[s] = cuda_common::load_cluster_f32(cuda_common::cluster_address(lse_local + 4 * r, s));
+          x[s] = cuda_common::load_cluster_f32x4(cuda_common::cluster_address(out_local + 4 * (r * kCap + d), s));
+        }
       }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
       const float m_use = mx == -INFINITY ? 0.0f : mx;
       float sum = 0.0f;
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s >= active) continue;
-        const float w = exp2f(lse[s] - m_use);
-        const float4 x = cuda_common::load_cluster_f32x4(cuda_common::cluster_address(out_local + 4 * (r * kCap + d), s));
+        const float w = exp2f(lse[s] - m_use);  // 0 for an inactive split (lse -inf)
         sum += w;
-        acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
+        acc.x = fmaf(w, x[s].x, acc.x), acc.y = fmaf(w, x[s].y, acc.y), acc.z = fmaf(w, x[s].z, acc.z),
+        acc.w = fmaf(w, x[s].w, acc.w);
       }
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       store_out(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
