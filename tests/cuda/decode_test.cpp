@@ -224,28 +224,31 @@ TEST(DecodeCudaPaths, ClusterMergeAndMergeKernelMatchGolden) {
   expect_lse_matches(r.lse, golden.lse, note + " merge kernel", rel_l2_limit(s.kv, s.q, s.out));
 }
 
-// A small case for compute-sanitizer (memcheck, racecheck): split path, window, GQA 4, LSE.
-TEST(DecodeCudaSmall, SanitizerCase) {
-  ATTNKIT_SKIP_WITHOUT_GPU();
-  DecodeSpec s{"sanitizer_small", 8, 2, 64, DType::kBF16, DType::kBF16, DType::kBF16, {700, 0, 1}, 300};
+// Small cases for compute-sanitizer (memcheck, racecheck): each checks that its plan takes the path
+// it is meant for (`what`), then runs it against the golden.
+template <class TakesPath>
+void expect_small_case(const DecodeSpec& s, TakesPath takes_path, const char* what) {
   DecodeRun r = make_run(s);
   const DecodePlan plan = plan_decode(r.problem, cuda::target());
-  ASSERT_GT(plan.partition.sequence_splits, 1u) << "the case is meant to split\n" << to_table(plan);
+  ASSERT_TRUE(takes_path(plan.partition)) << "the case is meant to " << what << "\n" << to_table(plan);
   const reference::Result golden = run_and_golden(r, plan);
   expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name);
   expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
 }
 
-// The same for the cluster merge: 2 x 8 blocks, splits merged in clusters, one empty sequence.
+// The merge kernel's path: more splits than a cluster merges (16), window, GQA 4, LSE.
+TEST(DecodeCudaSmall, SanitizerCase) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const DecodeSpec s{"sanitizer_small", 8, 2, 64, DType::kBF16, DType::kBF16, DType::kBF16, {4000, 0, 1}, 3000};
+  expect_small_case(s, [](const WorkPartition& w) { return w.sequence_splits > 1 && w.merge_cluster == 0; },
+                    "split and merge through the workspace");
+}
+
+// The cluster merge: 2 x 8 blocks, one empty sequence.
 TEST(DecodeCudaSmall, ClusterMergeSanitizerCase) {
   ATTNKIT_SKIP_WITHOUT_GPU();
-  DecodeSpec s{"sanitizer_cluster", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {700, 0}};
-  DecodeRun r = make_run(s);
-  const DecodePlan plan = plan_decode(r.problem, cuda::target());
-  ASSERT_GT(plan.partition.merge_cluster, 1u) << "the case is meant to merge in clusters\n" << to_table(plan);
-  const reference::Result golden = run_and_golden(r, plan);
-  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name);
-  expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
+  const DecodeSpec s{"sanitizer_cluster", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {700, 0}};
+  expect_small_case(s, [](const WorkPartition& w) { return w.merge_cluster > 1; }, "merge its splits in clusters");
 }
 
 }  // namespace
