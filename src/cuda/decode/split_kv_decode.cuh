@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   }
 
   // Shared memory: [K/V ring: stages x boxes x tile x kPitch each] [q staging, later the block's
-  // state for a cluster merge] [stats, block LSEs] [fused scratch] [paged: row offsets] [extend: row key ranges].
+  // state for a cluster merge] [stats, block LSEs] [fused scratch] [paged: row offsets] [extend:
+  // row key ranges].
   // The ring is 1024-byte aligned (TMA destinations; the 128-byte swizzle's 8-row atom).
   const int ring_elems = p.stages * cuda_decode::tile_elems(p.tile, kCap, sizeof(T));
   // The ring region also holds the key warps' output slices once the ring is idle (epilogue).
