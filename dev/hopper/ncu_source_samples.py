@@ -9,7 +9,8 @@ Here:
   dev/hopper/ncu_source_samples.py sass.csv --dump           # index, samples, executions, SASS
   dev/hopper/ncu_source_samples.py sass.csv --regions 0:137:prologue 137:577:setup ...
 Regions are instruction-index ranges [a, b) read off --dump (landmarks: the first HGMMA of a
-loop, SYNCS.PHASECHK waits, STSM, EXIT)."""
+loop, SYNCS.PHASECHK waits, STSM, EXIT); each prints its share of the samples and its three
+largest stall reasons (as shares of all samples)."""
 import collections, csv, sys
 
 
@@ -41,7 +42,11 @@ def main():
         for spec in sys.argv[sys.argv.index("--regions") + 1:]:
             a, b, name = spec.split(":", 2)
             s = sum(r[0] for r in rows[int(a):int(b)])
-            print(f"{name:24s} {100 * s / total:5.1f}%")
+            why = collections.Counter()
+            for r in rows[int(a):int(b)]:
+                why.update(r[3])
+            top = ", ".join(f"{k[6:]} {100 * v / total:.1f}%" for k, v in why.most_common(3))
+            print(f"{name:24s} {100 * s / total:5.1f}%   {top}")
         return 0
     reasons = collections.Counter()
     for r in rows:
