@@ -3,8 +3,9 @@
 # list; each round runs every line with the old CLI, then with the new one; the table printed last
 # has one line per point with both builds' medians side by side (dev/ab/pivot.py).
 #   dev/ab/cli_ab.sh ROUNDS OLD_CLI NEW_CLI < points.txt
-# (dev/ab/prefill_ab.sh does the same for prefill_bench.) Point lists used so far: dev/ab/points/ (decode_small: start-up bound decode; prefill_causal:
-# the Hopper sweep's causal shapes plus controls; e4m3_prefill).
+# Point lists used so far: dev/ab/points/ (decode_small: start-up bound decode; prefill_causal:
+# the Hopper sweep's causal shapes plus controls; e4m3_prefill). dev/ab/prefill_ab.sh does the same
+# for prefill_bench.
 set -u
 rounds=$1 old=$2 new=$3
 mapfile -t points
