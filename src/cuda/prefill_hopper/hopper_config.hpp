@@ -108,8 +108,9 @@ inline constexpr std::int64_t hopper_fp8_vt_bytes(std::int64_t batch, std::int64
 // Dynamic shared memory of one block: Q tile, `stages` K and V tiles (16-bit elements, no padding:
 // the swizzle avoids bank conflicts), the mbarriers, and 1 KiB of slack to align the tiles to the
 // 1024-byte swizzle atom.
-// Barriers: Q full / empty, the staged O's slot, and per stage K full, V full, K empty, V empty.
-inline constexpr std::int64_t hopper_barrier_bytes(const HopperConfig& c) { return 8 * (3 + 4 * c.stages); }
+// Barriers: Q full / empty, the staged O's K and V slots, and per stage K full, V full, K empty,
+// V empty.
+inline constexpr std::int64_t hopper_barrier_bytes(const HopperConfig& c) { return 8 * (4 + 4 * c.stages); }
 inline constexpr std::int64_t hopper_shared_bytes(const HopperConfig& c) {
   return 2LL * c.head_dim * (rows_per_block(c) + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
 }

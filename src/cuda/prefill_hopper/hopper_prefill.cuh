@@ -238,11 +238,13 @@ __device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece
   }
 }
 
-// O staged through shared memory (head_dim 128, 16-bit inputs and out): a warpgroup
-// writes its 64 x D tile into its half of the last K slot of the work tile (free once every
-// warpgroup's last S is done; its release waits for the copy-out) with stmatrix, then copies it
-// out in whole rows of 16-byte stores. The register-to-global stores write 4-byte pieces of 8 rows
-// per instruction; this writes each row's bytes contiguously (docs/perf-notes.md, "Hopper prefill
+// O staged through shared memory (head_dim 128 and 256, 16-bit inputs and out): a warpgroup
+// writes its 64 x D tile with stmatrix into the last K slot of the work tile (head_dim 128: its
+// half; free once every warpgroup's last S is done; its release waits for the copy-out), or at
+// head_dim 256, where a slot holds one warpgroup's tile, warpgroup 1 into the last V slot (free
+// once every warpgroup's last P V is done), then copies it out in whole rows of 16-byte stores.
+// The register-to-global stores write 4-byte pieces of 8 rows per instruction; this writes each
+// row's bytes contiguously (docs/perf-notes.md, "Hopper prefill
 // round 9"). Rows are 2D bytes apart and a row's 16-byte chunk j sits at chunk j ^ (row % 8), so
 // neither the stmatrix rows nor the copy-out's quarter-warps hit one bank twice.
 template <int D>
@@ -423,13 +425,19 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // 2-stage ring left no time to load K(j + 2) before it was needed).
   std::uint64_t* k_empty = v_full + Stages;
   std::uint64_t* v_empty = k_empty + Stages;
-  // Staged O: every consumer warp's last S of a work tile is done (its K slot then takes O).
+  // Staged O: every consumer warp's last S of a work tile is done (its K slot then takes O), and
+  // (head_dim 256) every consumer warp's last P V is done (its V slot then takes warpgroup 1's O).
   std::uint64_t* o_slot_free = v_empty + Stages;
+  std::uint64_t* o_v_slot_free = o_slot_free + 1;
   constexpr int kConsumerWarps = 4 * Consumers;
-  // O through the last K slot at head_dim 128 (the block's O tile is exactly one K tile) when it is
-  // 16-bit with 16-byte aligned rows; else (f32 out, split states, e4m3, d64, d256) from registers. d64's
-  // 128-row blocks could take it too, but ran 5-6% slower with it at causal 512-1k.
-  constexpr bool kStagedO = !kFp8 && D == 128 && Br <= Bc;
+  // O through the last K slot at head_dim 128 (the block's O tile is exactly one K tile), and the
+  // last K and V slots at head_dim 256 (one warpgroup's tile each), when it is 16-bit with 16-byte
+  // aligned rows; else (f32 out, split states, e4m3, d64) from registers. d64's 128-row blocks could
+  // take it too, but ran 5-6% slower with it at causal 512-1k. At d256 the register path's quad
+  // shuffles held 13-15% of a 512-key call's stall samples (docs/perf-notes.md, "Hopper prefill
+  // round 19").
+  constexpr bool kTwoSlotO = D == 256 && Consumers == 2 && Br <= 2 * Bc && 64 <= Bc;
+  constexpr bool kStagedO = !kFp8 && ((D == 128 && Br <= Bc) || kTwoSlotO);
   const bool staged_o =
       kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1 && hp.packed_rows == 0;
   constexpr bool kLazyRescale = lazy_rescale<D, In>();
@@ -456,6 +464,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     mbar_init(q_full, 1);
     mbar_init(q_empty, kConsumerWarps);
     mbar_init(o_slot_free, kConsumerWarps);
+    mbar_init(o_v_slot_free, kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < Stages; ++s) {
       mbar_init(&k_full[s], 1);
@@ -580,6 +589,19 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         free_lo = static_cast<int>(cuda_prefill::min_i64(n, cuda_prefill::max_i64(0, -floor_div(-first_key0) - w.tile_lo)));
       }
       auto needs_mask = [&](int it) { return it < free_lo || it > free_hi; };
+      // Slot releases by each warp's lane leader. A work tile's last K slot goes to the staged O
+      // (o_slot_free) instead of the producer; at head_dim 256 it takes warpgroup 0's O only, so
+      // warpgroup 1 releases it at once, and the last V slot likewise takes warpgroup 1's.
+      auto release_k = [&](int stage, bool last) {
+        if (!(staged_o && last)) return mbar_arrive(&k_empty[stage]);
+        mbar_arrive(o_slot_free);
+        if (kTwoSlotO && cw != 0) mbar_arrive(&k_empty[stage]);
+      };
+      auto release_v = [&](int stage, bool last) {
+        if (!(kTwoSlotO && staged_o && last)) return mbar_arrive(&v_empty[stage]);
+        mbar_arrive(o_v_slot_free);
+        if (cw == 0) mbar_arrive(&v_empty[stage]);
+      };
       auto issue_s = [&](float (&s)[Bc / 2], int stage) {
         const std::uint32_t kb = k_base + stage * kTileBytes;
 #pragma unroll
@@ -619,7 +641,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(s);
         __syncwarp();
         if (lane_leader) {
-          mbar_arrive(staged_o && n == 1 ? o_slot_free : &k_empty[stage]);
+          release_k(stage, n == 1);
           if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
@@ -643,7 +665,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(s);
         __syncwarp();
         if (lane_leader) {
-          mbar_arrive(staged_o && it == n - 1 ? o_slot_free : &k_empty[stage]);
+          release_k(stage, it == n - 1);
           if (it == n - 1) mbar_arrive(q_empty);
         }
         if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos, (w.tile_lo + it) * Bc, c);
@@ -656,7 +678,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(o);
         fence_registers(pf[0]);
         __syncwarp();
-        if (lane_leader) mbar_arrive(&v_empty[prev_stage]);
+        if (lane_leader) release_v(prev_stage, false);
         if (!kLazyRescale || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved
 #pragma unroll
           for (int i = 0; i < D / 8; ++i) {
@@ -680,7 +702,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         wgmma_wait<0>();
         fence_registers(o);
         __syncwarp();
-        if (lane_leader) mbar_arrive(&v_empty[stage]);
+        if (lane_leader) release_v(stage, true);
       }
       kv_iter += n;
       ++q_iter;
@@ -700,15 +722,19 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     if constexpr (kStagedO) {
       if (staged_o && n > 0) {
         // The last K slot (kv_iter - 1) takes O once every warpgroup's last S is done (work tile
-        // q_iter - 1 completes o_slot_free once); this warpgroup's half, then its rows out.
+        // q_iter - 1 completes o_slot_free once): this warpgroup's half, or at head_dim 256
+        // warpgroup 0's tile while warpgroup 1's goes to the last V slot once every last P V is
+        // done (o_v_slot_free); then its rows out.
         const int stage = (kv_iter - 1) % Stages;
-        const std::uint32_t tile = k_base + stage * kTileBytes + cw * 64 * D * 2;
+        const bool in_v = kTwoSlotO && cw != 0;
+        const std::uint32_t tile = in_v ? v_base + stage * kTileBytes
+                                        : k_base + stage * kTileBytes + (kTwoSlotO ? 0 : cw * 64 * D * 2);
         float inv[2];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) inv[hr] = st.l[hr] > 0.0f ? 1.0f / st.l[hr] : 0.0f;
         constexpr bool kBf16Out = In == HopperInput::kBF16;
         auto piece = [&](int hr, int i) { return pack2<kBf16Out>(o[4 * i + 2 * hr] * inv[hr], o[4 * i + 2 * hr + 1] * inv[hr]); };
-        mbar_wait(o_slot_free, (q_iter - 1) & 1);
+        mbar_wait(in_v ? o_v_slot_free : o_slot_free, (q_iter - 1) & 1);
         stage_o_tile<D>(tile, piece, warp, lane);
         named_barrier_sync(1 + Consumers + cw, 128);  // the warpgroup's tile is in shared memory
         const std::int64_t row = w.e.q_start + w.m0 + cw * 64;
@@ -717,7 +743,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         copy_out_o_tile<D>(tile, dst, p.o_row_stride, rows_here - cw * 64, wtid);
         fence_proxy_async_shared();  // these reads before the producer's next TMA write of the slot
         __syncwarp();
-        if (lane_leader) mbar_arrive(&k_empty[stage]);
+        if (lane_leader) mbar_arrive(in_v ? &v_empty[stage] : &k_empty[stage]);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int r = row0 + hr * 8;
