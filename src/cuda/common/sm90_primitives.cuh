@@ -1,6 +1,6 @@
 // Shared device helpers (sm_90): mbarriers (init, arrive, expect-tx, parity wait), TMA tensor loads
-// completed on an mbarrier, cluster barriers and distributed shared-memory loads, and programmatic
-// dependent launch controls. Each wrapper is one PTX
+// completed on an mbarrier, TMA tensor stores in bulk groups, cluster barriers and distributed
+// shared-memory loads, and programmatic dependent launch controls. Each wrapper is one PTX
 // instruction (or a wait loop on one), written from the PTX ISA. Used by the decode pipeline and
 // the Hopper prefill kernel.
 #pragma once
@@ -65,6 +65,20 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, s
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
+
+// A 4-D box from shared memory (`src`, a shared-space address) to global memory, coordinates
+// innermost first; elements past the map's bounds are not written. Joins the thread's open bulk
+// group.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, std::uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until every bulk group this thread committed has read its shared-memory source (the
+// memory may then be rewritten; the global writes may still be in flight).
+__device__ __forceinline__ void bulk_wait_group_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 
 // ---- thread-block clusters ----------------------------------------------------------------
 // Every thread of every block of the cluster arrives, then waits for all the others: shared-memory

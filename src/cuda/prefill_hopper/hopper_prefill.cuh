@@ -68,6 +68,7 @@ struct HopperParams {
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
+  CUtensorMap o_map;  // the output, boxes of 64 rows x 128 bytes (valid when o_tma)
   PrefillParams p;
   int m_tiles;      // query tiles of the longest sequence
   int total_tiles;  // m_tiles * num_heads * batch
@@ -86,6 +87,7 @@ struct HopperParams {
   float v_scale;
   int out_bf16;
   int out_vec16;  // 16-bit out whose rows all start 16-byte aligned: whole-block stores
+  int o_tma;      // o_map holds the output: staged O tiles may leave by TMA store
   // GQA packing (the plan's packed_heads > 1): a query tile holds the group's heads x packed_rows
   // query rows (row r: head r / packed_rows of the group, query row r % packed_rows), and a work
   // tile's "head" is its KV head; 0: a tile holds one head's rows.
@@ -242,15 +244,18 @@ __device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece
 // writes its 64 x D tile with stmatrix into the last K slot of the work tile (head_dim 128: its
 // half; free once every warpgroup's last S is done; its release waits for the copy-out), or at
 // head_dim 256, where a slot holds one warpgroup's tile, warpgroup 1 into the last V slot (free
-// once every warpgroup's last P V is done), then copies it out in whole rows of 16-byte stores.
-// The register-to-global stores write 4-byte pieces of 8 rows per instruction; this writes each
-// row's bytes contiguously (docs/perf-notes.md, "Hopper prefill
-// round 9"). Rows are 2D bytes apart and a row's 16-byte chunk j sits at chunk j ^ (row % 8), so
-// neither the stmatrix rows nor the copy-out's quarter-warps hit one bank twice.
-template <int D>
+// once every warpgroup's last P V is done). The tile leaves by TMA store where its boxes cannot
+// reach another sequence's rows, else as whole rows of 16-byte stores. The register-to-global
+// stores write 4-byte pieces of 8 rows per instruction; these write each row's bytes contiguously
+// (docs/perf-notes.md, "Hopper prefill round 9" and "round 20").
+// The tile is D / 64 boxes of 64 rows x 128 bytes, in the TMA's 128-byte swizzle: column block b
+// of row r at b * 8 KiB + r * 128 bytes, its 16-byte chunk j at j ^ (r % 8), so neither the
+// stmatrix rows nor the copy-out's quarter-warps hit one bank twice, and a box is what a TMA store
+// of the out map reads.
 __device__ __forceinline__ std::uint32_t staged_o_offset(int row, int chunk) {
-  return static_cast<std::uint32_t>(row * D * 2 + ((chunk ^ (row & 7)) * 16));
+  return static_cast<std::uint32_t>((chunk / 8) * 64 * 128 + row * 128 + ((chunk ^ row) & 7) * 16);
 }
+constexpr std::uint32_t kStagedBoxBytes = 64 * 128;
 // Lane `lane` of warp `warp` holds, for row halves hr (rows warp * 16 + lane / 4 + 8 hr) and n8
 // blocks i, the packed pair piece(hr, i) (wgmma's accumulator layout, which is stmatrix's).
 template <int D, class Piece>
@@ -259,7 +264,7 @@ __device__ __forceinline__ void stage_o_tile(std::uint32_t tile, Piece piece, in
   const int row = warp * 16 + (m & 1) * 8 + (lane & 7);
 #pragma unroll
   for (int q = 0; q < D / 16; ++q) {
-    const std::uint32_t addr = tile + staged_o_offset<D>(row, 2 * q + (m >> 1));
+    const std::uint32_t addr = tile + staged_o_offset(row, 2 * q + (m >> 1));
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
                  "r"(piece(0, 2 * q)), "r"(piece(1, 2 * q)), "r"(piece(0, 2 * q + 1)), "r"(piece(1, 2 * q + 1))
                  : "memory");
@@ -277,7 +282,7 @@ __device__ __forceinline__ void copy_out_o_tile(std::uint32_t tile, std::uint16_
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(tile + staged_o_offset<D>(row, chunk)));
+                 : "r"(tile + staged_o_offset(row, chunk)));
     // One 16-byte store in asm: a uint4 assignment here compiled to four 4-byte stores (so did
     // make_uint4 of the loaded words), a quarter of the bytes per store instruction.
     if (row < rows) {
@@ -736,12 +741,29 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         auto piece = [&](int hr, int i) { return pack2<kBf16Out>(o[4 * i + 2 * hr] * inv[hr], o[4 * i + 2 * hr + 1] * inv[hr]); };
         mbar_wait(in_v ? o_v_slot_free : o_slot_free, (q_iter - 1) & 1);
         stage_o_tile<D>(tile, piece, warp, lane);
-        named_barrier_sync(1 + Consumers + cw, 128);  // the warpgroup's tile is in shared memory
         const std::int64_t row = w.e.q_start + w.m0 + cw * 64;
-        auto* dst = static_cast<std::uint16_t*>(p.out) + w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride +
-                    row * p.o_row_stride;
-        copy_out_o_tile<D>(tile, dst, p.o_row_stride, rows_here - cw * 64, wtid);
-        fence_proxy_async_shared();  // these reads before the producer's next TMA write of the slot
+        const int rows_left = rows_here - cw * 64;
+        // By TMA: the map's row bound is the sequence's own unless the batch is ragged, where a
+        // short tile's box would write the next sequence's rows.
+        const bool by_tma = hp.o_tma != 0 && (rows_left >= 64 || p.cu_seqlens_q == nullptr);
+        if (by_tma) fence_proxy_async_shared();  // the stmatrix writes before the TMA's reads
+        named_barrier_sync(1 + Consumers + cw, 128);  // the warpgroup's tile is in shared memory
+        if (by_tma) {
+          if (wtid == 0) {
+#pragma unroll
+            for (int b = 0; b < D / 64; ++b) {
+              tma_store_4d(&hp.o_map, tile + b * kStagedBoxBytes, b * 64, static_cast<int>(row), w.h,
+                           static_cast<int>(w.e.q_base_batch));
+            }
+            bulk_commit_group();
+            bulk_wait_group_read_all();  // the slot is the producer's again once read
+          }
+        } else {
+          auto* dst = static_cast<std::uint16_t*>(p.out) + w.e.q_base_batch * p.o_batch_stride + w.h * p.o_head_stride +
+                      row * p.o_row_stride;
+          copy_out_o_tile<D>(tile, dst, p.o_row_stride, rows_left, wtid);
+          fence_proxy_async_shared();  // these reads before the producer's next TMA write of the slot
+        }
         __syncwarp();
         if (lane_leader) mbar_arrive(in_v ? &v_empty[stage] : &k_empty[stage]);
 #pragma unroll

@@ -24,6 +24,9 @@ using cuda_common::mbar_try_wait;
 using cuda_common::mbar_wait;
 using cuda_common::smem_u32;
 using cuda_common::tma_load_4d;
+using cuda_common::tma_store_4d;
+using cuda_common::bulk_commit_group;
+using cuda_common::bulk_wait_group_read_all;
 using cuda_common::tma_prefetch_descriptor;
 
 // ---- wgmma --------------------------------------------------------------------------------
