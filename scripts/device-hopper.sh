@@ -90,6 +90,7 @@ fi
 if ((sanitize)); then
   SMALL="Shapes/PrefillHopper.MatchesGolden/causal_window50_d128_bf16:Shapes/PrefillHopper.MatchesGolden/ragged_causal_empty_len1_d128_bf16:Shapes/PrefillHopper.MatchesGolden/noncausal_window70_d256_bf16"
   SMALL+=":Shapes/PrefillHopper.MatchesGolden/hop_causal_q193_window50_gqa3_d64_bf16:Shapes/PrefillHopper.MatchesGolden/hop_packed_ragged_causal_gqa4_d128_bf16"
+  SMALL+=":Shapes/PrefillHopper.MatchesGolden/hop_ragged_causal_staged_o_d256_bf16"
   SMALL+=":Shapes/PrefillFp8.MatchesGolden/fp8_causal_window129_q129_kv1000_gqa8_d128_bf16:Shapes/PrefillFp8.MatchesGolden/fp8_ragged_causal_window_gqa8_d256_f16"
   for tool in memcheck racecheck synccheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $TESTS --gtest_filter="$SMALL" > "$LOG/$tool.log" 2>&1

@@ -46,6 +46,10 @@ std::vector<PrefillShape> hopper_shapes() {
       {"hop_causal_large_scores_d256_bf16", 1, 4, 2, 256, 200, 260, true, kBF16, kBF16, 0, 0.0f, 6.0f},
       {"hop_ragged_causal_long_empty_keyless_d128_bf16", 5, 8, 2, 128, 300, 500, true, kBF16, kBF16, 0, 0.0f, 1.0f,
        {{300, 500}, {0, 7}, {1, 1}, {257, 257}, {129, 0}}},
+      // d256's staged O (warpgroup 1's tile in the V slot): full 64-row tiles leave by TMA store,
+      // a ragged sequence's shorter ones by the copy-out (its box would reach the next sequence).
+      {"hop_ragged_causal_staged_o_d256_bf16", 4, 4, 2, 256, 200, 400, true, kBF16, kBF16, 0, 0.0f, 1.0f,
+       {{200, 300}, {64, 64}, {193, 400}, {1, 1}}},
       {"hop_ragged_noncausal_d64_f16_out_f32", 3, 4, 1, 64, 260, 390, false, kF16, kF32, 0, 0.0f, 1.0f,
        {{260, 130}, {3, 390}, {128, 128}}},
       // d64 also has 192-row blocks (three consumer warpgroups; every shape runs both, below): one
