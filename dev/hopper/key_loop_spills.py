@@ -2,13 +2,16 @@
 """Local-memory traffic inside each Hopper prefill kernel's key loop, from SASS.
 
 Issue 8 asks for no local-memory spills in the main loop. The key loop of every kernel is the
-innermost backward branch whose body issues both wgmma groups of a key tile (S = Q K^T and
-O += P V, each ending in a `gsb0` GMMA); this counts the LDL / STL instructions inside it.
+innermost backward branch whose body issues both wgmma products of a key tile (S = Q K^T, whose
+A operand is a shared-memory descriptor, and O += P V, whose A is in registers); this counts the
+LDL / STL instructions inside it, and flags a loop whose wgmma ptxas serialised (a wait after every
+GMMA).
 Needs no GPU. The input is cuobjdump's SASS text, or a binary (an object, libattnkit.a) that this
 script passes to cuobjdump (from PATH, the CUDA toolkit, or PyPI's nvidia-cuda-cuobjdump with
 nvidia-cuda-nvdisasm):
   python3 dev/hopper/key_loop_spills.py build/release/libattnkit.a
-Exit status: 0 clean, 1 when any key loop touches local memory or no Hopper kernel is found,
+Exit status: 0 clean, 1 when any key loop touches local memory or has its wgmma serialised, or no
+Hopper kernel is found,
 77 (CTest's skip) when there is no cuobjdump to read a binary with.
 """
 import glob
@@ -79,8 +82,10 @@ def key_loop(ins):
             continue
         start = int(m.group(1), 16)
         body = [x for x in ins if start <= x[0] <= addr]
-        groups = sum(1 for _, t in body if "GMMA" in t and "gsb0" in t)
-        if groups >= 2 and (best is None or addr - start < best[1] - best[0]):
+        # Both products of a key tile: S = Q K^T (A from a descriptor) and O += P V (A in registers).
+        s_form = any(re.search(r"GMMA\S* R\d+, gdesc", t) for _, t in body)
+        pv_form = any(re.search(r"GMMA\S* R\d+, R\d+, gdesc", t) for _, t in body)
+        if s_form and pv_form and (best is None or addr - start < best[1] - best[0]):
             best = (start, addr, body)
     return best
 
@@ -100,8 +105,14 @@ def main(path):
             continue
         start, end, body = loop
         spills = sum(1 for _, t in body if re.match(r"(@\S+ )?(LDL|STL)", t))
-        bad |= spills > 0
-        print(f"{pretty}: key loop {start:#x}-{end:#x}, {len(body)} instructions, LDL/STL {spills}")
+        # ptxas serialises every wgmma of a kernel it cannot pipeline (C7517 / C7518, e.g. a wgmma
+        # or its wait in a branch it thinks divergent): each GMMA then has its own wait.
+        gmma = sum(1 for _, t in body if "GMMA" in t)
+        waits = sum(1 for _, t in body if "WARPGROUP.DEPBAR" in t)
+        serialized = gmma >= 2 and waits >= gmma
+        bad |= spills > 0 or serialized
+        print(f"{pretty}: key loop {start:#x}-{end:#x}, {len(body)} instructions, LDL/STL {spills}"
+              + (f", wgmma SERIALIZED ({waits} waits for {gmma} GMMA)" if serialized else ""))
     return bad
 
 
