@@ -62,8 +62,9 @@ nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_9
 note "build: $(( $(date +%s) - t0 )) s"
 fi
 
-# SASS of the Hopper kernels as built (the library object).
-OBJ=$(find $BUILD -name "hopper_prefill.cu.o" | head -1)
+# SASS of the Hopper kernels as built (the library object), or as carried (the prebuilt tests).
+OBJ=$(find $BUILD -name "hopper_prefill.cu.o" 2>/dev/null | head -1)
+[[ -z "$OBJ" && -n $prebuilt ]] && OBJ=$TESTS
 if [[ -n "$OBJ" ]] && command -v cuobjdump > /dev/null; then
   cuobjdump --dump-sass "$OBJ" > "$LOG/hopper_sass.txt" 2>/dev/null
   awk '/Function : /{f=$3} /HGMMA/{h[f]++} /LDL|STL/{l[f]++} END{for (k in h) printf "sass %s: HGMMA %d, LDL/STL %d\n", k, h[k], l[k]+0}' \
