@@ -252,10 +252,10 @@ __device__ __forceinline__ void store_row_blocks(std::uint16_t* dst, Piece piece
 // of row r at b * 8 KiB + r * 128 bytes, its 16-byte chunk j at j ^ (r % 8), so neither the
 // stmatrix rows nor the copy-out's quarter-warps hit one bank twice, and a box is what a TMA store
 // of the out map reads (tests/cuda/hopper_staged_o_layout_test.cu checks all three on the host).
-__host__ __device__ __forceinline__ constexpr std::uint32_t staged_o_offset(int row, int chunk) {
-  return static_cast<std::uint32_t>((chunk / 8) * 64 * 128 + row * 128 + ((chunk ^ row) & 7) * 16);
-}
 constexpr std::uint32_t kStagedBoxBytes = 64 * 128;
+__host__ __device__ __forceinline__ constexpr std::uint32_t staged_o_offset(int row, int chunk) {
+  return static_cast<std::uint32_t>((chunk / 8) * kStagedBoxBytes + row * 128 + ((chunk ^ row) & 7) * 16);
+}
 // Lane `lane` of warp `warp` holds, for row halves hr (rows warp * 16 + lane / 4 + 8 hr) and n8
 // blocks i, the packed pair piece(hr, i) (wgmma's accumulator layout, which is stmatrix's).
 template <int D, class Piece>
