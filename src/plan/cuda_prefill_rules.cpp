@@ -191,33 +191,38 @@ std::string format_rate(double rate) {
   return text;
 }
 
-// Key rows the config's blocks (of rows_per_block query rows) stream in its key tiles, over one
-// (sequence, head): each block reads the tiles its rows' visible keys touch, masked parts
-// included, as the kernel's work_tile walks them (bottom-right causal, window counted back from
-// the block's first row).
-std::uint64_t padded_tile_rows(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
-  const std::int64_t rows = cuda_prefill_hopper::rows_per_block(c), bc = c.keys_per_tile, offset = p.kv_len - p.q_len;
-  std::uint64_t total = 0;
-  for (std::int64_t m0 = 0; m0 < p.q_len; m0 += rows) {
-    const std::int64_t first = m0 + offset, last = std::min(p.q_len, m0 + rows) - 1 + offset;
-    const std::int64_t lo = p.options.window > 0 ? std::max<std::int64_t>(0, first - p.options.window + 1) : 0;
-    const std::int64_t hi = p.causal ? std::min(p.kv_len, last + 1) : p.kv_len;
-    if (hi > lo) total += static_cast<std::uint64_t>(((hi + bc - 1) / bc - lo / bc) * bc);
-  }
-  return total;
-}
-
-// Matrix work of a config, in (query row, key row) pairs its blocks compute, padding included: the
-// key rows each block streams times the block's rows.
-double padded_tile_work(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
-  return static_cast<double>(padded_tile_rows(p, c)) * cuda_prefill_hopper::rows_per_block(c);
-}
-
 // Whether a config's query tile holds a whole GQA group's queries (partition_hopper then packs
 // the group's heads into one tile).
 bool packs_gqa_group(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
   return p.group_size() > 1 && p.q_len * p.group_size() <= cuda_prefill_hopper::rows_per_block(c);
 }
+
+// Matrix work of a config over one (sequence, head), in (query row, key row) pairs its consumer
+// warpgroups compute, padding included: each block walks the key tiles its rows' visible keys
+// touch, masked parts included, as the kernel's work_tile does (bottom-right causal, window counted
+// back from the block's first row), and each of its 64-row warpgroups computes them all, or under
+// a causal mask (unpacked, on configs that skip dead key tiles) only those up to its own last row's.
+double padded_tile_work(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
+  namespace hop = cuda_prefill_hopper;
+  const std::int64_t rows = hop::rows_per_block(c), bc = c.keys_per_tile, offset = p.kv_len - p.q_len;
+  const bool skips =
+      p.causal && hop::skips_dead_key_tiles(c.keys_per_tile, c.consumer_warpgroups) && !packs_gqa_group(p, c);
+  double total = 0;
+  for (std::int64_t m0 = 0; m0 < p.q_len; m0 += rows) {
+    const std::int64_t first = m0 + offset, last = std::min(p.q_len, m0 + rows) - 1 + offset;
+    const std::int64_t lo = p.options.window > 0 ? std::max<std::int64_t>(0, first - p.options.window + 1) : 0;
+    const std::int64_t hi = p.causal ? std::min(p.kv_len, last + 1) : p.kv_len;
+    if (hi <= lo) continue;
+    const std::int64_t tile_lo = lo / bc, tiles = (hi + bc - 1) / bc - tile_lo;
+    for (int wg = 0; wg < c.consumer_warpgroups; ++wg) {
+      std::int64_t live = tiles;
+      if (skips) live = std::clamp<std::int64_t>((m0 + wg * 64 + 63 + offset) / bc + 1 - tile_lo, 1, tiles);
+      total += static_cast<double>(live * bc * 64);
+    }
+  }
+  return total;
+}
+
 
 // The Hopper config for the problem's head_dim with the least padded tile work per unit of speed
 // (nullptr: none compiled for that head_dim). A config that packs the GQA group beats one that does

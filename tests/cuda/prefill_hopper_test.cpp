@@ -44,6 +44,9 @@ std::vector<PrefillShape> hopper_shapes() {
       {"hop_causal_window200_d64_bf16", 1, 4, 4, 64, 900, 900, true, kBF16, kBF16, 200},
       {"hop_noncausal_window90_d256_bf16_out_f32", 1, 2, 2, 256, 333, 600, false, kBF16, kF32, 90},
       {"hop_causal_large_scores_d256_bf16", 1, 4, 2, 256, 200, 260, true, kBF16, kBF16, 0, 0.0f, 6.0f},
+      // 80-key tiles (the plan's pick) under a diagonal 300 keys in: warpgroup 0 skips a dead tile
+      // in most blocks, at offsets that are no multiple of the tile.
+      {"hop_causal_dead_tiles_q_lt_kv_d256_bf16", 1, 4, 2, 256, 700, 1000, true, kBF16, kBF16},
       {"hop_ragged_causal_long_empty_keyless_d128_bf16", 5, 8, 2, 128, 300, 500, true, kBF16, kBF16, 0, 0.0f, 1.0f,
        {{300, 500}, {0, 7}, {1, 1}, {257, 257}, {129, 0}}},
       // d256's staged O (warpgroup 1's tile in the V slot): full 64-row tiles leave by TMA store,

@@ -166,6 +166,32 @@ TEST(PlanGpu, PrefillHead256ChoosesItsKeyTileByPaddedWork) {
   EXPECT_EQ(plan_prefill(d128, h200, hopper).partition.tile_size, 128u);  // one config
 }
 
+// Causal d64, q_len = kv_len = 2048: a 192-row block's first warpgroup skips the key tile past its
+// rows (the kernel's dead tiles), a 128-row block (rows = key tile) has none to skip. The planner's
+// padded work counts each warpgroup's tiles as the kernel walks them: 11 blocks of 192 rows over
+// 128-key tiles give 2,359,296 (query row, key row) pairs, not the 2,482,176 of every warpgroup
+// walking its block's tiles; 16 blocks of 128 rows give 2,228,224.
+TEST(PlanGpu, PrefillPaddedWorkCountsEachWarpgroupsLiveKeyTiles) {
+  PrefillProblem p;
+  p.head_dim = 64;
+  p.q_len = p.kv_len = 2048;
+  p.causal = true;
+  const PrefillPlan plan = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
+  EXPECT_EQ(plan.partition.rows_per_block, 192u) << to_table(plan);
+  const auto has = [&](const std::string& text) {
+    for (const std::string& r : plan.reasons) {
+      if (r.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has("padded tile work 2359296 vs 2228224")) << to_table(plan);
+  p.causal = false;  // nothing to skip: every warpgroup walks all 16 tiles of all 11 blocks
+  const PrefillPlan full = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
+  bool found = false;
+  for (const std::string& r : full.reasons) found |= r.find("padded tile work 4325376 vs 4194304") != std::string::npos;
+  EXPECT_TRUE(found) << to_table(full);
+}
+
 constexpr KernelFamily kHopperFamily = KernelFamily::kWarpSpecializedWgmma;
 
 TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {

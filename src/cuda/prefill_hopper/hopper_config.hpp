@@ -31,6 +31,16 @@ inline constexpr int kProducerRegisters = 24;  // setmaxnreg.dec for the produce
 // setmaxnreg.inc for the consumers: 128 * 24 + 128 * consumers * regs <= 65536, a multiple of 8.
 constexpr int consumer_registers(int consumer_warpgroups) { return consumer_warpgroups == 2 ? 240 : 160; }
 
+// Causal work tiles: a block's last key tiles can lie wholly past its first warpgroups' rows
+// (they end up to rows_per_block - 64 rows before the block's); those warpgroups skip them. Where a
+// block's rows are exactly one key tile (d64's 128-row blocks, d128, e4m3) an aligned causal
+// diagonal (q_len == kv_len) never leaves a warpgroup a dead tile, and the skip's bookkeeping cost
+// 2-3% at d64 512-1k, so those configs keep the full walk (docs/perf-notes.md, "Hopper prefill
+// round 22"). (Before the warpgroup index was broadcast from lane 0, d256's key loop spilled with it.)
+constexpr bool skips_dead_key_tiles(int keys_per_tile, int consumer_warpgroups) {
+  return 64 * consumer_warpgroups != keys_per_tile;
+}
+
 // The kernel's input element type (q, k and v): 16-bit floats, or fp8 e4m3 with per-tensor scales.
 enum class HopperInput : int { kF16, kBF16, kE4M3 };
 constexpr int input_bytes(HopperInput in) { return in == HopperInput::kE4M3 ? 1 : 2; }

@@ -446,6 +446,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   const bool staged_o =
       kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1 && hp.packed_rows == 0;
   constexpr bool kLazyRescale = lazy_rescale<D, In>();
+  constexpr bool kSkipDeadTiles = skips_dead_key_tiles(Bc, Consumers);
   // GQA packing: 16-bit inputs only (the plan's rule), so the e4m3 kernels compile without it (their
   // d256 key loop has no register to spare).
   const int packed_rows = kFp8 ? 0 : hp.packed_rows;
@@ -535,7 +536,9 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
 
   // ---- consumers: 64 query rows per warpgroup ------------------------------------------------
   regs_increase<consumer_registers(Consumers)>();
-  const int cw = warpgroup - 1;
+  // Broadcast from lane 0, so that ptxas knows it is warp-uniform: branches on it (the dead-tile
+  // iterations) then keep the wgmma pipeline (else C7518: every wgmma serialised).
+  const int cw = __shfl_sync(0xffffffffu, warpgroup - 1, 0);
   const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
   const int g = lane / 4, c = lane % 4;
   const int row0 = cw * 64 + warp * 16 + g;  // this thread's rows in the block tile: row0, row0 + 8
@@ -594,6 +597,15 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         free_lo = static_cast<int>(cuda_prefill::min_i64(n, cuda_prefill::max_i64(0, -floor_div(-first_key0) - w.tile_lo)));
       }
       auto needs_mask = [&](int it) { return it < free_lo || it > free_hi; };
+      // Causal: the work tile's last key tiles can lie wholly past this warpgroup's rows (its rows
+      // end up to Br - 64 before the block's): iterations [live, n) skip their matrix work and
+      // softmax, keeping only the turns and the slot releases. The first tile always runs. The
+      // planner counts the same (padded_tile_work).
+      int live = n;
+      if (kSkipDeadTiles && p.causal && packed_rows == 0) {
+        const std::int64_t wg_last = static_cast<std::int64_t>(w.m0) + cw * 64 + 63 + w.e.kv_len - w.e.q_len;
+        live = static_cast<int>(cuda_prefill::min_i64(n, cuda_prefill::max_i64(1, wg_last / Bc + 1 - w.tile_lo)));
+      }
       // Slot releases by each warp's lane leader. A work tile's last K slot goes to the staged O
       // (o_slot_free) instead of the producer; at head_dim 256 it takes warpgroup 0's O only, so
       // warpgroup 1 releases it at once, and the last V slot likewise takes warpgroup 1's.
@@ -653,7 +665,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
         scores_to_a<Bc, In>(s, pf);
       }
-      for (int it = 1; it < n; ++it) {
+      for (int it = 1; it < live; ++it) {
         const std::uint32_t prev = kv_iter + it - 1, cur = kv_iter + it;
         const int prev_stage = prev % Stages, stage = cur % Stages;
         mbar_wait(&k_full[stage], (cur / Stages) & 1);
@@ -695,14 +707,40 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         }
         scores_to_a<Bc, In>(s, pf);
       }
-      {
+      // Tiles past this warpgroup's rows: the last live tile's P V beside the first one's turn,
+      // then only turns and slot releases (each after the slot's fill, so that an arrival cannot
+      // count towards the slot's previous phase).
+      for (int it = live; it < n; ++it) {
+        const std::uint32_t prev = kv_iter + it - 1, cur = kv_iter + it;
+        const int prev_stage = prev % Stages, stage = cur % Stages;
+        mbar_wait(&k_full[stage], (cur / Stages) & 1);
+        mbar_wait(&v_full[prev_stage], (prev / Stages) & 1);
+        my_turn();
+        if (it == live) {
+          wgmma_fence();
+          issue_pv(pf, prev_stage);
+          wgmma_commit();
+        }
+        their_turn();
+        wgmma_wait<0>();  // unconditional: a wait in a branch of its own made ptxas inject another (C7517)
+        fence_registers(o);
+        __syncwarp();
+        if (lane_leader) {
+          release_k(stage, it == n - 1);
+          if (it == n - 1) mbar_arrive(q_empty);
+          release_v(prev_stage, false);
+        }
+      }
+      {  // the last tile's P V (none when it is past this warpgroup's rows)
         const std::uint32_t last = kv_iter + n - 1;
         const int stage = last % Stages;
         mbar_wait(&v_full[stage], (last / Stages) & 1);
         my_turn();
-        wgmma_fence();
-        issue_pv(pf, stage);
-        wgmma_commit();
+        if (live == n) {
+          wgmma_fence();
+          issue_pv(pf, stage);
+          wgmma_commit();
+        }
         their_turn();
         wgmma_wait<0>();
         fence_registers(o);
