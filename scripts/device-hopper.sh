@@ -6,7 +6,9 @@
 #   (bench/cuda/prefill_bench.cu: planner's choice + the tiled fallback, cuBLAS GEMM ceiling) and
 #   the torch SDPA flash / cuDNN peers in the same call, rendered to $OUT/prefill_hopper_h200.*
 #   scripts/device-hopper.sh [--no-tests] [--no-sanitize] [--no-bench] [--quick] [--also-tiled]
-#     [--prebuilt DIR] [bench filters: --head-dim D --min-seq S --max-seq S]
+#     [--prebuilt DIR] [--rounds N] [bench filters: --head-dim D --min-seq S --max-seq S]
+# --rounds N: the sweep N times, attnkit's bench and the peers alternating; the table takes each
+#   point's median (cross-call ratios move by up to 7%, docs/perf-notes.md).
 # --prebuilt DIR: DIR/attnkit_cuda_tests and DIR/prefill_bench built with this tree on the host (same
 #   nvcc, sm_90a; the bench with the nvcc line below against that build's libattnkit.a) instead of
 #   building here.
@@ -18,7 +20,7 @@ OUT=${OUT:-/tmp/attnkit-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"
 BUILD=build/device-hopper
-tests=1 sanitize=1 bench=1 quick=0 also_tiled="" prebuilt=""
+tests=1 sanitize=1 bench=1 quick=0 also_tiled="" prebuilt="" rounds=1
 filters=()
 while (($#)); do
   case $1 in
@@ -29,6 +31,7 @@ while (($#)); do
     --head-dim|--min-seq|--max-seq) filters+=("$1" "$2"); shift ;;
     --also-tiled) also_tiled=--also-tiled ;;
     --prebuilt) prebuilt=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
   esac
   shift
 done
@@ -102,10 +105,14 @@ fi
 
 if ((bench)); then
   PQ=""; ((quick)) && PQ="--quick"
-  timeout 330 $BENCH $PQ $also_tiled "${filters[@]}" > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" ||
-    { status=1; tail -5 "$LOG/prefill_bench.err"; }
-  PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ "${filters[@]}" > "$OUT/prefill_torch.jsonl" 2> "$LOG/prefill_torch.err" ||
-    { status=1; tail -5 "$LOG/prefill_torch.err"; }
+  : > "$OUT/prefill_attnkit.jsonl"
+  : > "$OUT/prefill_torch.jsonl"
+  for ((round = 1; round <= rounds; ++round)); do
+    timeout 330 $BENCH $PQ $also_tiled "${filters[@]}" >> "$OUT/prefill_attnkit.jsonl" 2>> "$LOG/prefill_bench.err" ||
+      { status=1; tail -5 "$LOG/prefill_bench.err"; }
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ "${filters[@]}" >> "$OUT/prefill_torch.jsonl" 2>> "$LOG/prefill_torch.err" ||
+      { status=1; tail -5 "$LOG/prefill_torch.err"; }
+  done
   python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_hopper_h200" > /dev/null
 fi
 

@@ -4,13 +4,15 @@
   torch_prefill.py measure [--quick] [--head-dim D] [--max-seq S] [--min-seq S] > torch.jsonl
       flash and cuDNN backends + torch bf16 GEMM (the filters match prefill_bench's)
   torch_prefill.py render attnkit.jsonl torch.jsonl --out bench/results/prefill_h200
-      merges attnkit's rows (bench/cuda/prefill_bench.cu's JSON lines) with the peers' into
+      merges attnkit's rows (bench/cuda/prefill_bench.cu's JSON lines) with the peers' (medians where
+      a call ran several rounds) into
       <out>.md (table) and <out>.png (chart), and prints the table.
 
 Timing: CUDA events around each call, warm-up first, a 256 MiB write before every repetition so no
 run reads warm L2, median of the repetitions. FLOPs: 4 * batch * heads * visible pairs * head_dim.
 """
 import json
+import statistics
 import sys
 
 from event_timing import time_events  # the shared protocol (same folder)
@@ -88,13 +90,16 @@ def render(attnkit_path, torch_path, out):
     # Rows without a dtype are bf16 (the peers always are): e4m3 rows get their own lines, with no
     # peer columns, since SDPA has no fp8 attention to compare against.
     key = lambda r: (r.get("dtype", "bf16"), r.get("head_dim"), r.get("causal"), r.get("seq_len"))
-    by = {}
+    # A call may run the sweep in several rounds, attnkit's bench and the peers alternating
+    # (scripts/device-hopper.sh --rounds N): each cell is the median of its rounds.
+    samples = {}
     for r in rows:
         if "seq_len" in r and "tflops" in r and r["impl"] in ("attnkit", "attnkit-tiled", "torch-flash", "torch-cudnn"):
-            by.setdefault(key(r), {})[r["impl"]] = r["tflops"]
-    gemm = [r["tflops"] for r in rows if r["impl"] == "cublas-bf16-gemm"]
-    gemm_e4m3 = [r["tflops"] for r in rows if r["impl"] == "cublaslt-e4m3-gemm"]
-    tgemm = [r["tflops"] for r in rows if r["impl"] == "torch-bf16-gemm"]
+            samples.setdefault(key(r), {}).setdefault(r["impl"], []).append(r["tflops"])
+    by = {k: {impl: statistics.median(v) for impl, v in impls.items()} for k, impls in samples.items()}
+    rounds = max((len(v) for impls in samples.values() for v in impls.values()), default=0)
+    ceiling_of = lambda impl: [statistics.median(x)] if (x := [r["tflops"] for r in rows if r["impl"] == impl]) else []
+    gemm, gemm_e4m3, tgemm = ceiling_of("cublas-bf16-gemm"), ceiling_of("cublaslt-e4m3-gemm"), ceiling_of("torch-bf16-gemm")
     families = {key(r): r.get("family", "") for r in rows if r.get("impl") == "attnkit" and "seq_len" in r}
     lines = [
         "| dtype | head_dim | causal | seq_len | batch x heads | attnkit TFLOP/s | % of GEMM | family | tiled (fallback) "
@@ -112,6 +117,8 @@ def render(attnkit_path, torch_path, out):
         lines.append(f"| {dtype} | {d} | {'yes' if causal else 'no'} | {s} | {16384 // s} x {2048 // d} | {fmt(a)} | {pct} | "
                      f"{families.get(k, '')} | {fmt(ti)} | {fmt(fl)} | {fmt(cu)} | {ratio(a, fl)} | {ratio(a, cu)} |")
     head = []
+    if rounds > 1:
+        head.append(f"each TFLOP/s figure: the median of {rounds} rounds in this call (attnkit's bench and the peers alternating)")
     if gemm:
         head.append(f"bf16 GEMM ceiling (cuBLAS 8192^3, same run): {gemm[0]:.0f} TFLOP/s")
     if gemm_e4m3:
