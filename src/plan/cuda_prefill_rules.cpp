@@ -407,7 +407,12 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                       " re-reads come from L2)");
   }
   if (p.causal || p.options.window > 0) {
-    reasons.push_back("key tiles no row of the block sees are never loaded; only tiles a warpgroup cannot fully see are masked");
+    std::string masked = "key tiles no row of the block sees are never loaded; only tiles a warpgroup cannot fully see are masked";
+    if (p.causal && !packed && hop::skips_dead_key_tiles(c.keys_per_tile, c.consumer_warpgroups)) {
+      masked += "; a warpgroup skips the tiles wholly past its own rows (" + std::to_string(rows) + "-row blocks over " +
+                std::to_string(c.keys_per_tile) + "-key tiles)";
+    }
+    reasons.push_back(masked);
   }
 }
 

@@ -185,6 +185,12 @@ TEST(PlanGpu, PrefillPaddedWorkCountsEachWarpgroupsLiveKeyTiles) {
     return false;
   };
   EXPECT_TRUE(has("padded tile work 2359296 vs 2228224")) << to_table(plan);
+  EXPECT_TRUE(has("a warpgroup skips the tiles wholly past its own rows (192-row blocks over 128-key tiles)"))
+      << to_table(plan);
+  PrefillProblem d128 = p;  // 128-row blocks of 128-key tiles: nothing to skip, and no such reason
+  d128.head_dim = 128;
+  const PrefillPlan square = plan_prefill(d128, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
+  for (const std::string& r : square.reasons) EXPECT_EQ(r.find("skips the tiles"), std::string::npos) << r;
   p.causal = false;  // nothing to skip: every warpgroup walks all 16 tiles of all 11 blocks
   const PrefillPlan full = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
   bool found = false;
