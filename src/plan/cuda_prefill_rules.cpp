@@ -223,7 +223,6 @@ double padded_tile_work(const PrefillProblem& p, const cuda_prefill_hopper::Hopp
   return total;
 }
 
-
 // The Hopper config for the problem's head_dim with the least padded tile work per unit of speed
 // (nullptr: none compiled for that head_dim). A config that packs the GQA group beats one that does
 // not (packing divides the tiles by the group; d64: 160 rows of a group of 8 fit a 192-row block,

@@ -178,14 +178,14 @@ TEST(PlanGpu, PrefillPaddedWorkCountsEachWarpgroupsLiveKeyTiles) {
   p.causal = true;
   const PrefillPlan plan = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
   EXPECT_EQ(plan.partition.rows_per_block, 192u) << to_table(plan);
-  const auto has = [&](const std::string& text) {
-    for (const std::string& r : plan.reasons) {
+  const auto has = [](const PrefillPlan& in, const std::string& text) {
+    for (const std::string& r : in.reasons) {
       if (r.find(text) != std::string::npos) return true;
     }
     return false;
   };
-  EXPECT_TRUE(has("padded tile work 2359296 vs 2228224")) << to_table(plan);
-  EXPECT_TRUE(has("a warpgroup skips the tiles wholly past its own rows (192-row blocks over 128-key tiles)"))
+  EXPECT_TRUE(has(plan, "padded tile work 2359296 vs 2228224")) << to_table(plan);
+  EXPECT_TRUE(has(plan, "a warpgroup skips the tiles wholly past its own rows (192-row blocks over 128-key tiles)"))
       << to_table(plan);
   PrefillProblem d128 = p;  // 128-row blocks of 128-key tiles: nothing to skip, and no such reason
   d128.head_dim = 128;
@@ -193,9 +193,7 @@ TEST(PlanGpu, PrefillPaddedWorkCountsEachWarpgroupsLiveKeyTiles) {
   for (const std::string& r : square.reasons) EXPECT_EQ(r.find("skips the tiles"), std::string::npos) << r;
   p.causal = false;  // nothing to skip: every warpgroup walks all 16 tiles of all 11 blocks
   const PrefillPlan full = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
-  bool found = false;
-  for (const std::string& r : full.reasons) found |= r.find("padded tile work 4325376 vs 4194304") != std::string::npos;
-  EXPECT_TRUE(found) << to_table(full);
+  EXPECT_TRUE(has(full, "padded tile work 4325376 vs 4194304")) << to_table(full);
 }
 
 constexpr KernelFamily kHopperFamily = KernelFamily::kWarpSpecializedWgmma;
