@@ -207,4 +207,12 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
                                                      std::make_index_sequence<std::size(kHopperFp8Configs)>{});
 }
 
+#ifdef ATTNKIT_HOPPER_STAMPS
+// The probe's buffer (dev/hopper/boundary_timeline.cu): [block][warpgroup (4)][kStampSteps][kStampEvents]
+// clock64 values, or nullptr to stop recording.
+extern "C" void attnkit_hopper_set_stamps(long long* device_buffer) {
+  cudaMemcpyToSymbol(hopper_stamps, &device_buffer, sizeof(device_buffer));
+}
+#endif
+
 }  // namespace attnkit::cuda_prefill_hopper

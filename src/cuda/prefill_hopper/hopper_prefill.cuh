@@ -60,6 +60,25 @@ using cuda_prefill::PrefillParams;
 using cuda_prefill::SequenceExtent;
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// Development probe hooks (dev/hopper/boundary_timeline.cu), compiled out unless
+// ATTNKIT_HOPPER_STAMPS is defined: thread 0 of each warpgroup records clock64() at landmarks of its
+// block's first kStampSteps walk steps, to see where a work tile's boundary spends its time.
+#ifdef ATTNKIT_HOPPER_STAMPS
+inline constexpr int kStampSteps = 32, kStampEvents = 8;
+static __device__ long long* hopper_stamps = nullptr;
+#define ATTNKIT_HOPPER_STAMP(step, event)                                                                     \
+  do {                                                                                                       \
+    if (hopper_stamps != nullptr && threadIdx.x % 128 == 0 && (step) < kStampSteps) {                         \
+      hopper_stamps[((blockIdx.x * 4 + threadIdx.x / 128) * kStampSteps + (step)) * kStampEvents + (event)] = \
+          clock64();                                                                                         \
+    }                                                                                                        \
+  } while (0)
+#else
+#define ATTNKIT_HOPPER_STAMP(step, event) \
+  do {                                    \
+  } while (0)
+#endif
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The kernel's arguments: the common prefill arguments plus the TMA descriptors (which must live
@@ -491,6 +510,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     tma_prefetch_descriptor(&hp.v_map);
     std::uint32_t q_iter = 0, kv_iter = 0;
     for (int step = 0; step < steps; ++step) {
+      ATTNKIT_HOPPER_STAMP(step, 0);
       const TileCoord t = block_tile(step);
       if (t.bh < 0) continue;
       const WorkTile w = work_tile<Bc, Br>(hp, t);
@@ -500,6 +520,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       const int q_row = static_cast<int>(w.e.q_start + w.m0);
       const int batch = static_cast<int>(w.e.q_base_batch);
       mbar_wait(q_empty, (q_iter & 1) ^ 1);
+      ATTNKIT_HOPPER_STAMP(step, 1);
       mbar_arrive_expect_tx(q_full, hp.q_tile_bytes);
 #pragma unroll
       for (int c = 0; c < Chunks; ++c) {
@@ -511,6 +532,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         const std::uint32_t phase = (kv_iter / Stages) & 1;
         const int k_row = static_cast<int>(w.e.k_start) + j * Bc;
         mbar_wait(&k_empty[stage], phase ^ 1);
+        if (j == w.tile_lo) ATTNKIT_HOPPER_STAMP(step, 2);
         mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
 #pragma unroll
         for (int c = 0; c < Chunks; ++c) {
@@ -530,6 +552,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           }
         }
       }
+      ATTNKIT_HOPPER_STAMP(step, 3);
     }
     return;
   }
@@ -558,6 +581,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   if (cw == Consumers - 1) their_turn();
 
   for (int step = 0; step < steps; ++step) {
+    ATTNKIT_HOPPER_STAMP(step, 0);
     const TileCoord t = block_tile(step);
     if (t.bh < 0) continue;
     const WorkTile w = work_tile<Bc, Br>(hp, t);
@@ -580,6 +604,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     RowState st{{-INFINITY, -INFINITY}, {0.0f, 0.0f}};
     const int n = w.tile_hi - w.tile_lo;
+    ATTNKIT_HOPPER_STAMP(step, 1);
 
     if (n > 0) {
       // Iterations [free_lo, free_hi] of the key loop need no mask: their whole tile lies inside
@@ -642,6 +667,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       };
 
       mbar_wait(q_full, q_iter & 1);
+      ATTNKIT_HOPPER_STAMP(step, 2);
       float s[Bc / 2];
       std::uint32_t pf[Bc / kKeysPerStep][4];
       float alpha[2];
@@ -650,6 +676,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         const int stage = kv_iter % Stages;
         mbar_wait(&k_full[stage], (kv_iter / Stages) & 1);
         my_turn();
+        ATTNKIT_HOPPER_STAMP(step, 3);
         wgmma_fence();
         issue_s(s, stage);
         wgmma_commit();
@@ -664,6 +691,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
         softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
         scores_to_a<Bc, In>(s, pf);
+        ATTNKIT_HOPPER_STAMP(step, 4);
       }
       for (int it = 1; it < live; ++it) {
         const std::uint32_t prev = kv_iter + it - 1, cur = kv_iter + it;
@@ -731,6 +759,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           release_v(prev_stage, false);
         }
       }
+      ATTNKIT_HOPPER_STAMP(step, 5);
       {  // the last tile's P V (none when it is past this warpgroup's rows)
         const std::uint32_t last = kv_iter + n - 1;
         const int stage = last % Stages;
@@ -746,6 +775,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         fence_registers(o);
         __syncwarp();
         if (lane_leader) release_v(stage, true);
+        ATTNKIT_HOPPER_STAMP(step, 6);
       }
       kv_iter += n;
       ++q_iter;
@@ -812,6 +842,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
                 row_lse(hr);
           }
         }
+        ATTNKIT_HOPPER_STAMP(step, 7);
         continue;
       }
     }
@@ -878,6 +909,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         }
       }
     }
+    ATTNKIT_HOPPER_STAMP(step, 7);
   }
   if (cw == 0) my_turn();  // takes the last warpgroup's last hand-over, so no arrival is left pending
 }
