@@ -13,9 +13,11 @@
 //     -I.deps/devprefix/include -I/tmp/fe/include -diag-suppress 128,2810 dev/hopper/cudnn_peer.cu \
 //     bench/cuda/prefill_bench.cu build/<cuda build>/libattnkit.a -L/usr/local/cuda/lib64 -lcudnn -lnvrtc -lcuda \
 //     -lcublas -lcublasLt -Xcompiler=-fopenmp -o cudnn_peer
-//   (cudnn-frontend 1.32 against the toolkit's cuDNN 9.19, the version PyTorch 2.11 reports on the
-//   device; ~5 minutes on the 2-core host. Built and linked here; not yet run on the device.)
+//   (cudnn-frontend 1.32; ~5 minutes on the 2-core host: compile with -c, then link.) On the device
+//   the toolkit's libcudnn is 9.14; PyTorch's (9.19, the sweep's torch column) is taken first with
+//   LD_LIBRARY_PATH=$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0] + '/lib')")
 //   ./cudnn_peer [--head-dim D] [--min-seq S] [--max-seq S] [--rounds R]   (bf16 points of the sweep)
+//   (results: bench/results/prefill_cudnn_inprocess_h200.md, session 16)
 // Prints one JSON line per point: both medians per round, TFLOP/s of the medians (FLOPs = 4 x
 // batch x heads x visible pairs x head_dim, as bench/peers/torch_prefill.py counts), the ratio
 // cudnn / attnkit of the times, and the outputs' max |difference|.
