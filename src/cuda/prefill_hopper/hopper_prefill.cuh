@@ -60,6 +60,7 @@ using cuda_prefill::PrefillParams;
 using cuda_prefill::SequenceExtent;
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // Development probe hooks (dev/hopper/boundary_timeline.cu), compiled out unless
 // ATTNKIT_HOPPER_STAMPS is defined: thread 0 of each warpgroup records clock64() at landmarks of its
@@ -79,7 +80,6 @@ static __device__ long long* hopper_stamps = nullptr;
   do {                                    \
   } while (0)
 #endif
-constexpr float kLn2 = 0.6931471805599453f;
 
 // The kernel's arguments: the common prefill arguments plus the TMA descriptors (which must live
 // in kernel parameter space: the struct is passed as __grid_constant__).
