@@ -9,8 +9,9 @@ are generated, not typed). Run: python3 dev/hopper/gen_wgmma.py > src/cuda/prefi
   [head_dim][keys]) and neither form takes transpose flags.
 """
 # (type, k, ss N values, rs N values)
-TYPES = (("bf16", 16, (64, 80, 128), (64, 128, 256)),
-         ("f16", 16, (64, 80, 128), (64, 128, 256)),
+# rs N = 72: head_dim 64 plus the ones columns that sum P's rows on the tensor core.
+TYPES = (("bf16", 16, (64, 80, 128), (64, 72, 128, 256)),
+         ("f16", 16, (64, 80, 128), (64, 72, 128, 256)),
          ("e4m3", 32, (128,), (128, 256)))
 
 def regs(n, start):

@@ -115,14 +115,33 @@ inline constexpr std::int64_t hopper_fp8_vt_bytes(std::int64_t batch, std::int64
   return batch * kv_heads * head_dim * hopper_fp8_vt_row_keys(kv_len);
 }
 
+// Row sums of P on the tensor core (16-bit inputs, head_dim 64 with three consumer warpgroups):
+// O += P [V | 1], the V tile's 8-column extension read from a constant chunk of ones beside each V
+// slot (one 128-byte swizzle row per key), so the accumulator's extra columns hold each row's
+// running sum, rescaled with O, and the softmax adds no scores (64 FADD per thread per 128-key
+// tile; d64's key loop 685 -> 625 instructions) for 8 / 64 more P V work on the tensor core. With
+// three warpgroups sharing each SM sub-partition's issue slots that pays (+2-5% from 1k); the
+// 128-row blocks of two lost 8-10% (causal 512 / 1k), and at head_dim 128 three slots leave no room
+// for the ones (docs/perf-notes.md, "Hopper prefill round 25").
+// Off until this form (f32 sums where an LSE or split states are written) has passed the gpu
+// tests and sanitizers on the device; its first form measured +2-6% but missed one LSE bound.
+inline constexpr bool kTensorRowSumsEnabled = false;
+constexpr bool tensor_row_sums(int head_dim, int consumer_warpgroups) {
+  return kTensorRowSumsEnabled && head_dim == 64 && consumer_warpgroups == 3;
+}
+constexpr std::int64_t ones_chunk_bytes(const HopperConfig& c) {
+  return tensor_row_sums(c.head_dim, c.consumer_warpgroups) ? 128LL * c.keys_per_tile : 0;
+}
+
 // Dynamic shared memory of one block: Q tile, `stages` K and V tiles (16-bit elements, no padding:
-// the swizzle avoids bank conflicts), the mbarriers, and 1 KiB of slack to align the tiles to the
-// 1024-byte swizzle atom.
+// the swizzle avoids bank conflicts) and the V slots' ones chunks, the mbarriers, and 1 KiB of
+// slack to align the tiles to the 1024-byte swizzle atom.
 // Barriers: Q full / empty, the staged O's K and V slots, and per stage K full, V full, K empty,
 // V empty.
 inline constexpr std::int64_t hopper_barrier_bytes(const HopperConfig& c) { return 8 * (4 + 4 * c.stages); }
 inline constexpr std::int64_t hopper_shared_bytes(const HopperConfig& c) {
-  return 2LL * c.head_dim * (rows_per_block(c) + 2LL * c.stages * c.keys_per_tile) + hopper_barrier_bytes(c) + 1024;
+  return 2LL * c.head_dim * (rows_per_block(c) + 2LL * c.stages * c.keys_per_tile) + c.stages * ones_chunk_bytes(c) +
+         hopper_barrier_bytes(c) + 1024;
 }
 
 // The same for fp8 inputs (one byte per element).

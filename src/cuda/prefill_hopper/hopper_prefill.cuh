@@ -361,10 +361,13 @@ template <int D, HopperInput In>
 constexpr bool lazy_rescale() { return D == 256 || In == HopperInput::kE4M3; }
 constexpr float rescale_slack(HopperInput in) { return in == HopperInput::kE4M3 ? 0.0f : 8.0f; }
 
-// Online softmax of one S tile: running max, P = exp2((s - m) * sl + offset) in place, row sums;
-// returns the factors the previous O must be scaled by (all 1: leave O alone).
-template <int Bc, HopperInput In, bool Lazy>
-__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2]) {
+// Online softmax of one S tile: running max, P = exp2((s - m) * sl + offset) in place, row sums in
+// f32 (where Sums, or the call asks for them: `sums`; else the tensor core sums the rows,
+// hopper_config.hpp's tensor_row_sums); returns the factors the previous O must be scaled by (all
+// 1: leave O alone).
+template <int Bc, HopperInput In, bool Lazy, bool Sums = true>
+__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2],
+                                             bool sums = true) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     float mx = st.m[hr];
@@ -383,9 +386,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, f
     for (int i = 0; i < Bc / 8; ++i) {
       s[4 * i + 2 * hr] = exp2_approx(fmaf(s[4 * i + 2 * hr], sl, bias));
       s[4 * i + 2 * hr + 1] = exp2_approx(fmaf(s[4 * i + 2 * hr + 1], sl, bias));
-      sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
+      if (Sums || sums) sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
     }
-    st.l[hr] = st.l[hr] * alpha[hr] + sum;
+    if (Sums || sums) st.l[hr] = st.l[hr] * alpha[hr] + sum;
   }
 }
 
@@ -430,7 +433,16 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   constexpr int Chunks = D / kChunkElems;
   constexpr std::uint32_t kQBytes = Br * D * kBytes;
   constexpr std::uint32_t kTileBytes = Bc * D * kBytes;  // one K (or V, or V^T) tile
+  // Row sums on the tensor core (hopper_config.hpp): each V slot is followed by a chunk of ones,
+  // the B operand's columns D .. D + 7, and O's accumulator has those 8 columns too.
+  constexpr bool kRowSums = !kFp8 && tensor_row_sums(D, Consumers);
+  constexpr int kAccCols = D + (kRowSums ? 8 : 0);
+  // The sums of bf16 / f16 P are exact for normalising O (the same P multiplies V) but not for the
+  // LSE (2^-9 relative per probability: up to ~1e-3 in a row of few keys), so calls that write an
+  // LSE or split states sum P in f32 as well and take those.
+  const bool f32_sums = !kRowSums || hp.p.lse != nullptr || hp.p.splits > 1;
   constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
+  constexpr std::uint32_t kVSlotBytes = kTileBytes + (kRowSums ? kKvChunkBytes : 0);
   static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
   static_assert(!kFp8 || Bc == 128, "an e4m3 V^T tile is one 128-byte swizzle row per head_dim row");
 
@@ -439,7 +451,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   unsigned char* s_q = base;
   unsigned char* s_k = s_q + kQBytes;
   unsigned char* s_v = s_k + Stages * kTileBytes;
-  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(s_v + Stages * kTileBytes);
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(s_v + Stages * kVSlotBytes);
   std::uint64_t* q_full = bars;
   std::uint64_t* q_empty = bars + 1;
   std::uint64_t* k_full = bars + 2;
@@ -499,6 +511,14 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     }
     mbar_init_fence();
   }
+  if constexpr (kRowSums) {  // the ones chunks, written once (every element 1, so the swizzle is moot)
+    constexpr std::uint32_t kOne2 = In == HopperInput::kBF16 ? 0x3F803F80u : 0x3C003C00u;
+    for (int i = threadIdx.x; i < Stages * static_cast<int>(kKvChunkBytes / 16); i += blockDim.x) {
+      const int stage = i / static_cast<int>(kKvChunkBytes / 16), at = i % static_cast<int>(kKvChunkBytes / 16);
+      *reinterpret_cast<uint4*>(s_v + stage * kVSlotBytes + kTileBytes + at * 16) = make_uint4(kOne2, kOne2, kOne2, kOne2);
+    }
+    fence_proxy_async_shared();  // visible to wgmma's operand reads
+  }
   __syncthreads();
 
   if (warpgroup == 0) {
@@ -543,11 +563,11 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         mbar_arrive_expect_tx(&v_full[stage], kTileBytes);
         if constexpr (kFp8) {
           // V^T staging [batch][kv_heads][D][keys]: one box of D rows x 128 keys, the sequence's own slot.
-          tma_load_4d(s_v + stage * kTileBytes, &hp.v_map, &v_full[stage], j * Bc, 0, kvh, w.b);
+          tma_load_4d(s_v + stage * kVSlotBytes, &hp.v_map, &v_full[stage], j * Bc, 0, kvh, w.b);
         } else {
 #pragma unroll
           for (int c = 0; c < Chunks; ++c) {
-            tma_load_4d(s_v + stage * kTileBytes + c * kKvChunkBytes, &hp.v_map, &v_full[stage], c * kChunkElems, k_row,
+            tma_load_4d(s_v + stage * kVSlotBytes + c * kKvChunkBytes, &hp.v_map, &v_full[stage], c * kChunkElems, k_row,
                         kvh, batch);
           }
         }
@@ -599,9 +619,9 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       pos[hr] = w.m0 + q_row + w.e.kv_len - w.e.q_len;
     }
 
-    float o[D / 2];
+    float o[kAccCols / 2];  // O, then (row sums) P's running row sums in columns D .. D + 7
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    for (int i = 0; i < kAccCols / 2; ++i) o[i] = 0.0f;
     RowState st{{-INFINITY, -INFINITY}, {0.0f, 0.0f}};
     const int n = w.tile_hi - w.tile_lo;
     ATTNKIT_HOPPER_STAMP(step, 1);
@@ -655,13 +675,13 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         }
       };
       auto issue_pv = [&](const std::uint32_t (&pf)[Bc / kKeysPerStep][4], int stage) {
-        const std::uint32_t vb = v_base + stage * kTileBytes;
+        const std::uint32_t vb = v_base + stage * kVSlotBytes;
 #pragma unroll
         for (int kk = 0; kk < Bc / kKeysPerStep; ++kk) {
           if constexpr (kFp8) {  // V^T rows (head_dim) of 128 keys, K-major like Q and K
-            wgmma_rs<D, In>(o, pf[kk], smem_descriptor(vb + kk * 32, 16, 1024), 1);
-          } else {  // V rows (keys) of head_dim, MN-major
-            wgmma_rs<D, In>(o, pf[kk], smem_descriptor(vb + kk * 16 * 128, kKvChunkBytes, 1024), 1);
+            wgmma_rs<kAccCols, In>(o, pf[kk], smem_descriptor(vb + kk * 32, 16, 1024), 1);
+          } else {  // V rows (keys) of head_dim, MN-major (row sums: the ones chunk is the next chunk)
+            wgmma_rs<kAccCols, In>(o, pf[kk], smem_descriptor(vb + kk * 16 * 128, kKvChunkBytes, 1024), 1);
           }
         }
       };
@@ -689,7 +709,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
-        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
+        softmax_tile<Bc, In, kLazyRescale, !kRowSums>(s, st, sl, alpha, f32_sums);
         scores_to_a<Bc, In>(s, pf);
         ATTNKIT_HOPPER_STAMP(step, 4);
       }
@@ -718,7 +738,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         // softmax runs beside the other warpgroups' matrix work, not beside this one's P V. Held
         // above the wait (a never-taken branch) it measured 0-10% slower: the warpgroups'
         // softmaxes then overlap each other (docs/perf-notes.md, "Hopper prefill round 13").
-        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha);
+        softmax_tile<Bc, In, kLazyRescale, !kRowSums>(s, st, sl, alpha, f32_sums);
         wgmma_wait<0>();
         fence_registers(o);
         fence_registers(pf[0]);
@@ -726,7 +746,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         if (lane_leader) release_v(prev_stage, false);
         if (!kLazyRescale || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a row's max moved
 #pragma unroll
-          for (int i = 0; i < D / 8; ++i) {
+          for (int i = 0; i < kAccCols / 8; ++i) {
             o[4 * i + 0] *= alpha[0];
             o[4 * i + 1] *= alpha[0];
             o[4 * i + 2] *= alpha[1];
@@ -781,11 +801,16 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       ++q_iter;
     }
 
-    // Epilogue: finish the row sums across the quad, normalise, write.
+    // Epilogue: finish the row sums (across the quad, or read from the ones columns, where every
+    // lane holds its rows' whole sums), normalise, write.
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
-      st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
+      if (kRowSums && !f32_sums) {
+        st.l[hr] = o[kAccCols / 2 - 4 + 2 * hr];  // the ones columns' block
+      } else {
+        st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
+        st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
+      }
     }
     // Row half hr's log-sum-exp (natural log; -inf for a row that saw no key).
     auto row_lse = [&](int hr) {
@@ -800,7 +825,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         // done (o_v_slot_free); then its rows out.
         const int stage = (kv_iter - 1) % Stages;
         const bool in_v = kTwoSlotO && cw != 0;
-        const std::uint32_t tile = in_v ? v_base + stage * kTileBytes
+        const std::uint32_t tile = in_v ? v_base + stage * kVSlotBytes
                                         : k_base + stage * kTileBytes + (kTwoSlotO ? 0 : cw * 64 * D * 2);
         float inv[2];
 #pragma unroll

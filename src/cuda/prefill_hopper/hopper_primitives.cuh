@@ -86,11 +86,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
                                          int accumulate) {
   if constexpr (In == HopperInput::kBF16) {
     if constexpr (N == 64) wgmma_rs_bf16_n64(d, a, db, accumulate);
+    else if constexpr (N == 72) wgmma_rs_bf16_n72(d, a, db, accumulate);
     else if constexpr (N == 128) wgmma_rs_bf16_n128(d, a, db, accumulate);
     else if constexpr (N == 256) wgmma_rs_bf16_n256(d, a, db, accumulate);
     else static_assert(N == 64, "no wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
   } else if constexpr (In == HopperInput::kF16) {
     if constexpr (N == 64) wgmma_rs_f16_n64(d, a, db, accumulate);
+    else if constexpr (N == 72) wgmma_rs_f16_n72(d, a, db, accumulate);
     else if constexpr (N == 128) wgmma_rs_f16_n128(d, a, db, accumulate);
     else if constexpr (N == 256) wgmma_rs_f16_n256(d, a, db, accumulate);
     else static_assert(N == 64, "no wgmma_rs instance for this N (dev/hopper/gen_wgmma.py)");
