@@ -120,7 +120,7 @@ inline constexpr std::int64_t hopper_fp8_vt_bytes(std::int64_t batch, std::int64
 // slot (one 128-byte swizzle row per key), so the accumulator's extra columns hold each row's
 // running sum, rescaled with O, and the softmax adds no scores (64 FADD per thread per 128-key
 // tile; d64's key loop 685 -> 625 instructions) for 8 / 64 more P V work on the tensor core. With
-// three warpgroups sharing each SM sub-partition's issue slots that pays (+2-5% from 1k); the
+// three warpgroups sharing each SM sub-partition's issue slots that pays (+2-6% from 1k); the
 // 128-row blocks of two lost 8-10% (causal 512 / 1k), and at head_dim 128 three slots leave no room
 // for the ones (docs/perf-notes.md, "Hopper prefill round 25").
 // Off until this form (f32 sums where an LSE or split states are written) has passed the gpu
