@@ -166,9 +166,8 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (!fp8) {
     hp.v_map = make_map(t.v, dtype, config.keys_per_tile, "v");
-    // The staged O's TMA store (hopper_prefill.cuh): 16-bit out of the input's type in whole
-    // 16-byte rows, one head per tile, no key splits, head_dim 128 and 256.
-    if (hp.out_vec16 != 0 && out_dtype == dtype && p.splits == 1 && !packed && p.head_dim >= 128) {
+    // The staged O's TMA store (hopper_prefill.cuh; head_dim 128 and 256 stage O).
+    if (call_stages_o(hp) && p.head_dim >= 128) {
       hp.o_map = make_map(t.out, out_dtype, 64, "out");
       hp.o_tma = 1;
     }

@@ -115,6 +115,13 @@ struct HopperParams {
   std::uint32_t q_tile_bytes;           // bytes one Q tile's boxes bring
 };
 
+// Whether a call's O tiles may be staged in shared memory and leave whole: 16-bit out of the input's
+// type whose rows all start 16-byte aligned, one head per tile, no key splits. The kernel adds its
+// config's condition (kStagedO), the launcher the head dims that have one (for the TMA store's map).
+__host__ __device__ inline bool call_stages_o(const HopperParams& hp) {
+  return hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1 && hp.packed_rows == 0;
+}
+
 // A work tile: the (sequence, head) pair bh = b * num_heads + h, its query tile counted from the
 // last (m_rev = 0: the last query tile, the most keys under a causal mask), and its key split
 // (p.splits > 1: key tiles [split * tiles_per_split, + tiles_per_split)); bh < 0: none.
@@ -474,8 +481,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   // round 19").
   constexpr bool kTwoSlotO = D == 256 && Consumers == 2 && Br <= 2 * Bc && 64 <= Bc;
   constexpr bool kStagedO = !kFp8 && ((D == 128 && Br <= Bc) || kTwoSlotO);
-  const bool staged_o =
-      kStagedO && hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1 && hp.packed_rows == 0;
+  const bool staged_o = kStagedO && call_stages_o(hp);
   constexpr bool kLazyRescale = lazy_rescale<D, In>();
   constexpr bool kSkipDeadTiles = skips_dead_key_tiles(Bc, Consumers);
   // GQA packing: 16-bit inputs only (the plan's rule), so the e4m3 kernels compile without it (their
