@@ -368,13 +368,11 @@ template <int D, HopperInput In>
 constexpr bool lazy_rescale() { return D == 256 || In == HopperInput::kE4M3; }
 constexpr float rescale_slack(HopperInput in) { return in == HopperInput::kE4M3 ? 0.0f : 8.0f; }
 
-// Online softmax of one S tile: running max, P = exp2((s - m) * sl + offset) in place, row sums in
-// f32 (where Sums, or the call asks for them: `sums`; else the tensor core sums the rows,
-// hopper_config.hpp's tensor_row_sums); returns the factors the previous O must be scaled by (all
-// 1: leave O alone).
-template <int Bc, HopperInput In, bool Lazy, bool Sums = true>
-__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2],
-                                             bool sums = true) {
+// Online softmax of one S tile: running max, P = exp2((s - m) * sl + offset) in place, f32 row sums
+// where `sums` (else the tensor core sums the rows: hopper_config.hpp's tensor_row_sums); returns
+// the factors the previous O must be scaled by (all 1: leave O alone).
+template <int Bc, HopperInput In, bool Lazy>
+__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2], bool sums) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     float mx = st.m[hr];
@@ -393,9 +391,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, f
     for (int i = 0; i < Bc / 8; ++i) {
       s[4 * i + 2 * hr] = exp2_approx(fmaf(s[4 * i + 2 * hr], sl, bias));
       s[4 * i + 2 * hr + 1] = exp2_approx(fmaf(s[4 * i + 2 * hr + 1], sl, bias));
-      if (Sums || sums) sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
+      if (sums) sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
     }
-    if (Sums || sums) st.l[hr] = st.l[hr] * alpha[hr] + sum;
+    if (sums) st.l[hr] = st.l[hr] * alpha[hr] + sum;
   }
 }
 
@@ -715,7 +713,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
-        softmax_tile<Bc, In, kLazyRescale, !kRowSums>(s, st, sl, alpha, f32_sums);
+        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha, f32_sums);
         scores_to_a<Bc, In>(s, pf);
         ATTNKIT_HOPPER_STAMP(step, 4);
       }
@@ -744,7 +742,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         // softmax runs beside the other warpgroups' matrix work, not beside this one's P V. Held
         // above the wait (a never-taken branch) it measured 0-10% slower: the warpgroups'
         // softmaxes then overlap each other (docs/perf-notes.md, "Hopper prefill round 13").
-        softmax_tile<Bc, In, kLazyRescale, !kRowSums>(s, st, sl, alpha, f32_sums);
+        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha, f32_sums);
         wgmma_wait<0>();
         fence_registers(o);
         fence_registers(pf[0]);
@@ -811,7 +809,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     // lane holds its rows' whole sums), normalise, write.
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      if (kRowSums && !f32_sums) {
+      if (!f32_sums) {
         st.l[hr] = o[kAccCols / 2 - 4 + 2 * hr];  // the ones columns' block
       } else {
         st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
