@@ -122,10 +122,9 @@ inline constexpr std::int64_t hopper_fp8_vt_bytes(std::int64_t batch, std::int64
 // tile; d64's key loop 685 -> 625 instructions) for 8 / 64 more P V work on the tensor core. With
 // three warpgroups sharing each SM sub-partition's issue slots that pays (+2-6% from 1k); the
 // 128-row blocks of two lost 8-10% (causal 512 / 1k), and at head_dim 128 three slots leave no room
-// for the ones (docs/perf-notes.md, "Hopper prefill round 25").
-// Off until this form (f32 sums where an LSE or split states are written) has passed the gpu
-// tests and sanitizers on the device; its first form measured +2-6% but missed one LSE bound.
-inline constexpr bool kTensorRowSumsEnabled = false;
+// for the ones (docs/perf-notes.md, "Hopper prefill round 25"). Calls that write an LSE or split
+// states run the config's other instance, which sums P in f32 (hopper_prefill.cu).
+inline constexpr bool kTensorRowSumsEnabled = true;
 constexpr bool tensor_row_sums(int head_dim, int consumer_warpgroups) {
   return kTensorRowSumsEnabled && head_dim == 64 && consumer_warpgroups == 3;
 }

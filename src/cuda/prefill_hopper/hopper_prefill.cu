@@ -78,10 +78,10 @@ void launch_v_transpose(const VtParams& vp, cudaStream_t stream) {
           "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
 }
 
-template <const HopperConfig* kTable, int kIndex, HopperInput In>
-void launch_config(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
+template <const HopperConfig* kTable, int kIndex, HopperInput In, bool TensorSums>
+void launch_instance(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
   constexpr HopperConfig c = kTable[kIndex];
-  auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In, c.consumer_warpgroups>;
+  auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In, c.consumer_warpgroups, TensorSums>;
   constexpr int smem = static_cast<int>(In == HopperInput::kE4M3 ? hopper_fp8_shared_bytes(c) : hopper_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   require(attr == cudaSuccess, kContext,
@@ -92,6 +92,17 @@ void launch_config(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, kContext, std::string("hopper_prefill_kernel failed to launch: ") + cudaGetErrorString(err),
           "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
+}
+
+// A config with row sums on the tensor core (hopper_config.hpp) has two instances: the one that
+// uses them, for calls that write neither an LSE nor split states, and one that sums P in f32.
+template <const HopperConfig* kTable, int kIndex, HopperInput In>
+void launch_config(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
+  constexpr HopperConfig c = kTable[kIndex];
+  if constexpr (In != HopperInput::kE4M3 && tensor_row_sums(c.head_dim, c.consumer_warpgroups)) {
+    if (hp.p.lse == nullptr && hp.p.splits == 1) return launch_instance<kTable, kIndex, In, true>(hp, grid_blocks, stream);
+  }
+  launch_instance<kTable, kIndex, In, false>(hp, grid_blocks, stream);
 }
 
 template <const HopperConfig* kTable, HopperInput In, std::size_t... kIndex>

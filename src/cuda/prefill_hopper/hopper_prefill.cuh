@@ -369,10 +369,11 @@ constexpr bool lazy_rescale() { return D == 256 || In == HopperInput::kE4M3; }
 constexpr float rescale_slack(HopperInput in) { return in == HopperInput::kE4M3 ? 0.0f : 8.0f; }
 
 // Online softmax of one S tile: running max, P = exp2((s - m) * sl + offset) in place, f32 row sums
-// where `sums` (else the tensor core sums the rows: hopper_config.hpp's tensor_row_sums); returns
-// the factors the previous O must be scaled by (all 1: leave O alone).
-template <int Bc, HopperInput In, bool Lazy>
-__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2], bool sums) {
+// where `Sums` (else the tensor core sums the rows: hopper_config.hpp's tensor_row_sums); returns
+// the factors the previous O must be scaled by (all 1: leave O alone). `Sums` is a template
+// argument: as a run-time flag the predicated adds still took their issue slots (-3-5% at d64).
+template <int Bc, HopperInput In, bool Lazy, bool Sums>
+__device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, float sl, float (&alpha)[2]) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     float mx = st.m[hr];
@@ -391,9 +392,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Bc / 2], RowState& st, f
     for (int i = 0; i < Bc / 8; ++i) {
       s[4 * i + 2 * hr] = exp2_approx(fmaf(s[4 * i + 2 * hr], sl, bias));
       s[4 * i + 2 * hr + 1] = exp2_approx(fmaf(s[4 * i + 2 * hr + 1], sl, bias));
-      if (sums) sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
+      if constexpr (Sums) sum += s[4 * i + 2 * hr] + s[4 * i + 2 * hr + 1];
     }
-    if (sums) st.l[hr] = st.l[hr] * alpha[hr] + sum;
+    if constexpr (Sums) st.l[hr] = st.l[hr] * alpha[hr] + sum;
   }
 }
 
@@ -427,7 +428,7 @@ __device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint3
   }
 }
 
-template <int D, int Bc, int Stages, HopperInput In, int Consumers>
+template <int D, int Bc, int Stages, HopperInput In, int Consumers, bool TensorSums>
 __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
   constexpr bool kFp8 = In == HopperInput::kE4M3;
@@ -438,16 +439,17 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   constexpr int Chunks = D / kChunkElems;
   constexpr std::uint32_t kQBytes = Br * D * kBytes;
   constexpr std::uint32_t kTileBytes = Bc * D * kBytes;  // one K (or V, or V^T) tile
-  // Row sums on the tensor core (hopper_config.hpp): each V slot is followed by a chunk of ones,
-  // the B operand's columns D .. D + 7, and O's accumulator has those 8 columns too.
-  constexpr bool kRowSums = !kFp8 && tensor_row_sums(D, Consumers);
-  constexpr int kAccCols = D + (kRowSums ? 8 : 0);
-  // The sums of bf16 / f16 P are exact for normalising O (the same P multiplies V) but not for the
-  // LSE (2^-9 relative per probability: up to ~1e-3 in a row of few keys), so calls that write an
-  // LSE or split states sum P in f32 as well and take those.
-  const bool f32_sums = !kRowSums || hp.p.lse != nullptr || hp.p.splits > 1;
+  // Row sums on the tensor core (hopper_config.hpp): a config that has them keeps a chunk of ones
+  // after each V slot, the B operand's columns D .. D + 7. The instance that uses them (TensorSums)
+  // gives O's accumulator those 8 columns too; the launcher takes it for calls that write neither
+  // an LSE nor split states (the sums of bf16 / f16 P are exact for normalising O, which the same
+  // P multiplies, but not for the LSE: 2^-9 relative per probability, up to ~1e-3 in a row of few
+  // keys), and the other instance, which sums P in f32, for the rest.
+  constexpr bool kOnesChunks = !kFp8 && tensor_row_sums(D, Consumers);
+  static_assert(!TensorSums || kOnesChunks, "row sums on the tensor core need the config's ones chunks");
+  constexpr int kAccCols = D + (TensorSums ? 8 : 0);
   constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
-  constexpr std::uint32_t kVSlotBytes = kTileBytes + (kRowSums ? kKvChunkBytes : 0);
+  constexpr std::uint32_t kVSlotBytes = kTileBytes + (kOnesChunks ? kKvChunkBytes : 0);
   static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
   static_assert(!kFp8 || Bc == 128, "an e4m3 V^T tile is one 128-byte swizzle row per head_dim row");
 
@@ -515,7 +517,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     }
     mbar_init_fence();
   }
-  if constexpr (kRowSums) {  // the ones chunks, written once (every element 1, so the swizzle is moot)
+  if constexpr (TensorSums) {  // the ones chunks, written once (every element 1, so the swizzle is moot)
     constexpr std::uint32_t kOne2 = In == HopperInput::kBF16 ? 0x3F803F80u : 0x3C003C00u;
     for (int i = threadIdx.x; i < Stages * static_cast<int>(kKvChunkBytes / 16); i += blockDim.x) {
       const int stage = i / static_cast<int>(kKvChunkBytes / 16), at = i % static_cast<int>(kKvChunkBytes / 16);
@@ -713,7 +715,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           if (n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
-        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha, f32_sums);
+        softmax_tile<Bc, In, kLazyRescale, !TensorSums>(s, st, sl, alpha);
         scores_to_a<Bc, In>(s, pf);
         ATTNKIT_HOPPER_STAMP(step, 4);
       }
@@ -742,7 +744,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         // softmax runs beside the other warpgroups' matrix work, not beside this one's P V. Held
         // above the wait (a never-taken branch) it measured 0-10% slower: the warpgroups'
         // softmaxes then overlap each other (docs/perf-notes.md, "Hopper prefill round 13").
-        softmax_tile<Bc, In, kLazyRescale>(s, st, sl, alpha, f32_sums);
+        softmax_tile<Bc, In, kLazyRescale, !TensorSums>(s, st, sl, alpha);
         wgmma_wait<0>();
         fence_registers(o);
         fence_registers(pf[0]);
@@ -809,7 +811,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     // lane holds its rows' whole sums), normalise, write.
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      if (!f32_sums) {
+      if constexpr (TensorSums) {
         st.l[hr] = o[kAccCols / 2 - 4 + 2 * hr];  // the ones columns' block
       } else {
         st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
