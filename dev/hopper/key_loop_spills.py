@@ -2,8 +2,8 @@
 """Local-memory traffic inside each Hopper prefill kernel's key loop, from SASS.
 
 Issue 8 asks for no local-memory spills in the main loop. The key loop of every kernel is the
-innermost backward branch whose body issues both wgmma products of a key tile (S = Q K^T, whose
-A operand is a shared-memory descriptor, and O += P V, whose A is in registers); this counts the
+innermost backward branch whose body issues both wgmma products of a key tile (S = Q K^T and
+O += P V, two wgmma groups, P V's A in registers); this counts the
 LDL / STL instructions inside it, and flags a loop whose wgmma ptxas serialised (a wait after every
 GMMA).
 Needs no GPU. The input is cuobjdump's SASS text, or a binary (an object, libattnkit.a) that this
@@ -82,10 +82,12 @@ def key_loop(ins):
             continue
         start = int(m.group(1), 16)
         body = [x for x in ins if start <= x[0] <= addr]
-        # Both products of a key tile: S = Q K^T (A from a descriptor) and O += P V (A in registers).
-        s_form = any(re.search(r"GMMA\S* R\d+, gdesc", t) for _, t in body)
+        # Both products of a key tile: two wgmma groups (each group's last GMMA carries gsb0), S =
+        # Q K^T (A from a descriptor, or from registers where Q is held there) and O += P V (A in
+        # registers).
+        groups = sum(1 for _, t in body if "GMMA" in t and "gsb0" in t)
         pv_form = any(re.search(r"GMMA\S* R\d+, R\d+, gdesc", t) for _, t in body)
-        if s_form and pv_form and (best is None or addr - start < best[1] - best[0]):
+        if groups >= 2 and pv_form and (best is None or addr - start < best[1] - best[0]):
             best = (start, addr, body)
     return best
 

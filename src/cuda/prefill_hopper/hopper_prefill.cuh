@@ -449,6 +449,12 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   static_assert(!TensorSums || kOnesChunks, "row sums on the tensor core need the config's ones chunks");
   constexpr int kAccCols = D + (TensorSums ? 8 : 0);
   constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
+  // d128 (16-bit): Q's fragments held in registers for the work tile (S by wgmma with A from
+  // registers), so S reads only K from shared memory and Q's slot is released once loaded: +0-2.6%
+  // under the power cap. d64's 160-register blocks spill with it (docs/perf-notes.md, "Hopper
+  // prefill round 26"); d256 would need 64 registers.
+  constexpr bool kQInRegisters = !kFp8 && D == 128 && Bc == 128;
+  constexpr int kQFrags = kQInRegisters ? D / 16 : 1;
   constexpr std::uint32_t kVSlotBytes = kTileBytes + (kOnesChunks ? kKvChunkBytes : 0);
   static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
   static_assert(!kFp8 || Bc == 128, "an e4m3 V^T tile is one 128-byte swizzle row per head_dim row");
@@ -670,14 +676,19 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         mbar_arrive(o_v_slot_free);
         if (cw == 0) mbar_arrive(&v_empty[stage]);
       };
+      std::uint32_t qf[kQFrags][4];
       auto issue_s = [&](float (&s)[Bc / 2], int stage) {
         const std::uint32_t kb = k_base + stage * kTileBytes;
 #pragma unroll
         for (int kk = 0; kk < D * kBytes / 32; ++kk) {  // k-steps of 32 bytes of head_dim
           const std::uint32_t off_q = (kk / 4) * kQChunkBytes + (kk % 4) * 32;
           const std::uint32_t off_k = (kk / 4) * kKvChunkBytes + (kk % 4) * 32;
-          wgmma_ss<Bc, In>(s, smem_descriptor(q_base + off_q, 16, 1024), smem_descriptor(kb + off_k, 16, 1024),
-                           kk > 0 ? 1 : 0);
+          if constexpr (kQInRegisters) {
+            wgmma_rk<Bc, In>(s, qf[kk], smem_descriptor(kb + off_k, 16, 1024), kk > 0 ? 1 : 0);
+          } else {
+            wgmma_ss<Bc, In>(s, smem_descriptor(q_base + off_q, 16, 1024), smem_descriptor(kb + off_k, 16, 1024),
+                             kk > 0 ? 1 : 0);
+          }
         }
       };
       auto issue_pv = [&](const std::uint32_t (&pf)[Bc / kKeysPerStep][4], int stage) {
@@ -693,6 +704,18 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       };
 
       mbar_wait(q_full, q_iter & 1);
+      if constexpr (kQInRegisters) {
+        // This warp's 16 rows of the warpgroup's Q (128-byte swizzle: a row's 16-byte chunk j sits
+        // at j ^ (row % 8)), one 16-column k-step per ldmatrix.x4; then Q's slot is free.
+        const int mat = lane / 8, row = warp * 16 + (mat & 1) * 8 + lane % 8;
+#pragma unroll
+        for (int kk = 0; kk < kQFrags; ++kk) {
+          const int chunk16 = 2 * (kk % 4) + (mat >> 1);
+          ldmatrix_x4(qf[kk], q_base + (kk / 4) * kQChunkBytes + row * 128 + ((chunk16 ^ (row & 7)) << 4));
+        }
+        __syncwarp();
+        if (lane_leader) mbar_arrive(q_empty);
+      }
       ATTNKIT_HOPPER_STAMP(step, 2);
       float s[Bc / 2];
       std::uint32_t pf[Bc / kKeysPerStep][4];
@@ -712,7 +735,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         __syncwarp();
         if (lane_leader) {
           release_k(stage, n == 1);
-          if (n == 1) mbar_arrive(q_empty);
+          if (!kQInRegisters && n == 1) mbar_arrive(q_empty);
         }
         if (needs_mask(0)) mask_scores<Bc>(s, p, w.e.kv_len, pos, w.tile_lo * Bc, c);
         softmax_tile<Bc, In, kLazyRescale, !TensorSums>(s, st, sl, alpha);
@@ -737,7 +760,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         __syncwarp();
         if (lane_leader) {
           release_k(stage, it == n - 1);
-          if (it == n - 1) mbar_arrive(q_empty);
+          if (!kQInRegisters && it == n - 1) mbar_arrive(q_empty);
         }
         if (needs_mask(it)) mask_scores<Bc>(s, p, w.e.kv_len, pos, (w.tile_lo + it) * Bc, c);
         // ptxas places the P V wait above this softmax (it has no data dependence on it), so the
@@ -781,7 +804,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         __syncwarp();
         if (lane_leader) {
           release_k(stage, it == n - 1);
-          if (it == n - 1) mbar_arrive(q_empty);
+          if (!kQInRegisters && it == n - 1) mbar_arrive(q_empty);
           release_v(prev_stage, false);
         }
       }

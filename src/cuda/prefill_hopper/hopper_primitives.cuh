@@ -103,6 +103,23 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
   }
 }
 
+// S = Q K^T with Q's fragments in registers (16-bit inputs; B = K, K-major).
+template <int N, HopperInput In>
+__device__ __forceinline__ void wgmma_rk(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db,
+                                         int accumulate) {
+  static_assert(N == 128 && In != HopperInput::kE4M3, "no wgmma_rk instance for this N (dev/hopper/gen_wgmma.py)");
+  if constexpr (In == HopperInput::kBF16) wgmma_rk_bf16_n128(d, a, db, accumulate);
+  else wgmma_rk_f16_n128(d, a, db, accumulate);
+}
+
+// Four 8x8 b16 matrices from shared memory into the mma A-fragment layout (lanes 8i..8i+7 give
+// matrix i's row addresses).
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // ---- registers, barriers, math ------------------------------------------------------------
 template <int Count>
 __device__ __forceinline__ void regs_decrease() {
