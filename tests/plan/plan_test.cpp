@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -194,6 +195,49 @@ TEST(PlanGpu, PrefillPaddedWorkCountsEachWarpgroupsLiveKeyTiles) {
   p.causal = false;  // nothing to skip: every warpgroup walks all 16 tiles of all 11 blocks
   const PrefillPlan full = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
   EXPECT_TRUE(has(full, "padded tile work 4325376 vs 4194304")) << to_table(full);
+}
+
+// The evidence's shared bytes are what the Hopper kernel reserves (hopper_config.hpp), ring,
+// barriers, alignment slack and the row sums' chunks of ones included, and the reasons say where
+// S reads Q from and how P's rows are summed.
+TEST(PlanGpu, HopperEvidenceHasTheKernelsSharedBytesAndOperands) {
+  namespace hop = cuda_prefill_hopper;
+  const auto has = [](const PrefillPlan& in, const std::string& text) {
+    for (const std::string& r : in.reasons) {
+      if (r.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (int head_dim : {64, 128, 256}) {
+    for (DType dtype : {DType::kBF16, DType::kE4M3}) {
+      if (dtype == DType::kE4M3 && head_dim == 64) continue;  // e4m3 has d128 and d256
+      PrefillProblem p;
+      p.head_dim = head_dim;
+      p.q_len = p.kv_len = 4096;
+      p.causal = false;
+      p.dtype = dtype;
+      p.out_dtype = DType::kBF16;
+      const PrefillPlan plan = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
+      const bool fp8 = dtype == DType::kE4M3;
+      const hop::HopperConfig* config = nullptr;
+      for (const hop::HopperConfig& c : fp8 ? std::span<const hop::HopperConfig>(hop::kHopperFp8Configs)
+                                            : std::span<const hop::HopperConfig>(hop::kHopperConfigs)) {
+        if (c.head_dim == head_dim && c.keys_per_tile == static_cast<int>(plan.partition.tile_size) &&
+            hop::rows_per_block(c) == static_cast<int>(plan.partition.rows_per_block)) {
+          config = &c;
+        }
+      }
+      ASSERT_NE(config, nullptr) << to_table(plan);
+      EXPECT_EQ(plan.evidence.traffic.shared_memory_bytes,
+                static_cast<std::uint64_t>(fp8 ? hop::hopper_fp8_shared_bytes(*config) : hop::hopper_shared_bytes(*config)))
+          << to_table(plan);
+      const bool q_regs = !fp8 && head_dim == 128;
+      EXPECT_EQ(has(plan, "with Q's fragments in registers"), q_regs) << to_table(plan);
+      EXPECT_EQ(has(plan, "from shared memory, P V"), !q_regs) << to_table(plan);
+      const bool row_sums = !fp8 && head_dim == 64 && plan.partition.rows_per_block == 192;
+      EXPECT_EQ(has(plan, "against [V | ones]"), row_sums) << to_table(plan);
+    }
+  }
 }
 
 constexpr KernelFamily kHopperFamily = KernelFamily::kWarpSpecializedWgmma;

@@ -449,11 +449,9 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   static_assert(!TensorSums || kOnesChunks, "row sums on the tensor core need the config's ones chunks");
   constexpr int kAccCols = D + (TensorSums ? 8 : 0);
   constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
-  // d128 (16-bit): Q's fragments held in registers for the work tile (S by wgmma with A from
-  // registers), so S reads only K from shared memory and Q's slot is released once loaded: +0-2.6%
-  // under the power cap. d64's 160-register blocks spill with it (docs/perf-notes.md, "Hopper
-  // prefill round 26"); d256 would need 64 registers.
-  constexpr bool kQInRegisters = !kFp8 && D == 128 && Bc == 128;
+  // Q's fragments held in registers for the work tile (hopper_config.hpp's q_in_registers): S by
+  // wgmma with A from registers, and Q's slot released as soon as they are loaded.
+  constexpr bool kQInRegisters = q_in_registers(D, Bc, kFp8);
   constexpr int kQFrags = kQInRegisters ? D / 16 : 1;
   constexpr std::uint32_t kVSlotBytes = kTileBytes + (kOnesChunks ? kKvChunkBytes : 0);
   static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
