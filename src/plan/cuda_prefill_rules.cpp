@@ -354,7 +354,7 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                     std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(c.consumer_warpgroups) +
                     " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::consumer_registers(c.consumer_warpgroups)) +
                     "): S = Q K^T by wgmma " +
-                    (hop::q_in_registers(c.head_dim, c.keys_per_tile, fp8) ? "with Q's fragments in registers (loaded once per work tile)"
+                    (hop::q_in_registers(c.head_dim, c.keys_per_tile) ? "with Q's fragments in registers (loaded once per work tile)"
                                                                            : "from shared memory") +
                     ", P V with P in registers" +
                     (!fp8 && hop::tensor_row_sums(c.head_dim, c.consumer_warpgroups)
@@ -375,11 +375,11 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   // P packs two 16-bit or four 8-bit probabilities per register.
   const int p_registers = c.keys_per_tile / (fp8 ? 8 : 4);
   const std::int64_t smem = fp8 ? hop::hopper_fp8_shared_bytes(c) : hop::hopper_shared_bytes(c);
-  const bool q_regs = hop::q_in_registers(c.head_dim, c.keys_per_tile, fp8);
+  const bool q_regs = hop::q_in_registers(c.head_dim, c.keys_per_tile);
   const bool row_sums = !fp8 && hop::tensor_row_sums(c.head_dim, c.consumer_warpgroups);
   reasons.push_back(std::to_string(c.keys_per_tile) + " keys per tile (registers: S " + std::to_string(c.keys_per_tile / 2) +
                     " + P " + std::to_string(p_registers) + " + O " + std::to_string(p.head_dim / 2 + (row_sums ? 4 : 0)) +
-                    (q_regs ? " + Q " + std::to_string(p.head_dim / 4) : std::string()) +
+                    (q_regs ? " + Q " + std::to_string(p.head_dim / (fp8 ? 8 : 4)) : std::string()) +
                     " per consumer thread), " + std::to_string(c.stages) + "-slot K/V ring, " +
                     std::to_string(smem) + " bytes of shared memory, 1 block per SM");
   reasons.push_back(std::to_string(work_tiles) + " work tiles (" + std::to_string(rows) + " rows x head x sequence) over " +

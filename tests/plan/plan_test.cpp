@@ -231,7 +231,7 @@ TEST(PlanGpu, HopperEvidenceHasTheKernelsSharedBytesAndOperands) {
       EXPECT_EQ(plan.evidence.traffic.shared_memory_bytes,
                 static_cast<std::uint64_t>(fp8 ? hop::hopper_fp8_shared_bytes(*config) : hop::hopper_shared_bytes(*config)))
           << to_table(plan);
-      const bool q_regs = !fp8 && head_dim == 128;
+      const bool q_regs = head_dim == 128;
       EXPECT_EQ(has(plan, "with Q's fragments in registers"), q_regs) << to_table(plan);
       EXPECT_EQ(has(plan, "from shared memory, P V"), !q_regs) << to_table(plan);
       const bool row_sums = !fp8 && head_dim == 64 && plan.partition.rows_per_block == 192;

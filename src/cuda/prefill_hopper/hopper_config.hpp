@@ -128,13 +128,11 @@ inline constexpr bool kTensorRowSumsEnabled = true;
 constexpr bool tensor_row_sums(int head_dim, int consumer_warpgroups) {
   return kTensorRowSumsEnabled && head_dim == 64 && consumer_warpgroups == 3;
 }
-// d128 with 16-bit inputs holds Q's wgmma A fragments in registers for the whole work tile (32 per
-// consumer thread), so S = Q K^T reads only K from shared memory: +0-2.6% under the power cap; d64's
-// 160-register blocks spill with it and d256 would need 64 (docs/perf-notes.md, "Hopper prefill
-// round 26").
-constexpr bool q_in_registers(int head_dim, int keys_per_tile, bool fp8) {
-  return !fp8 && head_dim == 128 && keys_per_tile == 128;
-}
+// d128 holds Q's wgmma A fragments in registers for the whole work tile (32 per consumer thread
+// for 16-bit inputs, 16 for e4m3), so S = Q K^T reads only K from shared memory: bf16 +0-2.6%
+// under the power cap; d64's 160-register blocks spill with it and d256 would need 64
+// (docs/perf-notes.md, "Hopper prefill round 26").
+constexpr bool q_in_registers(int head_dim, int keys_per_tile) { return head_dim == 128 && keys_per_tile == 128; }
 constexpr std::int64_t ones_chunk_bytes(const HopperConfig& c) {
   return tensor_row_sums(c.head_dim, c.consumer_warpgroups) ? 128LL * c.keys_per_tile : 0;
 }

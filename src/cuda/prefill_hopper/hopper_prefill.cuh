@@ -451,8 +451,8 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   constexpr std::uint32_t kQChunkBytes = Br * 128, kKvChunkBytes = Bc * 128;
   // Q's fragments held in registers for the work tile (hopper_config.hpp's q_in_registers): S by
   // wgmma with A from registers, and Q's slot released as soon as they are loaded.
-  constexpr bool kQInRegisters = q_in_registers(D, Bc, kFp8);
-  constexpr int kQFrags = kQInRegisters ? D / 16 : 1;
+  constexpr bool kQInRegisters = q_in_registers(D, Bc);
+  constexpr int kQFrags = kQInRegisters ? D * kBytes / 32 : 1;
   constexpr std::uint32_t kVSlotBytes = kTileBytes + (kOnesChunks ? kKvChunkBytes : 0);
   static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
   static_assert(!kFp8 || Bc == 128, "an e4m3 V^T tile is one 128-byte swizzle row per head_dim row");
@@ -704,7 +704,8 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       mbar_wait(q_full, q_iter & 1);
       if constexpr (kQInRegisters) {
         // This warp's 16 rows of the warpgroup's Q (128-byte swizzle: a row's 16-byte chunk j sits
-        // at j ^ (row % 8)), one 16-column k-step per ldmatrix.x4; then Q's slot is free.
+        // at j ^ (row % 8)), one 32-byte k-step per ldmatrix.x4 (the A fragment of k16 for 16-bit
+        // inputs, of k32 for e4m3); then Q's slot is free.
         const int mat = lane / 8, row = warp * 16 + (mat & 1) * 8 + lane % 8;
 #pragma unroll
         for (int kk = 0; kk < kQFrags; ++kk) {

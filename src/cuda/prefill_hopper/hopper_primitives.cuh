@@ -103,13 +103,14 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
   }
 }
 
-// S = Q K^T with Q's fragments in registers (16-bit inputs; B = K, K-major).
+// S = Q K^T with Q's fragments in registers (B = K, K-major).
 template <int N, HopperInput In>
 __device__ __forceinline__ void wgmma_rk(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db,
                                          int accumulate) {
-  static_assert(N == 128 && In != HopperInput::kE4M3, "no wgmma_rk instance for this N (dev/hopper/gen_wgmma.py)");
+  static_assert(N == 128, "no wgmma_rk instance for this N (dev/hopper/gen_wgmma.py)");
   if constexpr (In == HopperInput::kBF16) wgmma_rk_bf16_n128(d, a, db, accumulate);
-  else wgmma_rk_f16_n128(d, a, db, accumulate);
+  else if constexpr (In == HopperInput::kF16) wgmma_rk_f16_n128(d, a, db, accumulate);
+  else wgmma_rs_e4m3_n128(d, a, db, accumulate);  // 8-bit B operands are K-major in either form
 }
 
 // Four 8x8 b16 matrices from shared memory into the mma A-fragment layout (lanes 8i..8i+7 give
