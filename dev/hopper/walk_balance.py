@@ -4,8 +4,8 @@
 For each causal sweep point it asks the CLI for the plan (`attnkit plan --json`: rows per block,
 key tile, tiles per unit, heads per group, grid), rebuilds the kernel's unit order (hopper_prefill.cuh,
 unit_tile: groups of heads whose causal pairs are consecutive; an odd tile count's middle tiles
-after each group's pairs, or with --middles-last after every group's, the change proposed in
-docs/perf-notes.md, "Hopper prefill round 27"), deals the units
+after each group's pairs, or with --middles-last after every group's: hopper_config.hpp's
+kMiddleTilesLast, docs/perf-notes.md, "Hopper prefill round 27"), deals the units
 to the blocks in boustrophedon rounds as block_tile does, and prints the mean block load over the
 largest (1.0: every block finishes together). A work tile costs its key tiles (the block's last
 warpgroup's, which sets its pace) plus --boundary key tiles for its start and epilogue.

@@ -1,9 +1,11 @@
 // The Hopper prefill kernel's persistent walk (hopper_prefill.cuh: set_walk, unit_tile), on the
 // host: no GPU needed, so it runs in CI too. Every (sequence-head pair, query tile, key split) is
 // walked exactly once; causal pairs hold equal work, shorter tile first, and a pair's units are
-// consecutive (docs/perf-notes.md, Hopper prefill round 16).
+// consecutive (docs/perf-notes.md, Hopper prefill round 16); an odd m_tiles' middle tiles come after
+// their group's pairs, or after every pair (round 27).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -21,15 +23,16 @@ struct Walked {
   int units = 0;
 };
 
+template <bool MiddlesLast = false>
 Walked walk(int m_tiles, int pairs, int heads_per_group, int tiles_per_unit, int splits) {
   HopperParams hp{};
   hp.m_tiles = m_tiles;
-  set_walk(hp, pairs, heads_per_group, tiles_per_unit, splits);
+  set_walk<MiddlesLast>(hp, pairs, heads_per_group, tiles_per_unit, splits);
   Walked w;
   w.units = hp.total_units;
   for (int u = 0; u < hp.total_units; ++u) {
     for (int k = 0; k < tiles_per_unit; ++k) {
-      const TileCoord t = unit_tile(hp, u, k);
+      const TileCoord t = unit_tile<MiddlesLast>(hp, u, k);
       if (t.bh >= 0) ++w.visits[{t.bh, t.m_rev, t.split}];
     }
   }
@@ -56,23 +59,28 @@ TEST(HopperWalk, SingleTilesAndSplitsVisitEveryTileOnce) {
         }
 }
 
-TEST(HopperWalk, CausalPairsVisitEveryTileOnceWithEqualWork) {
+// Both layouts of an odd m_tiles' middle tiles: after their group's pairs (MiddlesLast false), or
+// after every pair (hopper_config.hpp's kMiddleTilesLast, round 27).
+template <bool MiddlesLast>
+void expect_causal_pairs_walk() {
   for (int m_tiles = 1; m_tiles <= 12; ++m_tiles)
     for (int pairs : {1, 2, 7, 48, 100})
       for (int group : {1, 3, 48}) {
         const std::string what = "m_tiles " + std::to_string(m_tiles) + " pairs " + std::to_string(pairs) + " group " +
-                                 std::to_string(group);
-        expect_every_tile_once(walk(m_tiles, pairs, group, 2, 1), m_tiles, pairs, 1, what);
+                                 std::to_string(group) + (MiddlesLast ? ", middle tiles last" : "");
+        expect_every_tile_once(walk<MiddlesLast>(m_tiles, pairs, group, 2, 1), m_tiles, pairs, 1, what);
         HopperParams hp{};
         hp.m_tiles = m_tiles;
-        set_walk(hp, pairs, group, 2, 1);
+        set_walk<MiddlesLast>(hp, pairs, group, 2, 1);
         int previous_pair = -1, singles = 0;
         for (int u = 0; u < hp.total_units; ++u) {
-          const TileCoord a = unit_tile(hp, u, 0), b = unit_tile(hp, u, 1);
+          const TileCoord a = unit_tile<MiddlesLast>(hp, u, 0), b = unit_tile<MiddlesLast>(hp, u, 1);
           ASSERT_GE(a.bh, 0) << what;
-          if (b.bh < 0) {  // the middle tile of an odd m_tiles, after its group's pairs
+          if (b.bh < 0) {  // the middle tile of an odd m_tiles, after its group's pairs (or all pairs)
             EXPECT_EQ(a.m_rev, m_tiles / 2) << what;
             EXPECT_EQ(m_tiles % 2, 1) << what;
+            const int pairs_before = MiddlesLast ? pairs : std::min(pairs, (a.bh / group + 1) * group);
+            EXPECT_GE(u, (m_tiles / 2) * pairs_before) << what;
             ++singles;
             continue;
           }
@@ -88,6 +96,10 @@ TEST(HopperWalk, CausalPairsVisitEveryTileOnceWithEqualWork) {
         EXPECT_EQ(singles, m_tiles % 2 ? pairs : 0) << what;
       }
 }
+
+TEST(HopperWalk, CausalPairsVisitEveryTileOnceWithEqualWork) { expect_causal_pairs_walk<false>(); }
+
+TEST(HopperWalk, CausalPairsWithTheMiddleTilesLast) { expect_causal_pairs_walk<true>(); }
 
 TEST(HopperWalk, EmptyProblemWalksNothing) {
   EXPECT_EQ(walk(0, 5, 4, 1, 1).units, 0);

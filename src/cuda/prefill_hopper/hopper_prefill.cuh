@@ -113,6 +113,7 @@ struct HopperParams {
   int packed_rows;
   cuda_common::FastDivider packed_div;  // by packed_rows (1 when unpacked)
   std::uint32_t q_tile_bytes;           // bytes one Q tile's boxes bring
+  int paired_units;  // causal pairs walked with the middle tiles last: the units before theirs
 };
 
 // Whether a call's O tiles may be staged in shared memory and leave whole: 16-bit out of the input's
@@ -139,8 +140,21 @@ struct TileCoord {
 // time (with the units a group apart and the longer tile first, d256 causal 32 x 8 x 512 read 288
 // MB from DRAM against the plan's 201, docs/perf-notes.md, Hopper prefill round 16). The middle
 // tiles of an odd m_tiles (units of half the work) come after the group's pairs: spread over every
-// pair's units they fell on the same few blocks in every round.
+// pair's units they fell on the same few blocks in every round. MiddlesLast (hopper_config.hpp's
+// kMiddleTilesLast) walks them after every group's pairs instead, which the walk's model
+// (dev/hopper/walk_balance.py) says evens out d64 causal 2k's blocks (docs/perf-notes.md, round 27).
+template <bool MiddlesLast = kMiddleTilesLast>
 __host__ __device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
+  if constexpr (MiddlesLast) {
+    if (hp.tiles_per_unit == 2) {
+      if (u >= hp.paired_units) {  // a middle tile, after every group's pairs
+        return k == 0 ? TileCoord{u - hp.paired_units, hp.m_tiles / 2, 0} : TileCoord{-1, 0, 0};
+      }
+      const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
+      const int pair = hp.pair_units.quotient(r), m = r - pair * static_cast<int>(hp.pair_units.divisor);
+      return {group * hp.heads_per_group + pair, k == 0 ? hp.m_tiles - 1 - m : m, 0};
+    }
+  }
   const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
   const cuda_common::FastDivider& pairs = group == hp.last_group ? hp.last_group_pairs : hp.group_pairs;
   if (hp.tiles_per_unit == 2) {
@@ -166,13 +180,18 @@ inline std::int64_t walk_units_per_pair(int m_tiles, int tiles_per_unit, int spl
 // Host: the walk's fields of hp (the launcher's, and the walk test's): hp.m_tiles query tiles per
 // pair, `pairs` (sequence, head) pairs in groups of heads_per_group, tiles_per_unit 1 or 2, keys
 // split `splits` ways. The caller has checked that the units fit 31 bits.
+template <bool MiddlesLast = kMiddleTilesLast>
 inline void set_walk(HopperParams& hp, int pairs, std::int64_t heads_per_group, int tiles_per_unit, int splits) {
   hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
   hp.tiles_per_unit = tiles_per_unit;
   const std::int64_t units_per_pair = walk_units_per_pair(hp.m_tiles, tiles_per_unit, splits);
   hp.total_units = static_cast<int>(units_per_pair * pairs);
   // Every divisor at least 1: an empty problem (no pairs or no query tiles) walks nothing.
-  hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max<std::int64_t>(hp.heads_per_group * units_per_pair, 1)));
+  // Middle tiles last: a group's units are its pairs' two-tile units, the middle tiles follow all.
+  const bool last = MiddlesLast && tiles_per_unit == 2;
+  hp.paired_units = last ? static_cast<int>(static_cast<std::int64_t>(hp.m_tiles / 2) * pairs) : hp.total_units;
+  hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(
+      std::max<std::int64_t>(hp.heads_per_group * (last ? hp.m_tiles / 2 : units_per_pair), 1)));
   hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
   hp.last_group = (std::max(pairs, 1) - 1) / hp.heads_per_group;
   hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(pairs - hp.last_group * hp.heads_per_group, 1)));
