@@ -284,9 +284,10 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   // scratch, and as Q scratch Q [rows x D] plus the rest (mbarriers, the 1 KiB swizzle-alignment
   // slack, the row sums' chunks of ones), so the evidence's shared bytes are the kernel's
   // (hopper_shared_bytes / hopper_fp8_shared_bytes) exactly. S, P and O live in registers.
+  const std::int64_t smem = fp8 ? hop::hopper_fp8_shared_bytes(c) : hop::hopper_shared_bytes(c);
   {
     const std::int64_t ring = 2LL * c.stages * c.keys_per_tile * p.head_dim * (fp8 ? 1 : 2);
-    const std::int64_t q_and_rest = (fp8 ? hop::hopper_fp8_shared_bytes(c) : hop::hopper_shared_bytes(c)) - ring;
+    const std::int64_t q_and_rest = smem - ring;
     part.q_scratch_elements = static_cast<std::uint32_t>(q_and_rest / 4);
     part.score_scratch_elements = static_cast<std::uint32_t>(ring / 4);
   }
@@ -350,15 +351,15 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
     reasons.push_back("e4m3: q_scale * k_scale folds into the score scale and v_scale into the output; P is rounded to "
                       "e4m3 for P V (rel-L2 tolerance 5e-2)");
   }
+  const bool q_regs = hop::q_in_registers(c.head_dim, c.keys_per_tile);
+  const bool row_sums = !fp8 && hop::tensor_row_sums(c.head_dim, c.consumer_warpgroups);
   reasons.push_back("block = 1 producer warpgroup (one thread issues TMA loads, setmaxnreg " +
                     std::to_string(hop::kProducerRegisters) + ") + " + std::to_string(c.consumer_warpgroups) +
                     " consumer warpgroups x 64 query rows (setmaxnreg " + std::to_string(hop::consumer_registers(c.consumer_warpgroups)) +
                     "): S = Q K^T by wgmma " +
-                    (hop::q_in_registers(c.head_dim, c.keys_per_tile) ? "with Q's fragments in registers (loaded once per work tile)"
-                                                                           : "from shared memory") +
+                    (q_regs ? "with Q's fragments in registers (loaded once per work tile)" : "from shared memory") +
                     ", P V with P in registers" +
-                    (!fp8 && hop::tensor_row_sums(c.head_dim, c.consumer_warpgroups)
-                         ? " against [V | ones], whose 8 extra columns sum P's rows (calls writing an LSE or split states sum them in f32)"
+                    (row_sums ? " against [V | ones], whose 8 extra columns sum P's rows (calls writing an LSE or split states sum them in f32)"
                          : ""));
   for (const hop::HopperConfig& other : hop::kHopperConfigs) {
     if (fp8) break;  // one fp8 config per head_dim: nothing to compare
@@ -374,9 +375,6 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   }
   // P packs two 16-bit or four 8-bit probabilities per register.
   const int p_registers = c.keys_per_tile / (fp8 ? 8 : 4);
-  const std::int64_t smem = fp8 ? hop::hopper_fp8_shared_bytes(c) : hop::hopper_shared_bytes(c);
-  const bool q_regs = hop::q_in_registers(c.head_dim, c.keys_per_tile);
-  const bool row_sums = !fp8 && hop::tensor_row_sums(c.head_dim, c.consumer_warpgroups);
   reasons.push_back(std::to_string(c.keys_per_tile) + " keys per tile (registers: S " + std::to_string(c.keys_per_tile / 2) +
                     " + P " + std::to_string(p_registers) + " + O " + std::to_string(p.head_dim / 2 + (row_sums ? 4 : 0)) +
                     (q_regs ? " + Q " + std::to_string(p.head_dim / (fp8 ? 8 : 4)) : std::string()) +

@@ -698,11 +698,11 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         const std::uint32_t kb = k_base + stage * kTileBytes;
 #pragma unroll
         for (int kk = 0; kk < D * kBytes / 32; ++kk) {  // k-steps of 32 bytes of head_dim
-          const std::uint32_t off_q = (kk / 4) * kQChunkBytes + (kk % 4) * 32;
           const std::uint32_t off_k = (kk / 4) * kKvChunkBytes + (kk % 4) * 32;
           if constexpr (kQInRegisters) {
             wgmma_rk<Bc, In>(s, qf[kk], smem_descriptor(kb + off_k, 16, 1024), kk > 0 ? 1 : 0);
           } else {
+            const std::uint32_t off_q = (kk / 4) * kQChunkBytes + (kk % 4) * 32;
             wgmma_ss<Bc, In>(s, smem_descriptor(q_base + off_q, 16, 1024), smem_descriptor(kb + off_k, 16, 1024),
                              kk > 0 ? 1 : 0);
           }
