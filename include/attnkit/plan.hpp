@@ -93,6 +93,9 @@ struct WorkPartition {
   // longest tiles of one (sequence, head) (equal work per unit; a head's pairs walked together);
   // 1 where the tiles fit one wave.
   std::uint32_t tiles_per_unit = 1;
+  // Causal pairs: the last tail_pairs (sequence, head) pairs walked after the pairs as single
+  // tiles, longest first, so the blocks finish together (the planner's model of the walk picks it).
+  std::uint32_t tail_pairs = 0;
   // Query heads per query tile: > 1 packs a GQA group's heads (q_len rows each) into one tile, so
   // short queries (speculative decoding, chunk tails) fill the tile's rows with work.
   std::uint32_t packed_heads = 1;

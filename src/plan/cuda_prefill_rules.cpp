@@ -21,11 +21,13 @@
 // Pure host code: compiled with or without CUDA.
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <string>
 
 #include "attnkit/error.hpp"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill_hopper/hopper_config.hpp"
+#include "cuda/prefill_hopper/hopper_walk.hpp"
 #include "plan/checked_math.hpp"
 #include "plan/rules.hpp"
 
@@ -191,6 +193,12 @@ std::string format_rate(double rate) {
   return text;
 }
 
+std::string format_fixed(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f", v);
+  return text;
+}
+
 // Whether a config's query tile holds a whole GQA group's queries (partition_hopper then packs
 // the group's heads into one tile).
 bool packs_gqa_group(const PrefillProblem& p, const cuda_prefill_hopper::HopperConfig& c) {
@@ -250,6 +258,57 @@ const cuda_prefill_hopper::HopperConfig* choose_hopper_config(const PrefillProbl
 // tile than the longest tile alone (docs/perf-notes.md, "Hopper prefill round 14").
 std::uint64_t hopper_tiles_per_unit(const PrefillProblem& p, std::uint64_t work_tiles, std::uint64_t sms) {
   return p.causal && work_tiles > sms ? 2 : 1;
+}
+
+// The tail of a causal pairs walk (hopper_walk.hpp): the last pairs as single tiles, longest first,
+// dealt on in the walk's rounds. Rounds of equal pairs leave the blocks uneven by the last partial
+// round (0.95-0.97 of the mean load over the largest at the sweep's causal points; perf-notes,
+// "Hopper prefill round 28"); the tail's tiles fill it, the longest where the pairs ended first.
+// Each candidate tail is walked by the kernel's own code (step order, unit_tile), a tile costing
+// its key tiles + kUnitOverheadTiles, and the most even wins (ties: the smaller tail). Candidates
+// hold at most two rounds of tiles, so few heads' K/V are read outside their pairs' rounds. The
+// rounds of pairs before the last two are all equal, so the model starts there.
+struct WalkTail {
+  std::uint32_t pairs = 0;
+  double balance = 1, balance_without = 1;  // mean block load over the largest
+};
+
+WalkTail hopper_walk_tail(const PrefillProblem& p, std::int64_t rows, std::int64_t bc, int m_tiles, int pairs,
+                          std::uint64_t heads_per_group, std::uint64_t grid) {
+  namespace hop = cuda_prefill_hopper;
+  std::vector<double> cost(static_cast<std::size_t>(m_tiles));  // by m_rev
+  const std::int64_t offset = p.kv_len - p.q_len;
+  for (int m_rev = 0; m_rev < m_tiles; ++m_rev) {
+    const std::int64_t m0 = static_cast<std::int64_t>(m_tiles - 1 - m_rev) * rows;
+    const std::int64_t last = std::min(p.q_len, m0 + rows) - 1 + offset;
+    const std::int64_t hi = std::clamp<std::int64_t>(last + 1, 0, p.kv_len);
+    cost[static_cast<std::size_t>(m_rev)] = static_cast<double>((hi + bc - 1) / bc + kUnitOverheadTiles);
+  }
+  const double total = std::accumulate(cost.begin(), cost.end(), 0.0) * pairs;
+  const auto balance = [&](int tail) {
+    const hop::HopperWalk w = hop::make_walk(m_tiles, pairs, static_cast<std::int64_t>(heads_per_group), 2, 1, tail,
+                                             static_cast<std::int64_t>(grid));
+    std::vector<double> load(static_cast<std::size_t>(w.grid), 0.0);
+    double walked = 0;
+    for (int u = std::max(0, w.paired_units / w.grid - 2) * w.grid; u < w.total_units; ++u) {
+      const int round = u / w.grid, slot = u % w.grid;
+      for (int k = 0; k < 2; ++k) {
+        const hop::TileCoord tc = hop::unit_tile(w, u, k);
+        if (tc.bh < 0) continue;
+        walked += cost[static_cast<std::size_t>(tc.m_rev)];
+        load[static_cast<std::size_t>((round & 1) ? w.grid - 1 - slot : slot)] += cost[static_cast<std::size_t>(tc.m_rev)];
+      }
+    }
+    const double mean = total / w.grid, before = (total - walked) / w.grid;
+    return mean / (before + *std::max_element(load.begin(), load.end()));
+  };
+  WalkTail best;
+  best.balance = best.balance_without = balance(0);
+  for (int tail = 1; tail <= pairs && static_cast<std::uint64_t>(tail) * m_tiles <= 2 * grid; ++tail) {
+    const double b = balance(tail);
+    if (b > best.balance + 1e-3) best.pairs = static_cast<std::uint32_t>(tail), best.balance = b;
+  }
+  return best;
 }
 
 void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefill_hopper::HopperConfig& c,
@@ -340,6 +399,14 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   const bool uneven = p.causal || p.options.window > 0;
   part.heads_per_tile_group =
       uneven ? to_u32(std::clamp<std::uint64_t>(kL2GroupBytes / kv_head_bytes, 1, tile_pairs), "heads_per_tile_group") : 1;
+  // Causal pairs end in a tail of single tiles, where the model of the walk finds one that evens
+  // out the blocks (only without a window: the pairs are then of equal work).
+  WalkTail tail;
+  if (part.tiles_per_unit == 2 && p.options.window == 0) {
+    tail = hopper_walk_tail(p, static_cast<std::int64_t>(rows), static_cast<std::int64_t>(bc), static_cast<int>(q_tiles),
+                            static_cast<int>(tile_pairs), part.heads_per_tile_group, part.grid_blocks);
+  }
+  part.tail_pairs = tail.pairs;
   reasons.push_back("warp_specialized_wgmma (Hopper sm_90): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +
                     std::to_string(p.head_dim) + " has a Hopper " + (fp8 ? "fp8 " : "") + "config, no soft-cap");
   if (fp8) {
@@ -391,7 +458,13 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                          ? (part.tiles_per_unit == 2
                                 ? "; causal: " + std::to_string(work_units) +
                                       " units of two query tiles (i-th shortest, then i-th longest of one head: equal work; a head's "
-                                      "units consecutive, so they share its K/V reads in L2)"
+                                      "units consecutive, so they share its K/V reads in L2)" +
+                                      (tail.pairs > 0
+                                           ? ", then the last " + std::to_string(tail.pairs) +
+                                                 " pairs as single tiles, longest first: the walk's model evens the blocks "
+                                                 "from " + format_fixed(tail.balance_without) + " to " +
+                                                 format_fixed(tail.balance) + " of the mean over the busiest"
+                                           : std::string())
                                 : "; causal: the tiles fit one wave, one tile per block (pairs would idle half the SMs)")
                          : std::string()) +
                     (splits > 1 ? "; they fill less than one wave, so keys split " + std::to_string(splits) + " ways, " +

@@ -101,6 +101,9 @@ void add_partition(Rows& rows, const WorkPartition& p) {
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
                                              std::to_string(p.heads_per_tile_group) + " (sequence, head) pairs" +
+                                             (p.tail_pairs > 0 ? ", the last " + std::to_string(p.tail_pairs) +
+                                                                     " pairs as single tiles longest first"
+                                                               : std::string()) +
                                              (p.packed_heads > 1 ? ", " + std::to_string(p.packed_heads) +
                                                                        " GQA heads packed per tile"
                                                                  : std::string()));
@@ -163,6 +166,7 @@ json partition_json(const WorkPartition& p) {
           {"pipeline_stages", p.pipeline_stages},
           {"heads_per_tile_group", p.heads_per_tile_group},
           {"tiles_per_unit", p.tiles_per_unit},
+          {"tail_pairs", p.tail_pairs},
           {"packed_heads", p.packed_heads},
           {"merge_cluster", p.merge_cluster}};
 }

@@ -131,17 +131,29 @@ TEST_P(PrefillHopper, MatchesGolden) {
     EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note() << " unpacked";
   }
   // Unsplit causal plans run the other unit shape too (pairs of equal work, or single tiles),
-  // whichever the planner picks here: the persistent walk serves any grid.
+  // whichever the planner picks here: the persistent walk serves any grid. Pairs run with tails of
+  // single tiles too (hopper_walk.hpp): one pair, half of them, all of them.
   if (c.problem.causal && plan.partition.sequence_splits == 1) {
-    PrefillPlan other = plan;
-    other.partition.tiles_per_unit = plan.partition.tiles_per_unit == 2 ? 1 : 2;
-    poison(c.out);
-    poison(c.lse);
-    run_hopper(c, other);
-    EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "")
-        << c.note() << " with " << other.partition.tiles_per_unit << " tile(s) per unit";
-    EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note() << " with " << other.partition.tiles_per_unit
-                                                          << " tile(s) per unit";
+    const std::int64_t heads = plan.partition.packed_heads > 1 ? c.problem.kv_heads : c.problem.num_heads;
+    const auto pairs = static_cast<std::uint32_t>(c.problem.batch * heads);  // (sequence, tile head) pairs
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> walks;  // (tiles per unit, tail pairs)
+    if (plan.partition.tiles_per_unit == 2) {
+      walks = {{1, 0}, {2, plan.partition.tail_pairs == 0 ? pairs / 2 : 0}, {2, pairs}};
+    } else {
+      walks = {{2, 0}, {2, 1}, {2, pairs / 2}, {2, pairs}};
+    }
+    for (const auto& [tiles_per_unit, tail_pairs] : walks) {
+      PrefillPlan other = plan;
+      other.partition.tiles_per_unit = tiles_per_unit;
+      other.partition.tail_pairs = tail_pairs;
+      const std::string walk = " with " + std::to_string(tiles_per_unit) + " tile(s) per unit and a tail of " +
+                               std::to_string(tail_pairs) + " pairs";
+      poison(c.out);
+      poison(c.lse);
+      run_hopper(c, other);
+      EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << c.note() << walk;
+      EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << c.note() << walk;
+    }
   }
   // Every other compiled config of this head_dim and key tile (d64: 128- and 192-row blocks) runs
   // the same case, whichever the planner prefers for it: the plan's block shape is patched.

@@ -429,6 +429,29 @@ TEST(PlanGpu, PrefillHopperPairsCausalTilesOnlyBeyondOneWave) {
   EXPECT_EQ(split.partition.tiles_per_unit, 1u);
 }
 
+// Causal pairs leave the blocks uneven by the last partial round; the planner's model of the walk
+// (hopper_walk.hpp) picks a tail of single tiles that evens them out (perf-notes, round 28).
+TEST(PlanGpu, PrefillHopperCausalPairsEndInATailThatEvensTheBlocks) {
+  const Target h200 = known_target("h200");
+  PrefillProblem p;  // bf16, d128: 128-row tiles
+  p.num_heads = p.kv_heads = 16;
+  p.q_len = p.kv_len = 16384;  // 64 pairs of tiles x 16 heads = 1024 units: 7.76 rounds on 132 SMs
+  const PrefillPlan plan = plan_prefill(p, h200);
+  ASSERT_EQ(plan.partition.tiles_per_unit, 2u) << to_table(plan);
+  EXPECT_EQ(plan.partition.tail_pairs, 2u) << to_table(plan);  // 256 tiles: two rounds
+  bool said = false;
+  for (const std::string& r : plan.reasons) said = said || r.find("from 0.970 to 0.999") != std::string::npos;
+  EXPECT_TRUE(said) << to_table(plan);
+  p.num_heads = p.kv_heads = 33;  // 2112 units: 16 whole rounds, nothing to even out
+  EXPECT_EQ(plan_prefill(p, h200).partition.tail_pairs, 0u);
+  p.num_heads = p.kv_heads = 16;
+  p.options.window = 4096;  // pairs of unequal work: no tail
+  EXPECT_EQ(plan_prefill(p, h200).partition.tail_pairs, 0u);
+  p.options.window = 0;
+  p.causal = false;  // single tiles: no tail
+  EXPECT_EQ(plan_prefill(p, h200).partition.tail_pairs, 0u);
+}
+
 TEST(PlanGpu, PrefillHopperPacksGqaGroupsWhoseQueriesFitOneTile) {
   const Target h200 = known_target("h200");
   PrefillProblem p;  // bf16, d128, 32 query / 8 KV heads, causal: 128-row tiles

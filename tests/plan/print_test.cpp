@@ -27,6 +27,7 @@ void expect_partition_matches(const json& j, const WorkPartition& p) {
   EXPECT_EQ(j.at("grid_blocks").get<std::uint64_t>(), p.grid_blocks);
   EXPECT_EQ(j.at("heads_per_tile_group").get<std::uint32_t>(), p.heads_per_tile_group);
   EXPECT_EQ(j.at("tiles_per_unit").get<std::uint32_t>(), p.tiles_per_unit);
+  EXPECT_EQ(j.at("tail_pairs").get<std::uint32_t>(), p.tail_pairs);
   EXPECT_EQ(j.at("packed_heads").get<std::uint32_t>(), p.packed_heads);
   for (const char* key : {"tiles_per_split", "rows_per_block", "workgroups_per_row", "workgroup_lanes", "warp_lanes",
                           "warps_per_block", "q_scratch_elements", "score_scratch_elements", "o_acc_scratch_elements",

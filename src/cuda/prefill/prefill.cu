@@ -202,7 +202,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
       bind_split_states(p, part, pr, workspace);
     }
     cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, pr.out_dtype, *hc, part.grid_blocks,
-                                               part.heads_per_tile_group, part.tiles_per_unit,
+                                               part.heads_per_tile_group, part.tiles_per_unit, part.tail_pairs,
                                                part.packed_heads, workspace, stream);
     merge_split_states(p, pr.dtype, stream);
     return;

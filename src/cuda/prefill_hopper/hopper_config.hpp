@@ -128,12 +128,6 @@ inline constexpr bool kTensorRowSumsEnabled = true;
 constexpr bool tensor_row_sums(int head_dim, int consumer_warpgroups) {
   return kTensorRowSumsEnabled && head_dim == 64 && consumer_warpgroups == 3;
 }
-// Causal pairs over an odd number of query tiles: walk the middle tiles (units of half the work)
-// after every group's pairs instead of after each group's (hopper_prefill.cuh, unit_tile). The
-// walk's model (dev/hopper/walk_balance.py) has it even out d64 causal 2k's block loads (0.884 ->
-// 0.970 of the mean over the largest); measured +5.0% there, +0.8-0.9% at 8k / 16k, the rest within
-// spread (docs/perf-notes.md, "Hopper prefill round 27").
-inline constexpr bool kMiddleTilesLast = true;
 
 // d128 holds Q's wgmma A fragments in registers for the whole work tile (32 per consumer thread
 // for 16-bit inputs, 16 for e4m3), so S = Q K^T reads only K from shared memory: bf16 +0-2.6%

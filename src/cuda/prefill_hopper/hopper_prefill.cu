@@ -79,7 +79,7 @@ void launch_v_transpose(const VtParams& vp, cudaStream_t stream) {
 }
 
 template <const HopperConfig* kTable, int kIndex, HopperInput In, bool TensorSums>
-void launch_instance(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
+void launch_instance(const HopperParams& hp, cudaStream_t stream) {
   constexpr HopperConfig c = kTable[kIndex];
   auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In, c.consumer_warpgroups, TensorSums>;
   constexpr int smem = static_cast<int>(In == HopperInput::kE4M3 ? hopper_fp8_shared_bytes(c) : hopper_shared_bytes(c));
@@ -87,8 +87,7 @@ void launch_instance(const HopperParams& hp, std::uint64_t grid_blocks, cudaStre
   require(attr == cudaSuccess, kContext,
           "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
           "run on a Hopper GPU (H100/H200), or plan the cooperative_tiled family");
-  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(grid_blocks, static_cast<std::uint64_t>(hp.total_units)));
-  kernel<<<std::max(1u, blocks), threads_per_block(c.consumer_warpgroups), smem, stream>>>(hp);
+  kernel<<<static_cast<unsigned>(hp.walk.grid), threads_per_block(c.consumer_warpgroups), smem, stream>>>(hp);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, kContext, std::string("hopper_prefill_kernel failed to launch: ") + cudaGetErrorString(err),
           "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
@@ -97,21 +96,21 @@ void launch_instance(const HopperParams& hp, std::uint64_t grid_blocks, cudaStre
 // A config with row sums on the tensor core (hopper_config.hpp) has two instances: the one that
 // uses them, for calls that write neither an LSE nor split states, and one that sums P in f32.
 template <const HopperConfig* kTable, int kIndex, HopperInput In>
-void launch_config(const HopperParams& hp, std::uint64_t grid_blocks, cudaStream_t stream) {
+void launch_config(const HopperParams& hp, cudaStream_t stream) {
   constexpr HopperConfig c = kTable[kIndex];
   if constexpr (In != HopperInput::kE4M3 && tensor_row_sums(c.head_dim, c.consumer_warpgroups)) {
-    if (hp.p.lse == nullptr && hp.p.splits == 1) return launch_instance<kTable, kIndex, In, true>(hp, grid_blocks, stream);
+    if (hp.p.lse == nullptr && hp.p.splits == 1) return launch_instance<kTable, kIndex, In, true>(hp, stream);
   }
-  launch_instance<kTable, kIndex, In, false>(hp, grid_blocks, stream);
+  launch_instance<kTable, kIndex, In, false>(hp, stream);
 }
 
 template <const HopperConfig* kTable, HopperInput In, std::size_t... kIndex>
-void launch_any(const HopperParams& hp, const HopperConfig& config, std::uint64_t grid_blocks, cudaStream_t stream,
+void launch_any(const HopperParams& hp, const HopperConfig& config, cudaStream_t stream,
                 std::index_sequence<kIndex...>) {
   bool launched = false;
   ((kTable[kIndex].head_dim == config.head_dim && kTable[kIndex].keys_per_tile == config.keys_per_tile &&
             kTable[kIndex].consumer_warpgroups == config.consumer_warpgroups && !launched
-        ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, grid_blocks, stream), launched = true)
+        ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, stream), launched = true)
         : false),
    ...);
   require(launched && config.head_dim == hp.p.head_dim, kContext,
@@ -124,8 +123,8 @@ void launch_any(const HopperParams& hp, const HopperConfig& config, std::uint64_
 
 void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTensors& t, DType dtype, DType out_dtype,
                            const HopperConfig& config, std::uint64_t grid_blocks, std::uint32_t heads_per_group,
-                           std::uint32_t tiles_per_unit, std::uint32_t packed_heads, Workspace workspace,
-                           void* stream) {
+                           std::uint32_t tiles_per_unit, std::uint32_t tail_pairs, std::uint32_t packed_heads,
+                           Workspace workspace, void* stream) {
   const bool fp8 = dtype == DType::kE4M3;
   require(dtype == DType::kBF16 || dtype == DType::kF16 || fp8, kContext, "inputs are " + std::string(dtype_name(dtype)),
           "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
@@ -154,22 +153,26 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   hp.packed_rows = packed ? p.q_len : 0;
   hp.packed_div = cuda_common::FastDivider(static_cast<std::uint32_t>(packed ? p.q_len : 1));
   hp.q_tile_bytes = static_cast<std::uint32_t>((packed ? p.q_len * p.group_size : rows) * p.head_dim * dtype_size(dtype));
-  hp.m_tiles = packed ? 1 : (p.q_len + rows - 1) / rows;
-  const std::int64_t total = static_cast<std::int64_t>(hp.m_tiles) * tile_heads * p.batch;
+  const int m_tiles = packed ? 1 : (p.q_len + rows - 1) / rows;
+  const std::int64_t total = static_cast<std::int64_t>(m_tiles) * tile_heads * p.batch;
   require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
           "split the call into smaller batches");
-  hp.total_tiles = static_cast<int>(total);
   const int pairs = tile_heads * p.batch;  // (sequence, head) pairs; packed: (sequence, KV head)
-  // The plan's units: causal pairs of equal work (hopper_prefill.cuh), or single tiles (one per
-  // split with key splits).
+  // The plan's units: causal pairs of equal work, then the tail's single tiles (hopper_walk.hpp),
+  // or single tiles (one per split with key splits).
   require(tiles_per_unit == 1 || (tiles_per_unit == 2 && p.causal && p.splits == 1), kContext,
           "the plan asks for " + std::to_string(tiles_per_unit) + " query tiles per unit",
           "plan again with plan_prefill (units are single tiles, or causal pairs without key splits)");
-  const std::int64_t units = walk_units_per_pair(hp.m_tiles, static_cast<int>(tiles_per_unit), p.splits) * pairs;
+  require(tail_pairs == 0 || (tiles_per_unit == 2 && tail_pairs <= static_cast<std::uint32_t>(pairs)), kContext,
+          "the plan walks " + std::to_string(tail_pairs) + " of " + std::to_string(pairs) +
+              " (sequence, head) pairs as its tail, with " + std::to_string(tiles_per_unit) + " query tile(s) per unit",
+          "plan again with plan_prefill (a tail only follows causal pairs, and holds at most every pair)");
+  const std::int64_t units = walk_units_per_pair(m_tiles, static_cast<int>(tiles_per_unit), p.splits) * pairs;
   require(units <= INT32_MAX, kContext, "too many work units (" + std::to_string(units) + ")",
           "split the call into smaller batches");
-  set_walk(hp, pairs, heads_per_group, static_cast<int>(tiles_per_unit), p.splits);
-  if (hp.total_tiles == 0) return;
+  hp.walk = make_walk(m_tiles, pairs, heads_per_group, static_cast<int>(tiles_per_unit), p.splits,
+                      static_cast<int>(tail_pairs), static_cast<std::int64_t>(grid_blocks));
+  if (total == 0) return;
   hp.heads = cuda_common::FastDivider(static_cast<std::uint32_t>(tile_heads));
   // Every descriptor is made (and every tensor checked) before anything runs.
   hp.q_map = packed ? make_map(t.q, dtype, p.q_len, "q", p.group_size) : make_map(t.q, dtype, rows, "q");
@@ -184,9 +187,9 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
     }
     const auto configs = std::make_index_sequence<std::size(kHopperConfigs)>{};
     if (dtype == DType::kBF16) {
-      launch_any<kHopperConfigs, HopperInput::kBF16>(hp, config, grid_blocks, s, configs);
+      launch_any<kHopperConfigs, HopperInput::kBF16>(hp, config, s, configs);
     } else {
-      launch_any<kHopperConfigs, HopperInput::kF16>(hp, config, grid_blocks, s, configs);
+      launch_any<kHopperConfigs, HopperInput::kF16>(hp, config, s, configs);
     }
     return;
   }
@@ -213,7 +216,7 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   } else {
     launch_v_transpose<256>(vp, s);
   }
-  launch_any<kHopperFp8Configs, HopperInput::kE4M3>(hp, config, grid_blocks, s,
+  launch_any<kHopperFp8Configs, HopperInput::kE4M3>(hp, config, s,
                                                      std::make_index_sequence<std::size(kHopperFp8Configs)>{});
 }
 

@@ -15,13 +15,10 @@
 //          elements) with the 128-byte swizzle (what TMA writes and wgmma reads): Q [chunk][128
 //          rows], K and V [chunk][Bc keys] per slot; e4m3 V^T [D rows][128 keys] per slot.
 // Parallelism: persistent blocks of 3 or 4 warpgroups walk the work tiles (query tile of 128 or 192 rows,
-//          head, sequence) in the plan's order (groups of heads whose K/V share L2, longest
-//          query tiles first inside a group). Causal, more tiles than SMs (the plan's
-//          tiles_per_unit 2): a block takes tiles in pairs of one (sequence, head), the i-th
-//          shortest then the i-th longest, so every pair holds the same number of key tiles, a
-//          head's pairs walked together so they share its K/V reads in L2 (unit_tile); with key
-//          splits a unit is one tile's split (a group's tiles of one key range together). Units
-//          go out in rounds of gridDim.x, odd rounds in reverse block order.
+//          head, sequence) in the plan's order (hopper_walk.hpp: groups of heads whose K/V share
+//          L2; causal, more tiles than SMs: units of two tiles of equal work, then the tail's single
+//          tiles longest first; key splits: a unit is one tile's split), in rounds of gridDim.x
+//          units, odd rounds in reverse block order.
 //          Warpgroup 0 is the producer: one thread loads Q, then K and V tiles into the ring
 //          (k_full / v_full barriers carry the TMA byte counts; the consumers release K slots
 //          after S and V slots after P V, through k_empty / v_empty). The 2 or 3 consumer
@@ -52,6 +49,7 @@
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_hopper/hopper_primitives.cuh"
+#include "cuda/prefill_hopper/hopper_walk.hpp"
 
 namespace attnkit::cuda_prefill_hopper {
 
@@ -89,17 +87,8 @@ struct HopperParams {
   CUtensorMap v_map;
   CUtensorMap o_map;  // the output, boxes of 64 rows x 128 bytes (valid when o_tma)
   PrefillParams p;
-  int m_tiles;      // query tiles of the longest sequence
-  int total_tiles;  // m_tiles * num_heads * batch
-  int heads_per_group;  // the plan's heads_per_tile_group
-  int tiles_per_unit;   // 2: causal pairs (i-th shortest, then i-th longest query tile); 1: single tiles
-  int total_units;      // units over all (sequence, head) pairs
-  // The schedule's divisions, fixed at launch (every block decodes every step of its walk, and a
-  // 32-bit division is a long dependent chain): units per group of heads_per_group pairs, the pairs
-  // of a full group and of the last (possibly smaller) one, heads per sequence, and query tiles
-  // per pair (a unit index over them gives the key split); causal pairs: two-tile units per pair.
-  cuda_common::FastDivider group_units, group_pairs, last_group_pairs, heads, m_tiles_div, pair_units;
-  int last_group;
+  HopperWalk walk;  // the persistent walk (hopper_walk.hpp)
+  cuda_common::FastDivider heads;  // heads per sequence (KV heads when packed)
   // e4m3 inputs: the per-tensor scales (q x k folded into the score scale), and whether a 16-bit
   // output is bf16 (16-bit inputs write their own type).
   float qk_scale;
@@ -113,7 +102,6 @@ struct HopperParams {
   int packed_rows;
   cuda_common::FastDivider packed_div;  // by packed_rows (1 when unpacked)
   std::uint32_t q_tile_bytes;           // bytes one Q tile's boxes bring
-  int paired_units;  // causal pairs walked with the middle tiles last: the units before theirs
 };
 
 // Whether a call's O tiles may be staged in shared memory and leave whole: 16-bit out of the input's
@@ -121,82 +109,6 @@ struct HopperParams {
 // config's condition (kStagedO), the launcher the head dims that have one (for the TMA store's map).
 __host__ __device__ inline bool call_stages_o(const HopperParams& hp) {
   return hp.p.out_kind == OutKind::kInput && hp.out_vec16 != 0 && hp.p.splits == 1 && hp.packed_rows == 0;
-}
-
-// A work tile: the (sequence, head) pair bh = b * num_heads + h, its query tile counted from the
-// last (m_rev = 0: the last query tile, the most keys under a causal mask), and its key split
-// (p.splits > 1: key tiles [split * tiles_per_split, + tiles_per_split)); bh < 0: none.
-struct TileCoord {
-  int bh, m_rev, split;
-};
-
-// Unit u's k-th tile (none: k = 1 of a unit that holds one tile).
-// The plan's order: groups of heads_per_group (sequence, head) pairs, whose K/V the blocks in flight
-// share in L2. Single tiles: inside a group the last query tiles of every pair come first, so a
-// wave of blocks holds tiles of similar length; with key splits a group's tiles of one split (one
-// key range) are consecutive. Causal pairs (tiles_per_unit 2, all of equal work): a (sequence,
-// head) pair's units are consecutive, so they run in the same round, and each walks its shorter
-// tile first, so the longer one starts on keys just read; both keep a head's K/V reads close in
-// time (with the units a group apart and the longer tile first, d256 causal 32 x 8 x 512 read 288
-// MB from DRAM against the plan's 201, docs/perf-notes.md, Hopper prefill round 16). The middle
-// tiles of an odd m_tiles (units of half the work) come after the group's pairs: spread over every
-// pair's units they fell on the same few blocks in every round. MiddlesLast (hopper_config.hpp's
-// kMiddleTilesLast) walks them after every group's pairs instead, which the walk's model
-// (dev/hopper/walk_balance.py) says evens out d64 causal 2k's blocks (docs/perf-notes.md, round 27).
-template <bool MiddlesLast = kMiddleTilesLast>
-__host__ __device__ inline TileCoord unit_tile(const HopperParams& hp, int u, int k) {
-  if constexpr (MiddlesLast) {
-    if (hp.tiles_per_unit == 2) {
-      if (u >= hp.paired_units) {  // a middle tile, after every group's pairs
-        return k == 0 ? TileCoord{u - hp.paired_units, hp.m_tiles / 2, 0} : TileCoord{-1, 0, 0};
-      }
-      const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
-      const int pair = hp.pair_units.quotient(r), m = r - pair * static_cast<int>(hp.pair_units.divisor);
-      return {group * hp.heads_per_group + pair, k == 0 ? hp.m_tiles - 1 - m : m, 0};
-    }
-  }
-  const int group = hp.group_units.quotient(u), r = u - group * hp.group_units.divisor;
-  const cuda_common::FastDivider& pairs = group == hp.last_group ? hp.last_group_pairs : hp.group_pairs;
-  if (hp.tiles_per_unit == 2) {
-    const int pair_units = hp.m_tiles / 2;  // units of two tiles per (sequence, head) pair
-    const int paired = static_cast<int>(pairs.divisor) * pair_units;
-    if (r >= paired) {  // a middle tile
-      return k == 0 ? TileCoord{group * hp.heads_per_group + r - paired, hp.m_tiles / 2, 0} : TileCoord{-1, 0, 0};
-    }
-    const int pair = hp.pair_units.quotient(r), m = r - pair * pair_units;
-    return {group * hp.heads_per_group + pair, k == 0 ? hp.m_tiles - 1 - m : m, 0};
-  }
-  const int i = pairs.quotient(r), bh_local = r - i * pairs.divisor;
-  const int split = hp.m_tiles_div.quotient(i);  // 0 unless the plan splits keys
-  return {group * hp.heads_per_group + bh_local, i - split * hp.m_tiles, split};
-}
-
-// Host: units per (sequence, head) pair of a walk over m_tiles query tiles (two-tile causal pairs
-// and a middle tile, or single tiles, one per key split).
-inline std::int64_t walk_units_per_pair(int m_tiles, int tiles_per_unit, int splits) {
-  return tiles_per_unit == 2 ? (m_tiles + 1) / 2 : static_cast<std::int64_t>(m_tiles) * splits;
-}
-
-// Host: the walk's fields of hp (the launcher's, and the walk test's): hp.m_tiles query tiles per
-// pair, `pairs` (sequence, head) pairs in groups of heads_per_group, tiles_per_unit 1 or 2, keys
-// split `splits` ways. The caller has checked that the units fit 31 bits.
-template <bool MiddlesLast = kMiddleTilesLast>
-inline void set_walk(HopperParams& hp, int pairs, std::int64_t heads_per_group, int tiles_per_unit, int splits) {
-  hp.heads_per_group = static_cast<int>(std::clamp<std::int64_t>(heads_per_group, 1, std::max(pairs, 1)));
-  hp.tiles_per_unit = tiles_per_unit;
-  const std::int64_t units_per_pair = walk_units_per_pair(hp.m_tiles, tiles_per_unit, splits);
-  hp.total_units = static_cast<int>(units_per_pair * pairs);
-  // Every divisor at least 1: an empty problem (no pairs or no query tiles) walks nothing.
-  // Middle tiles last: a group's units are its pairs' two-tile units, the middle tiles follow all.
-  const bool last = MiddlesLast && tiles_per_unit == 2;
-  hp.paired_units = last ? static_cast<int>(static_cast<std::int64_t>(hp.m_tiles / 2) * pairs) : hp.total_units;
-  hp.group_units = cuda_common::FastDivider(static_cast<std::uint32_t>(
-      std::max<std::int64_t>(hp.heads_per_group * (last ? hp.m_tiles / 2 : units_per_pair), 1)));
-  hp.group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(hp.heads_per_group));
-  hp.last_group = (std::max(pairs, 1) - 1) / hp.heads_per_group;
-  hp.last_group_pairs = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(pairs - hp.last_group * hp.heads_per_group, 1)));
-  hp.m_tiles_div = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(hp.m_tiles, 1)));
-  hp.pair_units = cuda_common::FastDivider(static_cast<std::uint32_t>(std::max(hp.m_tiles / 2, 1)));
 }
 
 // One work tile and the key tiles it needs (identical in the producer and the consumers).
@@ -213,7 +125,7 @@ __device__ inline WorkTile work_tile(const HopperParams& hp, TileCoord t) {
   WorkTile w;
   w.b = hp.heads.quotient(t.bh);
   w.h = t.bh - w.b * static_cast<int>(hp.heads.divisor);  // the KV head when packed
-  w.m0 = (hp.m_tiles - 1 - t.m_rev) * Br;
+  w.m0 = (hp.walk.m_tiles - 1 - t.m_rev) * Br;
   w.split = t.split;
   w.e = cuda_prefill::sequence_extent(p, w.b);
   w.active = w.m0 < w.e.q_len;
@@ -513,19 +425,9 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
 
   const PrefillParams& p = hp.p;
   const int warpgroup = threadIdx.x / 128;
-  // Round r hands units r * grid .. r * grid + grid - 1 out to the blocks, in reverse on odd rounds
-  // (boustrophedon); step s of a block is tile s % tiles_per_unit of its unit of round
-  // s / tiles_per_unit (bh < 0: none).
-  const int rounds = (hp.total_units + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  const int unit_shift = hp.tiles_per_unit - 1;  // tiles_per_unit is 1 or 2
-  const int steps = rounds << unit_shift;
-  auto block_tile = [&](int step) -> TileCoord {
-    const int round = step >> unit_shift;
-    const int slot = (round & 1) ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)
-                                 : static_cast<int>(blockIdx.x);
-    const int u = round * static_cast<int>(gridDim.x) + slot;
-    return u < hp.total_units ? unit_tile(hp, u, step & unit_shift) : TileCoord{-1, 0, 0};
-  };
+  // The block's steps (hopper_walk.hpp: step_tile; bh < 0: none).
+  const int steps = hp.walk.steps;
+  auto block_tile = [&](int step) { return step_tile(hp.walk, static_cast<int>(blockIdx.x), step); };
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, kConsumerWarps);
