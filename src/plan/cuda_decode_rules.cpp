@@ -26,6 +26,8 @@ namespace geo = attnkit::cuda_decode;
 // with 22 / 11 splits instead of 32; bf16 b1 x 1k 14.9 -> 14.6 with 8 instead of 16; f32 b1 x 1k
 // 16.5 -> 17.0 with 16 instead of 32, the one point that lost).
 constexpr std::int64_t kMinTilesPerSplit = 2;
+// CUDA-core (f32) plans: split counts tried even where unsplit blocks fill four waves or more.
+constexpr std::int64_t kMinSplitsTried = 4;
 // The ring budget per block. Tensor-core blocks (16-bit K/V): three tiles of 64 keys x 128 dims,
 // two blocks per SM (registers allow no third); with TMA the whole ring is in flight, and 2, 3 or 4
 // stages measured within 1% of each other at large points (docs/perf-notes.md), so the ring is
@@ -147,11 +149,13 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                    "SM's share of the bandwidth; more only queue), at most " +
                    std::to_string(max_splits) + " for " + std::to_string(range) + " keys";
   } else {
-    // CUDA-core blocks (f32) are latency-bound and need several per SM: up to four waves of `wave`
-    // resident blocks, the split count whose blocks fill whole waves best (a smaller count wins
-    // near-ties: fewer partial states, less merge work). Four or more waves of unsplit blocks leave
-    // at most a quarter-wave tail, so they are not split.
-    const std::int64_t cap = std::min(max_splits, std::max<std::int64_t>(1, div_up(4 * wave, base)));
+    // CUDA-core blocks (f32) are latency-bound and need several per SM: the split count whose blocks
+    // fill whole waves of `wave` resident blocks best (a smaller count wins near-ties: fewer partial
+    // states, less merge work), up to four waves of blocks or kMinSplitsTried splits, whichever is
+    // more. A many-wave plan's last wave costs as much: b256 x 4k / 16k (5.2 waves unsplit, the
+    // last 17% full) read 3.83 / 4.05 TB/s against 4.32 for b64 x 16k's 97% fill (docs/perf-notes.md,
+    // "Decode round 20").
+    const std::int64_t cap = std::min(max_splits, std::max(kMinSplitsTried, div_up(4 * wave, base)));
     double best = -1;
     for (std::int64_t s = 1; s <= cap; ++s) {
       const std::int64_t blocks = base * s;
@@ -163,7 +167,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
     }
     split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) + " SMs x " +
                    std::to_string(per_sm) + " resident blocks: the count whose blocks fill whole waves best (" +
-                   std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves, at least " +
+                   std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves of blocks or " + std::to_string(kMinSplitsTried) +
+                   " splits, at least " +
                    std::to_string(kMinTilesPerSplit) + " tiles per split (at most " + std::to_string(max_splits) +
                    " splits for " + std::to_string(range) + " keys)";
   }
