@@ -181,6 +181,23 @@ TEST(DecodeCudaPaths, UnsplitLargeBatchMatchesGolden) {
   expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
 }
 
+// f32 (CUDA-core) blocks that would make several waves unsplit split anyway to fill the last wave
+// (decode round 20): 264 x 8 = 2112 blocks, 5.3 waves of 396 resident; random lengths, some zero.
+TEST(DecodeCudaPaths, ManyWaveF32SplitMatchesGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  std::uniform_int_distribution<int> len(0, 300);
+  DecodeSpec s{"many_wave_split_batch264_f32", 32, 8, 64, DType::kF32, DType::kF32, DType::kF32, {}};
+  for (int b = 0; b < 264; ++b) s.lengths.push_back(len(rng));
+  s.lengths[0] = 300;
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, cuda::target());
+  EXPECT_GT(plan.partition.sequence_splits, 1u) << to_table(plan);
+  const reference::Result golden = run_and_golden(r, plan);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name + " seed=" + std::to_string(r.seed));
+  expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
+}
+
 // The same call twice gives bit-identical results (no race, no dependence on block order).
 TEST(DecodeCudaPaths, SplitRunIsDeterministic) {
   ATTNKIT_SKIP_WITHOUT_GPU();
