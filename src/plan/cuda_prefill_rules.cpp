@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "attnkit/error.hpp"
 #include "cuda/prefill/prefill_config.hpp"

@@ -320,5 +320,31 @@ TEST(PrefillHopperPlan, RejectsMisalignedRowsBeforeWriting) {
   EXPECT_EQ(after.bytes, c.out.bytes);
 }
 
+// A plan whose walk the kernel cannot take (a tail longer than the pairs, a tail after single
+// tiles) is rejected before any launch, with a fix, and out keeps its poison.
+TEST(PrefillHopperPlan, RejectsATailItCannotWalk) {
+  ATTNKIT_SKIP_WITHOUT_HOPPER("warp-specialized kernel");
+  PrefillShape s{"bad_tail", 1, 2, 2, 128, 300, 300, true, DType::kBF16, DType::kBF16};
+  PrefillCase c(s);
+  DeviceTensor q(c.q), k(c.k), v(c.v), out(c.out);
+  const PrefillTensors t{q.view, k.view, v.view, out.view, {}, {}, {}};
+  const PrefillPlan plan = plan_prefill(c.problem, cuda::target(), KernelFamily::kWarpSpecializedWgmma);
+  for (const auto& [tiles_per_unit, tail_pairs] : {std::pair{2u, 3u}, {1u, 1u}}) {
+    PrefillPlan bad = plan;
+    bad.partition.tiles_per_unit = tiles_per_unit;
+    bad.partition.tail_pairs = tail_pairs;  // 2 (sequence, head) pairs here
+    try {
+      cuda::prefill(bad, t, Workspace{});
+      ADD_FAILURE() << "a tail of " << tail_pairs << " pairs with " << tiles_per_unit << " tile(s) per unit ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("as its tail"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Fix:"), std::string::npos) << e.what();
+    }
+    HostTensor after(DType::kBF16, {1, 2, 300, 128});
+    out.copy_to(after);
+    EXPECT_EQ(after.bytes, c.out.bytes);
+  }
+}
+
 }  // namespace
 }  // namespace attnkit::testing
