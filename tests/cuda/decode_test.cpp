@@ -162,40 +162,40 @@ TEST_P(DecodeCuda, PlannedKernelMatchesGolden) {
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeCuda, ::testing::ValuesIn(decode_specs()),
                          [](const auto& info) { return info.param.name; });
 
-// Large batches give enough (sequence, KV head) blocks that the planner does not split: the
-// unsplit path writes out and LSE directly, with random lengths (some zero).
-TEST(DecodeCudaPaths, UnsplitLargeBatchMatchesGolden) {
-  ATTNKIT_SKIP_WITHOUT_GPU();
+// 264 sequences of random lengths (some zero, the longest 300) x 8 KV heads = 2112 blocks against
+// the golden; `check` looks at the plan first.
+template <class CheckPlan>
+void expect_large_batch_matches(const std::string& name, DType dtype, CheckPlan check) {
   std::mt19937_64 rng(fresh_seed());
   std::uniform_int_distribution<int> len(0, 300);
-  // 264 x 8 KV heads = 2112 blocks: four waves of up to 4 resident blocks per SM on 132 SMs.
-  DecodeSpec s{"unsplit_batch264_bf16", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {}};
+  DecodeSpec s{name, 32, 8, 64, dtype, dtype, dtype, {}};
   for (int b = 0; b < 264; ++b) s.lengths.push_back(len(rng));
   s.lengths[0] = 300;
   DecodeRun r = make_run(s);
   const DecodePlan plan = plan_decode(r.problem, cuda::target());
-  EXPECT_EQ(plan.partition.sequence_splits, 1u) << to_table(plan);
-  EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
+  check(plan);
   const reference::Result golden = run_and_golden(r, plan);
   expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name + " seed=" + std::to_string(r.seed));
   expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
 }
 
-// f32 (CUDA-core) blocks that would make several waves unsplit split anyway to fill the last wave
-// (decode round 20): 264 x 8 = 2112 blocks, 5.3 waves of 396 resident; random lengths, some zero.
+// Large batches give enough (sequence, KV head) blocks that the planner does not split bf16: the
+// unsplit path writes out and LSE directly (2112 blocks: four waves of up to 4 resident per SM).
+TEST(DecodeCudaPaths, UnsplitLargeBatchMatchesGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  expect_large_batch_matches("unsplit_batch264_bf16", DType::kBF16, [](const DecodePlan& plan) {
+    EXPECT_EQ(plan.partition.sequence_splits, 1u) << to_table(plan);
+    EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
+  });
+}
+
+// f32 (CUDA-core) blocks that would make several waves unsplit (2112 on 396 resident: 5.3) split
+// anyway to fill the last wave (decode round 20).
 TEST(DecodeCudaPaths, ManyWaveF32SplitMatchesGolden) {
   ATTNKIT_SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(fresh_seed());
-  std::uniform_int_distribution<int> len(0, 300);
-  DecodeSpec s{"many_wave_split_batch264_f32", 32, 8, 64, DType::kF32, DType::kF32, DType::kF32, {}};
-  for (int b = 0; b < 264; ++b) s.lengths.push_back(len(rng));
-  s.lengths[0] = 300;
-  DecodeRun r = make_run(s);
-  const DecodePlan plan = plan_decode(r.problem, cuda::target());
-  EXPECT_GT(plan.partition.sequence_splits, 1u) << to_table(plan);
-  const reference::Result golden = run_and_golden(r, plan);
-  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, s.name + " seed=" + std::to_string(r.seed));
-  expect_lse_matches(r.lse, golden.lse, s.name, rel_l2_limit(s.kv, s.q, s.out));
+  expect_large_batch_matches("many_wave_split_batch264_f32", DType::kF32, [](const DecodePlan& plan) {
+    EXPECT_GT(plan.partition.sequence_splits, 1u) << to_table(plan);
+  });
 }
 
 // The same call twice gives bit-identical results (no race, no dependence on block order).
