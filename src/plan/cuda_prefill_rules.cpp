@@ -267,8 +267,7 @@ std::uint64_t hopper_tiles_per_unit(const PrefillProblem& p, std::uint64_t work_
 // "Hopper prefill round 28"); the tail's tiles fill it, the longest where the pairs ended first.
 // Each candidate tail is walked by the kernel's own code (step order, unit_tile), a tile costing
 // its key tiles + kUnitOverheadTiles, and the most even wins (ties: the smaller tail). Candidates
-// hold at most two rounds of tiles, so few heads' K/V are read outside their pairs' rounds. The
-// rounds of pairs before the last two are all equal, so the model starts there.
+// hold at most two rounds of tiles, so few heads' K/V are read outside their pairs' rounds.
 struct WalkTail {
   std::uint32_t pairs = 0;
   double balance = 1, balance_without = 1;  // mean block load over the largest
@@ -289,9 +288,14 @@ WalkTail hopper_walk_tail(const PrefillProblem& p, std::int64_t rows, std::int64
   const auto balance = [&](int tail) {
     const hop::HopperWalk w = hop::make_walk(m_tiles, pairs, static_cast<std::int64_t>(heads_per_group), 2, 1, tail,
                                              static_cast<std::int64_t>(grid));
+    // Whole rounds of pairs, or of middle tiles, add the same to every block: only the rounds
+    // around the pairs' end and the last two before the tail are walked.
     std::vector<double> load(static_cast<std::size_t>(w.grid), 0.0);
     double walked = 0;
+    const int pairs_end = std::min(w.total_units, (w.paired_units / w.grid + 1) * w.grid);
+    const int tail_start = std::max(0, w.tail_units / w.grid - 2) * w.grid;
     for (int u = std::max(0, w.paired_units / w.grid - 2) * w.grid; u < w.total_units; ++u) {
+      if (u == pairs_end && u < tail_start) u = tail_start;
       const int round = u / w.grid, slot = u % w.grid;
       for (int k = 0; k < 2; ++k) {
         const hop::TileCoord tc = hop::unit_tile(w, u, k);
@@ -305,7 +309,9 @@ WalkTail hopper_walk_tail(const PrefillProblem& p, std::int64_t rows, std::int64
   };
   WalkTail best;
   best.balance = best.balance_without = balance(0);
-  for (int tail = 1; tail <= pairs && static_cast<std::uint64_t>(tail) * m_tiles <= 2 * grid; ++tail) {
+  constexpr double kEven = 0.999;  // nothing left worth a tail (many rounds of pairs get here unaided)
+  for (int tail = 1; best.balance < kEven && tail <= pairs && static_cast<std::uint64_t>(tail) * m_tiles <= 2 * grid;
+       ++tail) {
     const double b = balance(tail);
     if (b > best.balance + 1e-3) best.pairs = static_cast<std::uint32_t>(tail), best.balance = b;
   }
