@@ -167,8 +167,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
     }
     split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) + " SMs x " +
                    std::to_string(per_sm) + " resident blocks: the count whose blocks fill whole waves best (" +
-                   std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves of blocks or " + std::to_string(kMinSplitsTried) +
-                   " splits, at least " +
+                   std::to_string(static_cast<int>(best * 100)) + "% fill of the waves) within four waves of blocks or " +
+                   std::to_string(kMinSplitsTried) + " splits, at least " +
                    std::to_string(kMinTilesPerSplit) + " tiles per split (at most " + std::to_string(max_splits) +
                    " splits for " + std::to_string(range) + " keys)";
   }

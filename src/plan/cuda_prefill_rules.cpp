@@ -296,12 +296,13 @@ WalkTail hopper_walk_tail(const PrefillProblem& p, std::int64_t rows, std::int64
     const int tail_start = std::max(0, w.tail_units / w.grid - 2) * w.grid;
     for (int u = std::max(0, w.paired_units / w.grid - 2) * w.grid; u < w.total_units; ++u) {
       if (u == pairs_end && u < tail_start) u = tail_start;
-      const int round = u / w.grid, slot = u % w.grid;
+      const int round = u / w.grid;
+      double& block_load = load[static_cast<std::size_t>(hop::round_slot(w, round, u - round * w.grid))];
       for (int k = 0; k < 2; ++k) {
         const hop::TileCoord tc = hop::unit_tile(w, u, k);
         if (tc.bh < 0) continue;
         walked += cost[static_cast<std::size_t>(tc.m_rev)];
-        load[static_cast<std::size_t>((round & 1) ? w.grid - 1 - slot : slot)] += cost[static_cast<std::size_t>(tc.m_rev)];
+        block_load += cost[static_cast<std::size_t>(tc.m_rev)];
       }
     }
     const double mean = total / w.grid, before = (total - walked) / w.grid;
@@ -410,8 +411,9 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   // out the blocks (only without a window: the pairs are then of equal work).
   WalkTail tail;
   if (part.tiles_per_unit == 2 && p.options.window == 0) {
-    tail = hopper_walk_tail(p, static_cast<std::int64_t>(rows), static_cast<std::int64_t>(bc), static_cast<int>(q_tiles),
-                            static_cast<int>(tile_pairs), part.heads_per_tile_group, part.grid_blocks);
+    tail = hopper_walk_tail(p, static_cast<std::int64_t>(rows), static_cast<std::int64_t>(bc),
+                            static_cast<int>(q_tiles), static_cast<int>(tile_pairs), part.heads_per_tile_group,
+                            part.grid_blocks);
   }
   part.tail_pairs = tail.pairs;
   reasons.push_back("warp_specialized_wgmma (Hopper sm_90): " + std::string(dtype_name(p.dtype)) + " inputs, head_dim " +

@@ -77,11 +77,17 @@ ATTNKIT_WALK_FN TileCoord unit_tile(const HopperWalk& w, int u, int k) {
   return {group * w.heads_per_group + bh_local, i - split * w.m_tiles, split};
 }
 
+// The slot of `round` that block `block` takes: odd rounds in reverse block order. Its own inverse,
+// so it also gives the block that unit round * grid + slot goes to.
+ATTNKIT_WALK_FN int round_slot(const HopperWalk& w, int round, int block) {
+  return (round & 1) ? w.grid - 1 - block : block;
+}
+
 // The tile block `block` takes at step `step` of its walk (bh < 0: none, the block skips it).
 ATTNKIT_WALK_FN TileCoord step_tile(const HopperWalk& w, int block, int step) {
   const bool two = step < 2 * w.two_step_rounds;
   const int round = two ? step >> 1 : step - w.two_step_rounds;
-  const int u = round * w.grid + ((round & 1) ? w.grid - 1 - block : block);
+  const int u = round * w.grid + round_slot(w, round, block);
   return u < w.total_units ? unit_tile(w, u, two ? step & 1 : 0) : TileCoord{-1, 0, 0};
 }
 
@@ -98,7 +104,9 @@ inline std::int64_t walk_units_per_pair(int m_tiles, int tiles_per_unit, int spl
 inline HopperWalk make_walk(int m_tiles, int pairs, std::int64_t heads_per_group, int tiles_per_unit, int splits,
                             int tail_pairs, std::int64_t grid_blocks) {
   using cuda_common::FastDivider;
-  const auto divider = [](std::int64_t d) { return FastDivider(static_cast<std::uint32_t>(std::max<std::int64_t>(d, 1))); };
+  const auto divider = [](std::int64_t d) {
+    return FastDivider(static_cast<std::uint32_t>(std::max<std::int64_t>(d, 1)));
+  };
   HopperWalk w;
   w.m_tiles = m_tiles;
   w.tiles_per_unit = tiles_per_unit;
