@@ -3,6 +3,12 @@
 // (one or two 16-byte vectors), threads_per_key threads cover a key row and reduce the partial
 // dot products with xor-shuffles; a warp takes kStepsPerTile steps of 32 / threads_per_key keys.
 // Online softmax per warp in the log2 domain; f32 throughout.
+// The threads of a key reduce their kHpw partial dot products by reduce-scatter: each xor level
+// halves the heads a thread carries, so after log2(kHpw) levels the kTpk / kHpw threads of each
+// head slice hold that head's score, and only they run its softcap, mask, softmax and exp. P is
+// gathered back per step for P.V. Against every thread reducing every head this halves the
+// shuffles and adds and cuts the exps by kTpk / kHpw (fewer instructions per byte: the f32 decode
+// runs at the 700 W cap, docs/perf-notes.md, decode round 21).
 #pragma once
 #include "cuda/common/convert.cuh"
 #include "cuda/decode/decode_geometry.hpp"
@@ -16,12 +22,15 @@ struct SimtEngine {
   static constexpr int kTpk = threads_per_key(kCap);
   static constexpr int kKps = 32 / kTpk;
   static constexpr unsigned kFull = 0xffffffffu;
+  static constexpr int kHeadThreads = kTpk / kHpw;  // threads of a key that end with one head's score
+  static_assert(kTpk % kHpw == 0, "reduce-scatter needs at least one thread per head");
   // 4 heads per warp fit in 128 registers, so three blocks share an SM (this latency-bound engine
   // needs the warps; decode_geometry.hpp); 8 heads need up to 255.
   static constexpr int kRegisters = register_budget(kHpw, kCap);  // the kernel's __maxnreg__
 
-  float q[kHpw][kSliceElems], m[kHpw], l[kHpw], acc[kHpw][kSliceElems];
-  int lane, key_group, slice;
+  float q[kHpw][kSliceElems], acc[kHpw][kSliceElems];
+  float m = -INFINITY, l = 0.0f;  // the running max and sum of this thread's head, `head`
+  int lane, key_group, slice, head;
   int tile = 0;  // rows of a ring slot (decode_geometry.hpp's tile layout)
 
   __device__ void set_tile(int tile_rows) { tile = tile_rows; }
@@ -32,10 +41,11 @@ struct SimtEngine {
     lane = lane_id;
     key_group = lane / kTpk;
     slice = lane % kTpk;
+    head = slice / kHeadThreads;
+    m = -INFINITY;
+    l = 0.0f;
 #pragma unroll
     for (int g = 0; g < kHpw; ++g) {
-      m[g] = -INFINITY;
-      l[g] = 0.0f;
 #pragma unroll
       for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
@@ -69,59 +79,73 @@ struct SimtEngine {
     process_impl<true>(ks, vs, n_valid, key_warp, softcap, tile_key0);
   }
 
+  // The sum over the key's kTpk threads of part[0..kHpw), scattered: the result is head `head`'s.
+  __device__ float reduce_scatter(float (&part)[kHpw]) const {
+    float v[kHpw];
+#pragma unroll
+    for (int g = 0; g < kHpw; ++g) v[g] = part[g];
+    // Level n: a thread keeps the half of its n values its lane bit selects and adds its
+    // partner's copy of that half.
+#pragma unroll
+    for (int n = kHpw, off = kTpk / 2; n > 1; n /= 2, off /= 2) {
+      const bool upper = (lane & off) != 0;
+#pragma unroll
+      for (int k = 0; k < n / 2; ++k) {
+        const float keep = upper ? v[n / 2 + k] : v[k];
+        const float send = upper ? v[k] : v[n / 2 + k];
+        v[k] = keep + __shfl_xor_sync(kFull, send, off);
+      }
+    }
+#pragma unroll
+    for (int off = kHeadThreads / 2; off >= 1; off /= 2) v[0] += __shfl_xor_sync(kFull, v[0], off);
+    return v[0];
+  }
+
   template <bool kRowKeys>
   __device__ void process_impl(const T* ks, const T* vs, int n_valid, int key_warp, float softcap, int tile_key0) {
     const int warp_key0 = key_warp * kStepsPerTile * kKps;
-    float s[kStepsPerTile][kHpw];
+    float s[kStepsPerTile];  // this thread's head's scores, one per step
 #pragma unroll
     for (int st = 0; st < kStepsPerTile; ++st) {
-      float kx[kSliceElems];
+      float kx[kSliceElems], part[kHpw];
       load_row(ks, warp_key0 + st * kKps + key_group, kx);
 #pragma unroll
       for (int g = 0; g < kHpw; ++g) {
         float a = 0.0f;
 #pragma unroll
         for (int e = 0; e < kSliceElems; ++e) a = fmaf(q[g][e], kx[e], a);
-        s[st][g] = a;
+        part[g] = a;
       }
+      float x = reduce_scatter(part);
+      const int key = warp_key0 + st * kKps + key_group;
+      if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
+      bool visible = key < n_valid;
+      if constexpr (kRowKeys) {
+        // Rows past the warp's n_mine hold zero q and an empty range (their output is discarded).
+        const int2 k = row_keys[head];
+        visible = visible && tile_key0 + key >= k.x && tile_key0 + key < k.y;
+      }
+      s[st] = visible ? x : -INFINITY;
     }
+    float tile_max = s[0];
+#pragma unroll
+    for (int st = 1; st < kStepsPerTile; ++st) tile_max = fmaxf(tile_max, s[st]);
+#pragma unroll
+    for (int off = kTpk; off < 32; off *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, off));
+    const float m_new = fmaxf(m, tile_max);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: no NaN from -inf - -inf
+    const float alpha_mine = exp2f(m - m_use);
+    m = m_new;
+    float sum = 0.0f;
 #pragma unroll
     for (int st = 0; st < kStepsPerTile; ++st) {
-      const int key = warp_key0 + st * kKps + key_group;
-      const bool valid = key < n_valid;
-#pragma unroll
-      for (int g = 0; g < kHpw; ++g) {
-        float x = s[st][g];
-#pragma unroll
-        for (int off = kTpk / 2; off >= 1; off /= 2) x += __shfl_xor_sync(kFull, x, off);
-        if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
-        bool visible = valid;
-        if constexpr (kRowKeys) {
-          // Rows past the warp's n_mine hold zero q and an empty range (their output is discarded).
-          const int2 k = row_keys[g];
-          visible = visible && tile_key0 + key >= k.x && tile_key0 + key < k.y;
-        }
-        s[st][g] = visible ? x : -INFINITY;
-      }
+      s[st] = exp2f(s[st] - m_use);
+      sum += s[st];
     }
+    l = l * alpha_mine + sum;
 #pragma unroll
     for (int g = 0; g < kHpw; ++g) {
-      float tile_max = s[0][g];
-#pragma unroll
-      for (int st = 1; st < kStepsPerTile; ++st) tile_max = fmaxf(tile_max, s[st][g]);
-#pragma unroll
-      for (int off = kTpk; off < 32; off *= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, off));
-      const float m_new = fmaxf(m[g], tile_max);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: no NaN from -inf - -inf
-      const float alpha = exp2f(m[g] - m_use);
-      m[g] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int st = 0; st < kStepsPerTile; ++st) {
-        s[st][g] = exp2f(s[st][g] - m_use);
-        sum += s[st][g];
-      }
-      l[g] = l[g] * alpha + sum;
+      const float alpha = __shfl_sync(kFull, alpha_mine, g * kHeadThreads, kTpk);
 #pragma unroll
       for (int e = 0; e < kSliceElems; ++e) acc[g][e] *= alpha;
     }
@@ -137,8 +161,9 @@ struct SimtEngine {
       }
 #pragma unroll
       for (int g = 0; g < kHpw; ++g) {
+        const float pg = __shfl_sync(kFull, s[st], g * kHeadThreads, kTpk);
 #pragma unroll
-        for (int e = 0; e < kSliceElems; ++e) acc[g][e] = fmaf(s[st][g], vx[e], acc[g][e]);
+        for (int e = 0; e < kSliceElems; ++e) acc[g][e] = fmaf(pg, vx[e], acc[g][e]);
       }
     }
   }
@@ -146,26 +171,21 @@ struct SimtEngine {
   // Combines the key groups of the warp (same head_dim slice, different keys).
   __device__ void finish() {
 #pragma unroll
-    for (int g = 0; g < kHpw; ++g) {
+    for (int off = kTpk; off < 32; off *= 2) {
+      l += __shfl_xor_sync(kFull, l, off);
 #pragma unroll
-      for (int off = kTpk; off < 32; off *= 2) {
-        l[g] += __shfl_xor_sync(kFull, l[g], off);
+      for (int g = 0; g < kHpw; ++g)
 #pragma unroll
         for (int e = 0; e < kSliceElems; ++e) acc[g][e] += __shfl_xor_sync(kFull, acc[g][e], off);
-      }
     }
   }
 
   // (max, sum) of each of this warp's rows: stats[row] for rows g_base .. g_base + n_mine.
+  // The first thread of each head slice of key group 0 writes its head's.
   __device__ void write_stats(float* warp_m, float* warp_l, int g_base, int n_mine) const {
-    if (lane != 0) return;
-#pragma unroll
-    for (int g = 0; g < kHpw; ++g) {
-      if (g < n_mine) {
-        warp_m[g_base + g] = m[g];
-        warp_l[g_base + g] = l[g];
-      }
-    }
+    if (key_group != 0 || slice % kHeadThreads != 0 || head >= n_mine) return;
+    warp_m[g_base + head] = m;
+    warp_l[g_base + head] = l;
   }
 
   // slice[row][dim] = this warp's unscaled output (relative to its own row max m).
