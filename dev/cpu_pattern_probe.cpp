@@ -20,6 +20,8 @@
 //   decode-1pass V in one pass of whole rows (not two 128-byte column passes)
 //   kv-inter     K row j and V row j of each key read side by side (two streams at once)
 //   k-then-v     a KV head's whole K, then its whole V (one stream at a time, hardware prefetch)
+//   tile-rows    per tile, K rows then V rows in whole rows, no software prefetch; -l1: each
+//                stream 8 rows ahead into L1; -l1l2: and 64 rows ahead into L2 (same stream only)
 //   The rows' bytes (--row-bytes 512 for f32), kv_len, heads and the tile are options; --huge asks
 //   for transparent huge pages (madvise) on both buffers.
 //
@@ -148,6 +150,29 @@ __attribute__((target("avx512f"))) std::uint64_t decode_pattern(const char* k, c
   return work.done(acc);
 }
 
+// Per tile: K rows, then V rows, whole rows, each stream prefetched ahead of itself only: `l1`
+// rows into L1, `l2` rows into L2 (0: none). No prefetch across the K/V phases (CPU round 12).
+__attribute__((target("avx512f"))) std::uint64_t tile_rows(const char* k, const char* v, const Shape& s, int l1, int l2) {
+  Acc acc = _mm512_setzero_si512();
+  Work work;
+  const std::int64_t row = s.row, head_bytes = s.keys * row;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    for (std::int64_t j0 = 0; j0 < s.keys; j0 += s.tile) {
+      const std::int64_t n = std::min(s.tile, s.keys - j0);
+      for (const char* base : {k + h * head_bytes, v + h * head_bytes}) {
+        const char* end = base + head_bytes;
+        for (std::int64_t j = 0; j < n; j += 4) {
+          const char* r0 = base + (j0 + j) * row;
+          if (l1) prefetch_rows<_MM_HINT_T0>(r0 + l1 * row, 4, row, row, end);
+          if (l2) prefetch_rows<_MM_HINT_T1>(r0 + l2 * row, 4, row, row, end);
+          for (int r = 0; r < 4; ++r) load_row(acc, work, r0 + r * row, row);
+        }
+      }
+    }
+  }
+  return work.done(acc);
+}
+
 __attribute__((target("avx512f"))) std::uint64_t sequential(const char* p, std::int64_t bytes) {
   Acc acc = _mm512_setzero_si512();
   Work work;
@@ -244,6 +269,9 @@ int main(int argc, char** argv) {
       {"decode-far", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 1, 2); }},
       {"decode-nta", [&] { return decode_pattern<_MM_HINT_NTA>(k, v, s, true, 0, 2); }},
       {"decode-1pass", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 1); }},
+      {"tile-rows", [&] { return tile_rows(k, v, s, 0, 0); }},
+      {"tile-rows-l1", [&] { return tile_rows(k, v, s, 8, 0); }},
+      {"tile-rows-l1l2", [&] { return tile_rows(k, v, s, 8, 64); }},
       {"kv-inter", [&] { return kv_interleaved(k, v, s, 0); }},
       {"kv-inter-pf8", [&] { return kv_interleaved(k, v, s, 8); }},
       {"k-then-v",
