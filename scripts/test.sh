@@ -4,14 +4,24 @@
 # tests under ThreadSanitizer, the fuzzers for a bounded time, and the Python package's CPU tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's wall time, so a slow CI run says where its minutes went.
+start=$SECONDS
+stage() { echo "attnkit: $1 done at $((SECONDS - start)) s"; }
 scripts/setup.sh
+stage setup
 cmake --workflow --preset release-test
+stage release
 cmake --workflow --preset asan-test
+stage asan
 # Many threads planning and running at once, under ThreadSanitizer; then each libFuzzer target
 # for 45 s (clang, ASan + UBSan), failing on any finding.
 cmake --workflow --preset tsan-test
+stage tsan
 scripts/fuzz.sh 45
+stage fuzz
 # The Python package, CPU-only here (the CUDA kernels were compiled above already).
 python3 -m pip install -q --disable-pip-version-check . --no-build-isolation -Ccmake.define.ATTNKIT_CUDA=OFF
+stage "python install"
 python3 -m pytest -q python/tests -m "not gpu"
+stage pytest
 echo "attnkit: all tests passed"
