@@ -141,6 +141,12 @@ std::vector<DecodeSpec> decode_specs() {
       {"mqa128_two_passes_bf16", 128, 1, 64, kBF16, kBF16, kBF16, {300, 1}},
       {"d256_gqa8_window_mid_bf16", 16, 2, 256, kBF16, kBF16, kBF16, {5000, 40}, 999},
       {"length_above_plan_is_clamped_f32", 8, 2, 64, kF32, kF32, kF32, {500, 50}, 0, 0.0f, 1.0f, 100},
+      // The f32 engine's reduce-scatter at its edges: one thread per head (8 heads per warp, 8
+      // threads per key), a warp with fewer heads than it holds, one head, and the soft-cap.
+      {"d64_gqa8_f32_one_thread_per_head", 16, 2, 64, kF32, kF32, kF32, {700, 33}},
+      {"d128_gqa6_f32_softcap_partial_warp", 12, 2, 128, kF32, kF32, kF32, {901, 64}, 0, 25.0f, 2.0f},
+      {"d128_mha_f32", 8, 8, 128, kF32, kF32, kF32, {300, 1, 0}},
+      {"d256_gqa3_f32_window", 6, 2, 256, kF32, kF32, kF32, {1000, 7}, 250},
   };
 }
 
