@@ -190,21 +190,54 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   // the lane requests the split's first tiles (of the plan's kv_len) at entry: their latency runs
   // beside the length's read instead of after it (a tile past the length is masked; one past the
   // split's last tile, or every tile of a split the length leaves empty, is waited for and dropped).
-  int issued = 0;  // tiles the producer lane has requested
-  if (producer_lane) {
-    cuda_common::tma_prefetch_descriptor(k_map);
-    cuda_common::tma_prefetch_descriptor(v_map);
-    for (int s = 0; s < p.stages; ++s) {
-      cuda_common::mbar_init(&full_bar[s], 1);
-      cuda_common::mbar_init(&empty_bar[s], static_cast<std::uint32_t>(consumer_warps));
+  // With 16-bit K/V the first of those tiles goes by plain 16-byte cp.async from the producer warp's
+  // lanes instead: a block's first TMA copy waits for its descriptor before it leaves the SM, these
+  // do not (docs/perf-notes.md, "Decode round 22"; f32 measured slower with them). The lanes wait
+  // for their copies and lane 0 then makes the slot's one arrival, so the full barrier's phases
+  // stay those of a TMA slot.
+  constexpr bool kCopyFirstTile = !kPaged && sizeof(T) == 2;
+  auto copy_first_tile = [&](int key0) {
+    constexpr int kVecElems = 16 / static_cast<int>(sizeof(T)), kRowVecs = kCap / kVecElems;
+    const T* k_rows = static_cast<const T*>(p.k) + b * p.k_stride_b + kvh * p.k_stride_h;
+    const T* v_rows = static_cast<const T*>(p.v) + b * p.v_stride_b + kvh * p.v_stride_h;
+    for (int i = lane; i < p.tile * kRowVecs; i += 32) {
+      const int r = i / kRowVecs, c = (i % kRowVecs) * kVecElems, key = key0 + r;
+      const bool ok = key < p.max_seq && c < p.head_dim;  // as TMA: zeros past the cache and head_dim
+      const int dst = tile_offset(r, c, p.tile, kCap, sizeof(T));
+      cuda_common::cp_async_16(k_ring + dst, k_rows + (ok ? key * p.k_stride_s + c : 0), ok);
+      cuda_common::cp_async_16(v_ring + dst, v_rows + (ok ? key * p.v_stride_s + c : 0), ok);
     }
-    cuda_common::mbar_init_fence();
-    if (!kPaged && p.window == 0) {
-      const int key0 = split * p.keys_per_split;
-      const int keys = min(p.kv_len - key0, p.keys_per_split);
-      issued = keys > 0 ? min(p.stages, (keys + p.tile - 1) / p.tile) : 0;
-      const int no_pages[kMaxPageRuns] = {};
-      for (int t = 0; t < issued; ++t) copy_tile(t, key0 + t * p.tile, no_pages);
+    cuda_common::cp_async_commit();
+  };
+  int issued = 0;  // tiles the producer lane has requested
+  if (kTmaTiles && producer) {
+    if (lane == 0) {
+      cuda_common::tma_prefetch_descriptor(k_map);
+      cuda_common::tma_prefetch_descriptor(v_map);
+      for (int s = 0; s < p.stages; ++s) {
+        cuda_common::mbar_init(&full_bar[s], 1);
+        cuda_common::mbar_init(&empty_bar[s], static_cast<std::uint32_t>(consumer_warps));
+      }
+      cuda_common::mbar_init_fence();
+    }
+    __syncwarp();
+    if constexpr (!kPaged) {
+      if (p.window == 0) {
+        const int key0 = split * p.keys_per_split;
+        const int keys = min(p.kv_len - key0, p.keys_per_split);
+        const int first = keys > 0 ? min(p.stages, (keys + p.tile - 1) / p.tile) : 0;
+        if (kCopyFirstTile && first > 0) copy_first_tile(key0);
+        if (lane == 0) {
+          issued = first;
+          const int no_pages[kMaxPageRuns] = {};
+          for (int t = kCopyFirstTile ? 1 : 0; t < issued; ++t) copy_tile(t, key0 + t * p.tile, no_pages);
+        }
+        if (kCopyFirstTile && first > 0) {
+          cuda_common::cp_async_wait<0>();
+          __syncwarp();
+          if (lane == 0) cuda_common::mbar_arrive(&full_bar[0]);
+        }
+      }
     }
   }
   // Tiles [from, issued) were requested but will not be consumed: wait until they have landed, so
@@ -374,6 +407,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         for (int i = 0; i < kMaxPageRuns; ++i) pages[i] = i * box_rows < p.tile ? lookup_page(k_begin + t * p.tile + i * box_rows) : -1;
       }
       if (t >= p.stages) cuda_common::mbar_wait(&empty_bar[slot], ((t / p.stages) - 1) & 1);
+      // Slot 0's first tile came by plain copies: order them before TMA rewrites the slot.
+      if (kCopyFirstTile && t == p.stages) cuda_common::fence_proxy_async_shared();
       copy_tile(slot, k_begin + t * p.tile, pages);
     };
     // The first `stages` tiles go out before anything else (their slots are free) while the
