@@ -6,8 +6,8 @@
 // since its entry, and the event time of the whole call.
 //   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
 //     dev/decode_timeline.cu build/<cuda build>/libattnkit.a -Xcompiler=-fopenmp -lcuda -o decode_timeline
-//   ./decode_timeline [batch] [kv_len] [splits] [warm]  (32 query / 8 KV heads, head_dim 128; splits: 0 =
-//   the plan's; warm: no flush). Also times, under the same protocol, the decode kernel without the
+//   ./decode_timeline [batch] [kv_len] [splits] [warm] [stages]  (32 query / 8 KV heads, head_dim 128;
+//   splits / stages: 0 = the plan's; warm: 1 = no flush). Also times, under the same protocol, the decode kernel without the
 //   merge and an empty kernel (the floor of an event-timed call), and prints the stamped kernel's
 //   registers and blocks per SM (the stamps cost registers: check it matches the library's).
 #include <cuda_runtime.h>
@@ -64,7 +64,8 @@ const char* kPhaseNames[timeline::kPhases] = {
 int main(int argc, char** argv) {
   const std::int64_t batch = argc > 1 ? std::atoll(argv[1]) : 1, kv_len = argc > 2 ? std::atoll(argv[2]) : 1024;
   const int splits_override = argc > 3 ? std::atoi(argv[3]) : 0;
-  const bool warm = argc > 4;
+  const bool warm = argc > 4 && std::atoi(argv[4]) != 0;
+  const int stages_override = argc > 5 ? std::atoi(argv[5]) : 0;
   DecodeProblem pr;
   pr.batch = batch;
   pr.num_heads = 32;
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
     p.keys_per_split = (tiles + p.splits - 1) / p.splits * p.tile;
     p.cluster_merge = p.splits > 1 && p.splits <= cuda_decode::kMaxClusterSplits;
   }
+  if (stages_override > 0) p.stages = stages_override;  // a deeper (or shallower) ring, same tiles
   p.shared_bytes = static_cast<int>(cuda_decode::shared_bytes(128, p.tile, p.stages, 2, p.rows_per_block, p.key_warps));
   p.q = q, p.q_dtype = DType::kBF16, p.q_stride_b = 32 * 128, p.q_stride_h = 128;
   p.k = k, p.v = v;
