@@ -14,7 +14,8 @@
 //   into a ring of `stages` slots with TMA boxes (one row segment x tile rows, or x the rows
 //   of one page run), guarded by mbarriers (full: the slot's boxes have landed; empty: every
 //   consumer warp is done with it), so the whole ring is in flight with no block-wide barrier per
-//   tile; the first tiles go out while the consumer warps stage q. Other paged pools and
+//   tile; the first tiles go out while the consumer warps stage q (a contiguous 16-bit cache's
+//   first tile as the producer warp's cp.async copies, which need no descriptor). Other paged pools and
 //   extend: every thread fills a cp.async ring, one block barrier per tile (docs/perf-notes.md,
 //   "Decode round 5", has the variants tried). Out-of-window tiles are never loaded (the key range
 //   starts at the window). Softmax is online in f32 (log2 domain); splits write normalised partial
