@@ -123,7 +123,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
               std::to_string(smem_block),
           "use a smaller head_dim or fewer query heads per KV head");
   reasons.push_back("pipeline_stages " + std::to_string(stages) + ": a ring of " + std::to_string(stages) +
-                    " K/V tiles (contiguous caches: TMA boxes from a producer warp, the whole ring in flight; "
+                    " K/V tiles (contiguous caches: TMA boxes from a producer warp, the whole ring in flight, a 16-bit "
+                    "split's first tile as the warp's cp.async copies, which wait for no TMA descriptor; "
                     "paged: the same for page-aligned tiles, else 16-byte copies stages - 1 tiles ahead) (" +
                     std::to_string(stage_bytes / 1024) + " KiB each), " +
                     std::to_string(smem / 1024) + " KiB shared memory per block");
