@@ -103,6 +103,9 @@ struct WorkPartition {
   // blocks and merge their partial states through distributed shared memory (no workspace, no
   // merge launch); 0: the states go to the workspace and a merge kernel combines them.
   std::uint32_t merge_cluster = 0;
+  // Split-KV decode: the K/V loads ask L2 to evict their lines first (each element is read by one
+  // block, and the call's K/V are few enough for the policy to pay: docs/architecture.md).
+  bool kv_evict_first = false;
 };
 
 // Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).

@@ -35,6 +35,13 @@ constexpr std::int64_t kMinSplitsTried = 4;
 // per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
+// K/V loads evict-first while the call's K/V bytes are at most this many L2s. Each K/V element is
+// read by one block, so its lines are not wanted again; loaded evict-first they replace each other
+// instead of the L2's other lines (under the bench's flush those are dirty: the old policy wrote
+// back 22 of them per 67 MB call, evict-first 6.5, ncu). But the policy costs a streaming call
+// time at the same DRAM bytes (bf16 b16 x 16k 249 -> 271 us): measured -7% to -9% at 33-67 MB,
+// -3% at 134 MB, -2% at 201 MB, +2% to +5% at 268 MB (docs/perf-notes.md, "Decode round 23").
+constexpr std::int64_t kEvictFirstL2Multiple = 4;
 // Fallbacks when the target does not say (an H100/H200 class GPU).
 constexpr int kDefaultSmCount = 132;
 constexpr std::int64_t kDefaultSharedPerBlock = 227 << 10;
@@ -214,6 +221,21 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   p.grid_blocks = static_cast<std::uint64_t>(base) * static_cast<std::uint64_t>(splits);
   p.pipeline_stages = u32(stages);
   p.merge_cluster = cluster_merge ? u32(splits) : 0;
+
+  // L2 policy of the K/V loads (kEvictFirstL2Multiple says why): only where each element is read by
+  // one block (one pass; the passes of a larger group re-read the same K/V from L2).
+  const std::int64_t kv_read = 2 * pr.batch * pr.kv_heads * range * pr.head_dim * kv_bytes;
+  const std::int64_t l2 = t.cache_bytes;
+  p.kv_evict_first = passes == 1 && l2 > 0 && kv_read <= kEvictFirstL2Multiple * l2;
+  reasons.push_back(
+      std::string("K/V L2 policy ") + (p.kv_evict_first ? "evict first" : "evict normal") + ": " +
+      (passes > 1 ? "the " + std::to_string(passes) + " passes of a KV head re-read its K/V from L2"
+       : l2 <= 0  ? std::string("the target gives no L2 size")
+                  : std::to_string(kv_read >> 20) + " MiB of K/V read once " +
+                        (p.kv_evict_first ? "within " : "above ") + std::to_string(kEvictFirstL2Multiple) + " x the " +
+                        std::to_string(l2 >> 20) + " MiB L2" +
+                        (p.kv_evict_first ? " (the stream's lines replace each other, not the L2's other lines)"
+                                          : " (evict-first slows a long stream)")));
   reasons.push_back("grid_blocks " + std::to_string(p.grid_blocks) + " = batch " + std::to_string(pr.batch) +
                     " x kv_heads " + std::to_string(pr.kv_heads) + " x passes " + std::to_string(passes) +
                     " x splits " + std::to_string(splits) + " (" + std::to_string(per_sm) +

@@ -98,6 +98,9 @@ void add_partition(Rows& rows, const WorkPartition& p) {
   if (p.merge_cluster > 1) {
     rows.emplace_back("split merge", "in clusters of " + std::to_string(p.merge_cluster) + " blocks (distributed shared memory)");
   }
+  if (p.family == KernelFamily::kSplitKvDecode) {
+    rows.emplace_back("K/V L2 policy", p.kv_evict_first ? "evict first" : "evict normal");
+  }
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
                                              std::to_string(p.heads_per_tile_group) + " (sequence, head) pairs" +
@@ -168,7 +171,8 @@ json partition_json(const WorkPartition& p) {
           {"tiles_per_unit", p.tiles_per_unit},
           {"tail_pairs", p.tail_pairs},
           {"packed_heads", p.packed_heads},
-          {"merge_cluster", p.merge_cluster}};
+          {"merge_cluster", p.merge_cluster},
+          {"kv_evict_first", p.kv_evict_first}};
 }
 
 json evidence_json(const Evidence& e) {

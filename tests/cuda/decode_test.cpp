@@ -247,6 +247,29 @@ TEST(DecodeCudaPaths, ClusterMergeAndMergeKernelMatchGolden) {
   expect_lse_matches(r.lse, golden.lse, note + " merge kernel", rel_l2_limit(s.kv, s.q, s.out));
 }
 
+// The K/V loads' L2 policy changes where the lines go, never the result: the plan's evict-first
+// policy and the same partition with evict-normal loads, bf16 (TMA tiles and the first tile's
+// copies) and f32 (TMA tiles), both against the golden.
+TEST(DecodeCudaPaths, BothL2PoliciesMatchGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  for (const DecodeSpec& s : {DecodeSpec{"l2_policy_bf16", 16, 4, 128, DType::kBF16, DType::kBF16, DType::kF32, {3001, 77, 1}},
+                              DecodeSpec{"l2_policy_f32", 8, 2, 64, DType::kF32, DType::kF32, DType::kF32, {1500, 5}}}) {
+    DecodeRun r = make_run(s);
+    const DecodePlan plan = plan_decode(r.problem, cuda::target());
+    ASSERT_TRUE(plan.partition.kv_evict_first) << "the case is meant to load evict-first\n" << to_table(plan);
+    const std::string note = s.name + " seed=" + std::to_string(r.seed);
+    const reference::Result golden = run_and_golden(r, plan);
+    expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " evict first");
+    DecodePlan normal = plan;
+    normal.partition.kv_evict_first = false;
+    poison(r.out);
+    poison(r.lse);
+    run_and_golden(r, normal);
+    expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " evict normal");
+    expect_lse_matches(r.lse, golden.lse, note + " evict normal", rel_l2_limit(s.kv, s.q, s.out));
+  }
+}
+
 // Small cases for compute-sanitizer (memcheck, racecheck): each checks that its plan takes the path
 // it is meant for (`what`), then runs it against the golden.
 template <class TakesPath>

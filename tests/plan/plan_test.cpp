@@ -140,6 +140,38 @@ TEST(PlanGpu, DecodeMergesShortSplitsInClusters) {
   }
 }
 
+// The K/V loads' L2 policy: evict-first where each element is read by one block and the call's K/V
+// are at most four L2s (50 MiB on the H200); evict-normal for longer streams, for groups that take
+// several passes over the same K/V, and for a target that gives no L2 size.
+TEST(PlanGpu, DecodeLoadsShortStreamsEvictFirst) {
+  Target h200 = known_target("h200");
+  auto plan = [&](std::int64_t batch, std::int64_t kv_len, DType dtype, std::int64_t heads = 32, std::int64_t window = 0) {
+    DecodeProblem p;
+    p.batch = batch;
+    p.num_heads = heads;
+    p.kv_len = p.max_seq = kv_len;
+    p.options.window = window;
+    p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+    return plan_decode(p, h200);
+  };
+  // bf16, 8 KV heads, d128: 4 MiB per sequence and 1k keys.
+  for (const DecodePlan& p : {plan(1, 1024, DType::kBF16), plan(16, 1024, DType::kBF16), plan(1, 16384, DType::kBF16),
+                              plan(48, 1024, DType::kBF16), plan(24, 1024, DType::kF32),
+                              plan(32, 65536, DType::kBF16, 32, 1024)}) {  // a window bounds the keys read
+    EXPECT_TRUE(p.partition.kv_evict_first) << to_table(p);
+  }
+  for (const DecodePlan& p : {plan(51, 1024, DType::kBF16), plan(16, 4096, DType::kBF16), plan(1, 65536, DType::kBF16),
+                              plan(26, 1024, DType::kF32)}) {
+    EXPECT_FALSE(p.partition.kv_evict_first) << to_table(p);
+  }
+  // f32 groups above max_rows_per_block take passes that re-read the K/V.
+  const DecodePlan passes = plan(1, 1024, DType::kF32, 8 * 64);
+  EXPECT_LT(passes.partition.rows_per_block, 64u) << to_table(passes);  // group 64: two passes
+  EXPECT_FALSE(passes.partition.kv_evict_first) << to_table(passes);
+  h200.cache_bytes = 0;
+  EXPECT_FALSE(plan(1, 1024, DType::kBF16).partition.kv_evict_first);
+}
+
 // CUDA-core (f32) decode blocks fill whole waves of resident blocks (three per SM on the H200's 132
 // SMs): a many-wave plan splits too where its last wave would run part-full (perf-notes, decode
 // round 20: b256 x 16k 4.08 -> 4.37 TB/s with 3 splits).

@@ -55,6 +55,9 @@ struct DecodeParams {
   // The plan's merge_cluster: the splits of a (sequence, KV head, pass) run as one cluster (rank =
   // split) and merge their states in distributed shared memory; no workspace, no merge launch.
   bool cluster_merge = false;
+  // The plan's kv_evict_first: each K/V element is read by one block only, so its L2 lines are
+  // loaded with the evict-first policy (they then replace each other, not the L2's other lines).
+  bool kv_evict_first = false;
 
   // The fused step (RoPE on q and k_new, append k_new and v_new at positions[b], attend over
   // positions[b] + 1 keys). Off for plain decode.
