@@ -17,7 +17,8 @@ import csv, sys, statistics
 rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith("\""))]
 head, body = rows[0], rows[1:]
 mi, ui, vi = head.index("Metric Name"), head.index("Metric Unit"), head.index("Metric Value")
-scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-3, "usecond": 1, "msecond": 1e3}
+scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9,
+         "nsecond": 1e-3, "usecond": 1, "msecond": 1e3, "ns": 1e-3, "us": 1, "ms": 1e3}
 vals = {}
 for r in body:
     vals.setdefault(r[mi], []).append(float(r[vi].replace(",", "")) * scale.get(r[ui], 1))
