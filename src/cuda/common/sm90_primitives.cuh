@@ -61,12 +61,6 @@ __device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
-// The default priority, as a policy handle (for a load that takes one either way).
-__device__ __forceinline__ std::uint64_t l2_evict_normal_policy() {
-  std::uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
 
 // ---- TMA ----------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {

@@ -166,16 +166,31 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
   const int box_rows = page_box_rows(p.tile, p.page_size);  // paged: rows of one page run
   auto page_index = [&](int key) { return p.page_div.quotient(key); };
-  const std::uint64_t kv_policy =
-      p.kv_evict_first ? cuda_common::l2_evict_first_policy() : cuda_common::l2_evict_normal_policy();
+  // The plan's kv_evict_first: K/V lines loaded evict-first; else the loads carry no cache hint (a
+  // hint with the evict-normal policy measured 12-27% slower at streaming points than none).
+  const std::uint64_t kv_policy = cuda_common::l2_evict_first_policy();
+  auto load_box = [&](T* dst, const CUtensorMap* map, int slot, int c0, int c1, int c2, int c3) {
+    if (p.kv_evict_first) {
+      cuda_common::tma_load_4d(dst, map, &full_bar[slot], c0, c1, c2, c3, kv_policy);
+    } else {
+      cuda_common::tma_load_4d(dst, map, &full_bar[slot], c0, c1, c2, c3);
+    }
+  };
+  auto copy_16 = [&](T* dst, const T* src, bool valid) {
+    if (p.kv_evict_first) {
+      cuda_common::cp_async_16(dst, src, valid, kv_policy);
+    } else {
+      cuda_common::cp_async_16(dst, src, valid);
+    }
+  };
   auto copy_tile = [&](int slot, int key0, const int (&pages)[kMaxPageRuns]) {
     cuda_common::mbar_arrive_expect_tx(&full_bar[slot], tile_bytes);
 #pragma unroll
     for (int box = 0; box < kBoxes; ++box) {
       const int offset = slot * tile_elems + box * p.tile * kPitch;
       if constexpr (!kPaged) {
-        cuda_common::tma_load_4d(k_ring + offset, k_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b, kv_policy);
-        cuda_common::tma_load_4d(v_ring + offset, v_map, &full_bar[slot], box * kBoxWidth, key0, kvh, b, kv_policy);
+        load_box(k_ring + offset, k_map, slot, box * kBoxWidth, key0, kvh, b);
+        load_box(v_ring + offset, v_map, slot, box * kBoxWidth, key0, kvh, b);
       } else {
 #pragma unroll
         for (int i = 0; i < kMaxPageRuns; ++i) {
@@ -183,10 +198,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
           if (i * box_rows >= p.tile) break;
           const int slot_in_page = key - page_index(key) * p.page_size;  // 0 unless a page holds several tiles
           const int run = offset + i * box_rows * kPitch;  // whole 8-row swizzle atoms (box_rows >= 16)
-          cuda_common::tma_load_4d(k_ring + run, k_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i],
-                                   kv_policy);
-          cuda_common::tma_load_4d(v_ring + run, v_map, &full_bar[slot], box * kBoxWidth, slot_in_page, kvh, pages[i],
-                                   kv_policy);
+          load_box(k_ring + run, k_map, slot, box * kBoxWidth, slot_in_page, kvh, pages[i]);
+          load_box(v_ring + run, v_map, slot, box * kBoxWidth, slot_in_page, kvh, pages[i]);
         }
       }
     }
@@ -209,8 +222,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
       const int r = i / kRowVecs, c = (i % kRowVecs) * kVecElems, key = key0 + r;
       const bool ok = key < p.max_seq && c < p.head_dim;  // as TMA: zeros past the cache and head_dim
       const int dst = tile_offset(r, c, p.tile, kCap, sizeof(T));
-      cuda_common::cp_async_16(k_ring + dst, k_rows + (ok ? key * p.k_stride_s + c : 0), ok, kv_policy);
-      cuda_common::cp_async_16(v_ring + dst, v_rows + (ok ? key * p.v_stride_s + c : 0), ok, kv_policy);
+      copy_16(k_ring + dst, k_rows + (ok ? key * p.k_stride_s + c : 0), ok);
+      copy_16(v_ring + dst, v_rows + (ok ? key * p.v_stride_s + c : 0), ok);
     }
     cuda_common::cp_async_commit();
   };
@@ -479,8 +492,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         const int c = vec * kVecElems;  // column of the key row -> its segment's shared-memory offset
         const int dst = tile_offset(r, c, p.tile, kCap, sizeof(T));
         const bool ok = row.x >= 0 && c < p.head_dim;
-        cuda_common::cp_async_16(ks + dst, k_base + (ok ? row.x + c : 0), ok, kv_policy);
-        cuda_common::cp_async_16(vs + dst, v_base + (ok ? row.y + c : 0), ok, kv_policy);
+        copy_16(ks + dst, k_base + (ok ? row.x + c : 0), ok);
+        copy_16(vs + dst, v_base + (ok ? row.y + c : 0), ok);
       }
     };
     // The rows of the first `stages` tiles are looked up first, all in parallel (one table latency
