@@ -64,7 +64,7 @@ std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_byte
 }
 
 void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
-                           WorkPartition& p, std::vector<std::string>& reasons, bool allow_cluster_merge) {
+                           WorkPartition& p, std::vector<std::string>& reasons, DecodeCache cache) {
   const char* ctx = "plan_decode (cuda)";
   if (requested != nullptr && *requested != KernelFamily::kSplitKvDecode) {
     fail(ctx, "the CUDA backend has only the split_kv_decode family for decode, got " + to_string(*requested),
@@ -187,7 +187,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   // Short splits of tensor-core plans run as one cluster per row and merge in distributed shared
   // memory: no merge launch and no workspace round trip after the last split (decode_geometry.hpp's
   // kMaxClusterSplits says where, docs/perf-notes.md, "Decode round 18", what it measured).
-  const bool cluster_merge = allow_cluster_merge && splits > 1 && splits <= geo::kMaxClusterSplits &&
+  const bool cluster_merge = cache == DecodeCache::kContiguous && splits > 1 && splits <= geo::kMaxClusterSplits &&
                              geo::uses_mma(kv_bytes) && keys_per_split <= geo::kMaxClusterSplitKeys &&
                              base * splits * 4 <= wave * 3;
   if (cluster_merge) {
@@ -223,14 +223,17 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   p.merge_cluster = cluster_merge ? u32(splits) : 0;
 
   // L2 policy of the K/V loads (kEvictFirstL2Multiple says why): only where each element is read by
-  // one block (one pass; the passes of a larger group re-read the same K/V from L2).
+  // one block (one pass; the passes of a larger group re-read the same K/V from L2), and not for
+  // paged pools, where it measured no gain (bf16 b16 x 1k, b1 x 16k within 1%).
   const std::int64_t kv_read = 2 * pr.batch * pr.kv_heads * range * pr.head_dim * kv_bytes;
   const std::int64_t l2 = t.cache_bytes;
-  p.kv_evict_first = passes == 1 && l2 > 0 && kv_read <= kEvictFirstL2Multiple * l2;
+  const bool paged = cache == DecodeCache::kPaged;
+  p.kv_evict_first = !paged && passes == 1 && l2 > 0 && kv_read <= kEvictFirstL2Multiple * l2;
   reasons.push_back(
       std::string("K/V L2 policy ") + (p.kv_evict_first ? "evict first" : "evict normal") + ": " +
-      (passes > 1 ? "the " + std::to_string(passes) + " passes of a KV head re-read its K/V from L2"
-       : l2 <= 0  ? std::string("the target gives no L2 size")
+      (paged        ? std::string("paged pools gained nothing from evict-first")
+       : passes > 1 ? "the " + std::to_string(passes) + " passes of a KV head re-read its K/V from L2"
+       : l2 <= 0    ? std::string("the target gives no L2 size")
                   : std::to_string(kv_read >> 20) + " MiB of K/V read once " +
                         (p.kv_evict_first ? "within " : "above ") + std::to_string(kEvictFirstL2Multiple) + " x the " +
                         std::to_string(l2 >> 20) + " MiB L2" +

@@ -238,7 +238,7 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
     d.options.window = d.options.window >= e.kv_len ? e.kv_len
                                                     : std::min(e.kv_len, d.options.window + rows / e.group_size() + 1);
   }
-  detail::partition_cuda_decode(d, target, nullptr, p, reasons, /*cluster_merge=*/false);
+  detail::partition_cuda_decode(d, target, nullptr, p, reasons, detail::DecodeCache::kPaged);
   reasons.push_back("cuda extend: the split-KV decode kernel with packed rows: a block serves " +
                     std::to_string(p.rows_per_block) + " (query row, head) pairs of one (sequence, KV head), " +
                     std::to_string(packed) + " per sequence at max_q_len (" +
@@ -261,7 +261,7 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   if (target.backend == Backend::kCpu) {
     detail::partition_cpu_decode(d, target, nullptr, plan.partition, plan.reasons);
   } else {
-    detail::partition_cuda_decode(d, target, nullptr, plan.partition, plan.reasons, /*cluster_merge=*/false);
+    detail::partition_cuda_decode(d, target, nullptr, plan.partition, plan.reasons, detail::DecodeCache::kPaged);
   }
   require(plan.partition.family == KernelFamily::kSplitKvDecode, ctx,
           "the decode rules chose " + to_string(plan.partition.family) + ", which has no paged kernel",

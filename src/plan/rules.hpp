@@ -15,10 +15,13 @@ void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelF
                           WorkPartition& partition, std::vector<std::string>& reasons);
 void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                            WorkPartition& partition, std::vector<std::string>& reasons);
-// cluster_merge: whether the caller's kernel can merge a row's splits inside a cluster
-// (contiguous decode); the paged and extend kernels merge through the workspace.
+// Which cache the kernel reads: contiguous decode can merge a row's splits inside a cluster and
+// load its K/V evict-first; the paged and extend kernels merge through the workspace and load
+// without a cache hint (evict-first measured no gain there: docs/perf-notes.md, "Decode round 23").
+enum class DecodeCache { kContiguous, kPaged };
 void partition_cuda_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
-                           WorkPartition& partition, std::vector<std::string>& reasons, bool cluster_merge = true);
+                           WorkPartition& partition, std::vector<std::string>& reasons,
+                           DecodeCache cache = DecodeCache::kContiguous);
 void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                             WorkPartition& partition, std::vector<std::string>& reasons);
 

@@ -64,6 +64,8 @@ TEST(PagedCudaPlan, PagedPlansMergeThroughTheWorkspace) {
   EXPECT_GT(plan.partition.sequence_splits, 1u);
   EXPECT_EQ(plan.partition.merge_cluster, 0u);
   EXPECT_GT(plan.bounds.workspace_bytes, 0u);
+  // ...and load without a cache hint, where the contiguous plan of the same call loads evict-first.
+  EXPECT_FALSE(plan.partition.kv_evict_first) << to_table(plan);
 }
 
 TEST(PagedCudaPlan, ExpectedLengthsHintKeepsTheContiguousPartitionForUniformBatches) {

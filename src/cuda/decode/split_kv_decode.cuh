@@ -166,18 +166,19 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   const auto* v_map = reinterpret_cast<const CUtensorMap*>(p.v_map);
   const int box_rows = page_box_rows(p.tile, p.page_size);  // paged: rows of one page run
   auto page_index = [&](int key) { return p.page_div.quotient(key); };
-  // The plan's kv_evict_first: K/V lines loaded evict-first; else the loads carry no cache hint (a
-  // hint with the evict-normal policy measured 12-27% slower at streaming points than none).
+  // The plan's kv_evict_first (contiguous caches only): K/V lines loaded evict-first; else the
+  // loads carry no cache hint (a hint with the evict-normal policy measured 12-27% slower at
+  // streaming points than none, and the paged kernels lost 2.5% to the branch alone).
   const std::uint64_t kv_policy = cuda_common::l2_evict_first_policy();
   auto load_box = [&](T* dst, const CUtensorMap* map, int slot, int c0, int c1, int c2, int c3) {
-    if (p.kv_evict_first) {
+    if (!kPaged && p.kv_evict_first) {
       cuda_common::tma_load_4d(dst, map, &full_bar[slot], c0, c1, c2, c3, kv_policy);
     } else {
       cuda_common::tma_load_4d(dst, map, &full_bar[slot], c0, c1, c2, c3);
     }
   };
   auto copy_16 = [&](T* dst, const T* src, bool valid) {
-    if (p.kv_evict_first) {
+    if (!kPaged && p.kv_evict_first) {
       cuda_common::cp_async_16(dst, src, valid, kv_policy);
     } else {
       cuda_common::cp_async_16(dst, src, valid);
