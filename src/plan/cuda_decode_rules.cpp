@@ -9,6 +9,7 @@
 // kMinTilesPerSplit tiles per split.
 // Pure host code: reads the Target, never a device.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -225,16 +226,18 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   // L2 policy of the K/V loads (kEvictFirstL2Multiple says why): only where each element is read by
   // one block (one pass; the passes of a larger group re-read the same K/V from L2), and not for
   // paged pools, where it measured no gain (bf16 b16 x 1k, b1 x 16k within 1%).
-  const std::int64_t kv_read = 2 * pr.batch * pr.kv_heads * range * pr.head_dim * kv_bytes;
+  // (In doubles: a comparison, and no product of the problem's sizes can overflow.)
+  const double kv_read = 2.0 * static_cast<double>(pr.batch) * static_cast<double>(pr.kv_heads) *
+                         static_cast<double>(range) * static_cast<double>(pr.head_dim) * static_cast<double>(kv_bytes);
   const std::int64_t l2 = t.cache_bytes;
   const bool paged = cache == DecodeCache::kPaged;
-  p.kv_evict_first = !paged && passes == 1 && l2 > 0 && kv_read <= kEvictFirstL2Multiple * l2;
+  p.kv_evict_first = !paged && passes == 1 && l2 > 0 && kv_read <= static_cast<double>(kEvictFirstL2Multiple * l2);
   reasons.push_back(
       std::string("K/V L2 policy ") + (p.kv_evict_first ? "evict first" : "evict normal") + ": " +
       (paged        ? std::string("paged pools gained nothing from evict-first")
        : passes > 1 ? "the " + std::to_string(passes) + " passes of a KV head re-read its K/V from L2"
        : l2 <= 0    ? std::string("the target gives no L2 size")
-                  : std::to_string(kv_read >> 20) + " MiB of K/V read once " +
+                  : std::to_string(std::llround(kv_read / (1 << 20))) + " MiB of K/V read once " +
                         (p.kv_evict_first ? "within " : "above ") + std::to_string(kEvictFirstL2Multiple) + " x the " +
                         std::to_string(l2 >> 20) + " MiB L2" +
                         (p.kv_evict_first ? " (the stream's lines replace each other, not the L2's other lines)"
