@@ -223,28 +223,32 @@ TEST(DecodeCudaPaths, SplitRunIsDeterministic) {
 
 // A plan whose splits merge in clusters (distributed shared memory) and the same partition merged
 // through the workspace by the merge kernel: both against the golden, at mixed lengths (0 and 1:
-// clusters with empty splits; 5 splits: a cluster size that is not a power of two).
+// clusters with empty splits; 5 and 6 splits: cluster sizes that are not powers of two; group 8 at
+// head_dim 256: the largest states a cluster merges).
 TEST(DecodeCudaPaths, ClusterMergeAndMergeKernelMatchGolden) {
   ATTNKIT_SKIP_WITHOUT_GPU();
-  DecodeSpec s{"cluster_merge_mixed", 16, 4, 128, DType::kBF16, DType::kBF16, DType::kF32, {640, 0, 1, 333}};
-  DecodeRun r = make_run(s);
-  const DecodePlan plan = plan_decode(r.problem, cuda::target());
-  ASSERT_GT(plan.partition.merge_cluster, 1u) << "the case is meant to merge in clusters\n" << to_table(plan);
-  EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
-  const reference::Result golden = run_and_golden(r, plan);
-  const std::string note = s.name + " seed=" + std::to_string(r.seed);
-  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " cluster merge");
-  expect_lse_matches(r.lse, golden.lse, note + " cluster merge", rel_l2_limit(s.kv, s.q, s.out));
+  for (const DecodeSpec& s :
+       {DecodeSpec{"cluster_merge_mixed", 16, 4, 128, DType::kBF16, DType::kBF16, DType::kF32, {640, 0, 1, 333}},
+        DecodeSpec{"cluster_merge_group8_d256", 16, 2, 256, DType::kF16, DType::kF16, DType::kF32, {1000, 2}}}) {
+    DecodeRun r = make_run(s);
+    const DecodePlan plan = plan_decode(r.problem, cuda::target());
+    ASSERT_GT(plan.partition.merge_cluster, 1u) << "the case is meant to merge in clusters\n" << to_table(plan);
+    EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
+    const reference::Result golden = run_and_golden(r, plan);
+    const std::string note = s.name + " seed=" + std::to_string(r.seed);
+    expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " cluster merge");
+    expect_lse_matches(r.lse, golden.lse, note + " cluster merge", rel_l2_limit(s.kv, s.q, s.out));
 
-  DecodePlan kernel_merge = plan;
-  kernel_merge.partition.merge_cluster = 0;
-  kernel_merge.evidence = detail::compute_decode_evidence(r.problem, kernel_merge.partition, kernel_merge.target);
-  ASSERT_GT(kernel_merge.evidence.workspace_bytes, 0u);
-  poison(r.out);
-  poison(r.lse);
-  run_and_golden(r, kernel_merge);
-  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " merge kernel");
-  expect_lse_matches(r.lse, golden.lse, note + " merge kernel", rel_l2_limit(s.kv, s.q, s.out));
+    DecodePlan kernel_merge = plan;
+    kernel_merge.partition.merge_cluster = 0;
+    kernel_merge.evidence = detail::compute_decode_evidence(r.problem, kernel_merge.partition, kernel_merge.target);
+    ASSERT_GT(kernel_merge.evidence.workspace_bytes, 0u);
+    poison(r.out);
+    poison(r.lse);
+    run_and_golden(r, kernel_merge);
+    expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " merge kernel");
+    expect_lse_matches(r.lse, golden.lse, note + " merge kernel", rel_l2_limit(s.kv, s.q, s.out));
+  }
 }
 
 // The K/V loads' L2 policy changes where the lines go, never the result: the plan's evict-first
