@@ -17,6 +17,8 @@
 //   decode-nopf  the same loads, no software prefetch
 //   decode-far   the L2 prefetches a whole tile further ahead (V of the next tile, K two ahead)
 //   decode-nta   the L2 prefetches as prefetchnta
+//   decode-vl1   the V prefetch during K's phase into L1 8 rows ahead (decode-vl1-0: at the key),
+//                so V's phase reads L1/L2 (CPU round 13)
 //   decode-1pass V in one pass of whole rows (not two 128-byte column passes)
 //   kv-inter     K row j and V row j of each key read side by side (two streams at once)
 //   k-then-v     a KV head's whole K, then its whole V (one stream at a time, hardware prefetch)
@@ -107,7 +109,8 @@ inline void prefetch_rows(const char* p, std::int64_t rows, std::int64_t row, st
 // kL2Hint: _MM_HINT_T1 as the decode, _MM_HINT_NTA for the variant; passes: V column passes.
 template <int kL2Hint>
 __attribute__((target("avx512f"))) std::uint64_t decode_pattern(const char* k, const char* v, const Shape& s,
-                                                                 bool prefetch, int l2_ahead, int passes) {
+                                                                 bool prefetch, int l2_ahead, int passes,
+                                                                 std::int64_t v_lead = 0) {
   Acc acc = _mm512_setzero_si512();
   Work work;
   const std::int64_t row = s.row, head_bytes = s.keys * row, pass_bytes = row / passes;
@@ -124,7 +127,7 @@ __attribute__((target("avx512f"))) std::uint64_t decode_pattern(const char* k, c
         const char* kr = kh + (j0 + j) * row;
         if (prefetch) {
           prefetch_rows<_MM_HINT_T0>(kr + kL1Rows * row, 4, row, row, kend);
-          prefetch_rows<kL2Hint>(vh + (j0 + j + ahead) * row, 4, row, row, vend);
+          prefetch_rows<kL2Hint>(vh + (j0 + j + ahead + v_lead) * row, 4, row, row, vend);
         }
         for (int r = 0; r < 4; ++r) load_row(acc, work, kr + r * row, row);
       }
@@ -268,6 +271,8 @@ int main(int argc, char** argv) {
       {"decode-nopf", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, false, 0, 2); }},
       {"decode-far", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 1, 2); }},
       {"decode-nta", [&] { return decode_pattern<_MM_HINT_NTA>(k, v, s, true, 0, 2); }},
+      {"decode-vl1", [&] { return decode_pattern<_MM_HINT_T0>(k, v, s, true, 0, 2, 8); }},
+      {"decode-vl1-0", [&] { return decode_pattern<_MM_HINT_T0>(k, v, s, true, 0, 2, 0); }},
       {"decode-1pass", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 1); }},
       {"tile-rows", [&] { return tile_rows(k, v, s, 0, 0); }},
       {"tile-rows-l1", [&] { return tile_rows(k, v, s, 8, 0); }},

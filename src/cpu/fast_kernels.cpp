@@ -32,6 +32,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 const FastBodies& bodies_for(simd::Isa isa) {
   switch (isa) {
+    case simd::Isa::kAmx: return fast_bodies_amx();
     case simd::Isa::kAvx512Bf16: return fast_bodies_avx512bf16();
     case simd::Isa::kAvx512: return fast_bodies_avx512();
     case simd::Isa::kAvx2: return fast_bodies_avx2();

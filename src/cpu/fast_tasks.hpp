@@ -63,6 +63,7 @@ const FastBodies& fast_bodies_scalar();
 const FastBodies& fast_bodies_avx2();
 const FastBodies& fast_bodies_avx512();
 const FastBodies& fast_bodies_avx512bf16();
+const FastBodies& fast_bodies_amx();
 // The bodies of the instruction set simd::selected_isa() picks now (ATTNKIT_CPU_ISA or the best);
 // every caller of the bodies should go through this, so a new ISA level reaches all of them.
 const FastBodies& selected_fast_bodies();

@@ -212,14 +212,28 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   const std::uint64_t hd = u(pr.head_dim);
   p = WorkPartition{};
   p.family = KernelFamily::kCooperativeTiled;
-  reasons.push_back("family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
-                    "Q K^T and P V micro-kernels in f32");
+  const bool amx = t.cpu_matrix_tiles && pr.dtype == DType::kBF16;
+  reasons.push_back(amx ? "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and P V on "
+                          "AMX tiles (bf16 products, f32 sums), the online softmax on AVX-512"
+                        : "family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
+                          "Q K^T and P V micro-kernels in f32");
 
-  // Key tile: the f32 copy of one K tile (reused by every row micro-block) fits in L1.
-  std::uint64_t tile = std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
+  // Key tile. On AMX tiles (bf16 K/V where the target has them): the transposed K and paired V
+  // tiles (bf16) take at most a quarter of L2 while each 32-row block's scores stay in L1; more
+  // keys per tile amortise the per-row softmax bookkeeping and the accumulator tiles' round trips
+  // (docs/perf-notes.md, CPU round 13). Else the f32 copy of one K tile (reused by every row
+  // micro-block) fits in L1.
+  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * 2)), 32, 256)
+                           : std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
   tile = std::min<std::uint64_t>(tile, std::max<std::uint64_t>(32, div_up(u(pr.kv_len), 32) * 32));
-  reasons.push_back("tile: " + std::to_string(tile) + " keys: the f32 K tile (" +
-                    std::to_string(tile * hd * kF32Bytes >> 10) + " KiB) fits an assumed 32 KiB L1d");
+  if (amx) {
+    reasons.push_back("tile: " + std::to_string(tile) + " keys: bf16 K/V on AMX tiles; the tile's transposed K and "
+                      "paired V (" + std::to_string(2 * tile * hd * 2 >> 10) +
+                      " KiB) within a quarter of an assumed 1 MiB L2");
+  } else {
+    reasons.push_back("tile: " + std::to_string(tile) + " keys: the f32 K tile (" +
+                      std::to_string(tile * hd * kF32Bytes >> 10) + " KiB) fits an assumed 32 KiB L1d");
+  }
 
   // Query rows per block (per head; a task packs the GQA group, so the K/V tile is converted once
   // for group x rows rows): the group's q and output accumulators in f32 fill at most half of L2,

@@ -10,6 +10,7 @@
 
 #include "attnkit/error.hpp"
 #include "attnkit/plan.hpp"
+#include "cpu/fast_isa.hpp"
 
 namespace attnkit {
 namespace {
@@ -127,6 +128,17 @@ Target hopper(std::string name, double peak_read_bytes_per_s) {
   return t;
 }
 
+// Whether the fast CPU kernels run on AMX tiles now (the instruction set ATTNKIT_CPU_ISA or the
+// CPU selects), so a plan's tiles fit the body that will run it. A bad ATTNKIT_CPU_ISA is reported
+// by the kernels (with its fix), not by planning.
+bool amx_selected() {
+  try {
+    return cpu::simd::selected_isa() == cpu::simd::Isa::kAmx;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 Target cpu_target(int threads) {
@@ -137,6 +149,7 @@ Target cpu_target(int threads) {
   t.name = cpu_model_name();
   t.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
   t.cache_bytes = last_level_cache_bytes();
+  t.cpu_matrix_tiles = amx_selected();
   return t;
 }
 

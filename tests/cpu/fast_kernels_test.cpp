@@ -20,7 +20,7 @@ using cpu::simd::Isa;
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> r;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
     if (cpu::simd::isa_supported(isa)) r.push_back(isa);
   }
   return r;
@@ -389,6 +389,51 @@ TEST(FastBf16, PrefillPairTails) {
   check_prefill(odd, 3, "bf16 pairs odd tile");
 }
 
+// bf16 prefill on AMX tiles (fast_body_amx.hpp): head_dim, query rows and keys that leave every
+// 32-padding partial, the AMX plan's 256-key tiles and the vector plan's 64-128, causal row blocks
+// that skip a tile's 32-row blocks, q shorter than the keys, a window, soft-cap with peaked
+// scores, groups 1 to 8. Each case runs on AMX under both plans, outputs poisoned before each run.
+TEST(FastAmx, PrefillPaddingTilesAndOptions) {
+  if (!cpu::simd::isa_supported(Isa::kAmx)) GTEST_SKIP() << "this CPU (or its kernel) offers no AMX-BF16 tiles";
+  std::vector<PrefillShape> shapes;
+  for (std::int64_t d : {8, 40, 128, 136, 256}) {
+    shapes.push_back(shape("amx d" + std::to_string(d), 1, 8, 2, d, 37, 300, true, DType::kBF16));
+  }
+  shapes.push_back(shape("amx q<kv group 4", 2, 4, 1, 64, 45, 700, true, DType::kBF16));
+  shapes.push_back(shape("amx non-causal group 1", 1, 8, 8, 128, 130, 513, false, DType::kBF16));
+  shapes.push_back(shape("amx square 600", 1, 16, 2, 128, 600, 600, true, DType::kBF16));
+  PrefillShape window = shape("amx window 100", 1, 8, 2, 128, 600, 600, true, DType::kBF16);
+  window.window = 100;
+  shapes.push_back(window);
+  PrefillShape cap = shape("amx softcap", 1, 8, 2, 96, 70, 290, false, DType::kBF16);
+  cap.softcap = 20.0f;
+  cap.stddev = 3.0f;
+  shapes.push_back(cap);
+  PrefillShape out32 = shape("amx f32 out", 1, 4, 2, 128, 33, 257, true, DType::kBF16);
+  out32.out_dtype = DType::kF32;
+  shapes.push_back(out32);
+  for (const PrefillShape& s : shapes) {
+    PrefillCase c(s);
+    const reference::Result golden = reference::prefill(c.problem, c.tensors());
+    PrefillPlan vector_plan;
+    {
+      ScopedIsa vectors(Isa::kAvx512Bf16);
+      vector_plan = plan_prefill(c.problem, cpu_target(2));
+    }
+    ScopedIsa amx(Isa::kAmx);
+    const PrefillPlan amx_plan = plan_prefill(c.problem, cpu_target(2));
+    EXPECT_GT(amx_plan.partition.tile_size, vector_plan.partition.tile_size) << s.name;
+    for (const PrefillPlan& plan : {amx_plan, vector_plan}) {
+      poison(c.out);
+      poison(c.lse);
+      cpu::prefill(plan, c.tensors());
+      const std::string what = s.name + " tile " + std::to_string(plan.partition.tile_size);
+      EXPECT_EQ(prefill_parity_failure(c.out, golden.out, c.problem.dtype), "") << what << " " << c.note();
+      EXPECT_EQ(prefill_lse_failure(c.lse, golden.lse), "") << what << " " << c.note();
+    }
+  }
+}
+
 // rel-L2 of one output against the golden, on one ISA.
 double rel_l2_on(Isa isa, const DecodeProblem& p, DecodeCase& c, const reference::Result& golden) {
   ScopedIsa scoped(isa);
@@ -435,6 +480,12 @@ TEST(FastBf16, ErrorMarginsAgainstTheF32Path) {
       std::printf("margin prefill h8/2 d128 s700 causal=%d stddev=%.0f: rel_l2 avx512 %.2e avx512bf16 %.2e\n",
                   causal ? 1 : 0, stddev, f32, bf);
       EXPECT_LE(bf, 3e-3) << c.note();
+      if (cpu::simd::isa_supported(Isa::kAmx)) {
+        const double amx = rel_l2_on(Isa::kAmx, c, golden);
+        std::printf("margin prefill h8/2 d128 s700 causal=%d stddev=%.0f: rel_l2 amx %.2e\n", causal ? 1 : 0, stddev,
+                    amx);
+        EXPECT_LE(amx, 3e-3) << "amx " << c.note();
+      }
     }
   }
 }

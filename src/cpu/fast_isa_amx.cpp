@@ -1,0 +1,71 @@
+// The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): bf16 prefill on the
+// tiles (fast_body_amx.hpp); decode, and prefill of f32/f16 K/V, take the avx512bf16 bodies
+// (decode reads each K/V element once for a handful of query heads: memory-bound, and too few
+// rows for a 16-row tile). Only this translation unit is compiled for AMX, and fast_isa.cpp's
+// runtime check (cpuid and the kernel's permission for the tile state) decides whether it runs.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "attnkit/dtype.hpp"
+#include "attnkit/problem.hpp"
+#include "cpu/fast_tasks.hpp"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi2,amx-tile,amx-bf16"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi2,amx-tile,amx-bf16")
+// GCC 12 warns about the deliberately undefined pass-through operand inside its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "cpu/simd/vec_avx512bf16.hpp"
+
+#define ATTNKIT_ISA_NS isa_amx
+#define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx512
+#include "cpu/fast_body.hpp"
+#include "cpu/fast_body_bf16.hpp"
+#include "cpu/fast_body_amx.hpp"
+
+namespace attnkit::cpu::detail {
+namespace {
+
+void prefill_amx(const PrefillTask& t) {
+  if (t.k.dtype != DType::kBF16 || t.v.dtype != DType::kBF16) {
+    fast_bodies_avx512bf16().prefill(t);
+  } else if (t.q.dtype == DType::kBF16) {
+    isa_amx::prefill_amx_typed<false>(t);
+  } else {
+    isa_amx::prefill_amx_typed<true>(t);
+  }
+}
+
+std::size_t prefill_scratch_floats_amx(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
+                                       std::int64_t tile) {
+  const std::size_t tiles = isa_amx::prefill_scratch_floats_amx(head_dim, group, block_rows, tile),
+                    other = fast_bodies_avx512bf16().prefill_scratch_floats(head_dim, group, block_rows, tile);
+  return tiles > other ? tiles : other;
+}
+
+}  // namespace
+
+const FastBodies& fast_bodies_amx() {
+  static const FastBodies bodies = [] {
+    FastBodies b = fast_bodies_avx512bf16();
+    b.name = "amx";
+    b.prefill_scratch_floats = prefill_scratch_floats_amx;
+    b.prefill = prefill_amx;
+    return b;
+  }();
+  return bodies;
+}
+
+}  // namespace attnkit::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
