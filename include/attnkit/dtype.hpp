@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -26,7 +27,14 @@ DType parse_dtype(std::string_view name);         // throws Error naming the acc
 // Host-side conversions, round-to-nearest-even, NaN preserved.
 std::uint16_t float_to_f16_bits(float x);
 float f16_bits_to_float(std::uint16_t bits);
-std::uint16_t float_to_bf16_bits(float x);
+// (Inline and branch-free, so a loop of them vectorizes: the CPU kernels' output rows.)
+inline std::uint16_t float_to_bf16_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+  const std::uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
 float bf16_bits_to_float(std::uint16_t bits);
 // e4m3: round to nearest even, saturating to +-448 (as PTX cvt.rn.satfinite.e4m3x2.f32; infinities
 // too), NaN -> 0x7F. Decoding is exact (subnormals down to 2^-9); 0x7F and 0xFF decode to NaN.

@@ -39,13 +39,6 @@ static float bits_float(std::uint32_t u) {
   return x;
 }
 
-std::uint16_t float_to_bf16_bits(float x) {
-  std::uint32_t u = float_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
 float bf16_bits_to_float(std::uint16_t bits) { return bits_float(static_cast<std::uint32_t>(bits) << 16); }
 
 std::uint16_t float_to_f16_bits(float x) {

@@ -8,7 +8,7 @@
 //     as on avx512bf16), padded with zeros to 32 rows and 32 columns, staged once.
 //   Per key tile: K transposed into key-column pairs ([16-key block][head_dim pair][16 keys], the
 //     B operand of S = Q K^T, 16 x 16 dword transposes) and V interleaved into key pairs ([key
-//     pair][column], the B operand of O += P V; 32-column blocks in vpunpck order, PairColumn).
+//     pair][column], the B operand of O += P V, columns in order).
 //   Per head: S [rows][keys] f32 from 2 x 2 blocks of tiles (4 accumulators, 2 Q tiles, 2 K tiles:
 //     all 8 tile registers); the online softmax row by row (keys in the lanes), P rounded to bf16
 //     [rows][keys] and O rescaled in memory; O += P V, 2 x 2 blocks again, the accumulators loaded
@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
@@ -65,7 +66,7 @@ inline PrefillLayoutAmx prefill_layout_amx(std::int64_t head_dim, std::int64_t g
   L.kt = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp * L.dp / 2);
   L.vb = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
   L.pa = reinterpret_cast<std::uint16_t*>(f); f += floats_for(32 * L.tp / 2);
-  L.s = f; f += floats_for(imax(32 * L.tp, L.rp));  // also the rows' positions at the start
+  L.s = f; f += floats_for(imax(2 * 32 * L.tp, L.rp));  // two S buffers; also the rows' positions at the start
   L.o = f; f += floats_for(group * L.rp * L.dp);
   L.m = f; f += floats_for(group * L.rp);
   L.l = f;
@@ -76,7 +77,7 @@ inline std::size_t prefill_scratch_floats_amx(std::int64_t head_dim, std::int64_
                                               std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, 32), rp = round_up(block_rows, 32), tp = round_up(tile, 32);
   return 2 * floats_for(group * rp * dp / 2) + floats_for(tp * dp / 2) + floats_for(tp / 2 * dp) +
-         floats_for(32 * tp / 2) + floats_for(imax(32 * tp, rp)) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) +
+         floats_for(32 * tp / 2) + floats_for(imax(2 * 32 * tp, rp)) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) +
          16;  // 64-byte alignment of the base
 }
 
@@ -165,6 +166,8 @@ inline void stage_kv_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::i
       for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[i]);
     }
   }
+  const __m512i first_16 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i last_16 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
   for (std::int64_t j = 0; j < np; j += 2) {
     std::uint32_t* dst = L.vb + (j / 2) * L.dp;
     for (std::int64_t c = 0; c < L.dp; c += 32) {
@@ -172,21 +175,23 @@ inline void stage_kv_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::i
       const __m512i a = j < n ? _mm512_maskz_loadu_epi16(m, vbase + (j0 + j) * t.v.row_stride + c) : _mm512_setzero_si512();
       const __m512i b =
           j + 1 < n ? _mm512_maskz_loadu_epi16(m, vbase + (j0 + j + 1) * t.v.row_stride + c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + c, _mm512_unpacklo_epi16(a, b));
-      _mm512_storeu_si512(dst + c + 16, _mm512_unpackhi_epi16(a, b));
+      // vpunpck*wd pairs columns {0-3, 8-11, ...} and {4-7, 12-15, ...}; two permutes put them in order.
+      const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+      _mm512_storeu_si512(dst + c, _mm512_permutex2var_epi32(lo, first_16, hi));
+      _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi32(lo, last_16, hi));
     }
   }
 }
 
 // 2^t for t <= 0 (scores minus their row max, in log2 units): 2^n * p(r), r = t - n, |r| <= 1/2,
-// p the degree-6 Taylor polynomial of e^(r ln 2) (relative error ~1.2e-7); exactly 0 below -200
-// (masked keys are -inf), and NaN stays NaN (max returns its second operand for NaN).
+// p the degree-5 Taylor polynomial of e^(r ln 2) (relative error <= 2.4e-6, far below the bf16
+// rounding P gets next); exactly 0 below -200 (masked keys are -inf), and NaN stays NaN (max
+// returns its second operand for NaN).
 inline V exp2_v(V t) {
   t = _mm512_max_ps(Vec::set1(-200.0f), t);
   const V n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT);
   const V r = Vec::sub(t, n);
-  V p = Vec::set1(1.5403530393381608e-4f);
-  p = Vec::fma(p, r, Vec::set1(1.3333558146428443e-3f));
+  V p = Vec::set1(1.3333558146428443e-3f);
   p = Vec::fma(p, r, Vec::set1(9.6181291076284772e-3f));
   p = Vec::fma(p, r, Vec::set1(5.5504108664821580e-2f));
   p = Vec::fma(p, r, Vec::set1(2.4022650695910071e-1f));
@@ -212,106 +217,172 @@ inline BlockKeys row_block_keys(const PrefillTask& t, std::int64_t i0) {
 }
 
 // S [32][k_lo, k_hi) of head g's rows i0.. = Q K^T (unscaled; keys relative to the tile, multiples
-// of 32): 32 x 32 blocks of four accumulator tiles.
+// of 32), in steps of one 32-column chunk of head_dim for a 32 x 32 block (four accumulator
+// tiles), so the steps of the next block can be spread through this block's softmax: the tile
+// unit and the vector units then work at once.
 template <bool kSplit>
-void scores_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, std::int64_t k_lo, std::int64_t k_hi) {
-  const std::int64_t q_stride = L.dp * 2, pairs = L.dp / 2, s_stride = L.tp * 4;
-  const std::uint16_t* qh = L.qh + (g * L.rp + i0) * L.dp;
-  const std::uint16_t* ql = L.ql + (g * L.rp + i0) * L.dp;
-  for (std::int64_t jb = k_lo; jb < k_hi; jb += 32) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    const std::uint32_t* k0 = L.kt + (jb / 16) * pairs * 16;
-    const std::uint32_t* k1 = k0 + pairs * 16;
-    for (std::int64_t c = 0; c < L.dp; c += 32) {
-      _tile_loadd(6, k0 + c / 2 * 16, 64);
-      _tile_loadd(7, k1 + c / 2 * 16, 64);
-      _tile_loadd(4, qh + c, q_stride);
-      _tile_loadd(5, qh + 16 * L.dp + c, q_stride);
+struct ScoreSteps {
+  const PrefillLayoutAmx* L = nullptr;
+  const std::uint16_t *qh = nullptr, *ql = nullptr;
+  float* s = nullptr;
+  std::int64_t jb = 0, k_hi = 0, c = 0;
+
+  ScoreSteps() = default;
+  ScoreSteps(const PrefillLayoutAmx& layout, std::int64_t g, std::int64_t i0, std::int64_t k_lo, std::int64_t k_end,
+             float* scores)
+      : L(&layout), qh(layout.qh + (g * layout.rp + i0) * layout.dp), ql(layout.ql + (g * layout.rp + i0) * layout.dp),
+        s(scores), jb(k_lo), k_hi(k_end) {}
+  bool done() const { return jb >= k_hi; }
+  std::int64_t count() const { return (k_hi - jb) / 32 * (L->dp / 32); }
+  void step() {
+    if (done()) return;
+    const std::int64_t q_stride = L->dp * 2, pairs = L->dp / 2;
+    if (c == 0) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    const std::uint32_t* k0 = L->kt + (jb / 16) * pairs * 16 + c / 2 * 16;
+    _tile_loadd(6, k0, 64);
+    _tile_loadd(7, k0 + pairs * 16, 64);
+    _tile_loadd(4, qh + c, q_stride);
+    _tile_loadd(5, qh + 16 * L->dp + c, q_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    if constexpr (kSplit) {
+      _tile_loadd(4, ql + c, q_stride);
+      _tile_loadd(5, ql + 16 * L->dp + c, q_stride);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(1, 4, 7);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
-      if constexpr (kSplit) {
-        _tile_loadd(4, ql + c, q_stride);
-        _tile_loadd(5, ql + 16 * L.dp + c, q_stride);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
     }
-    float* s = L.s + jb;
-    _tile_stored(0, s, s_stride);
-    _tile_stored(1, s + 16, s_stride);
-    _tile_stored(2, s + 16 * L.tp, s_stride);
-    _tile_stored(3, s + 16 * L.tp + 16, s_stride);
+    c += 32;
+    if (c == L->dp) {
+      float* out = s + jb;
+      const std::int64_t s_stride = L->tp * 4;
+      _tile_stored(0, out, s_stride);
+      _tile_stored(1, out + 16, s_stride);
+      _tile_stored(2, out + 16 * L->tp, s_stride);
+      _tile_stored(3, out + 16 * L->tp + 16, s_stride);
+      c = 0;
+      jb += 32;
+    }
   }
+  void finish() {
+    while (!done()) step();
+  }
+};
+
+// Lane r = op over the lanes of x[r], for 16 vectors (a transpose-and-reduce tree, as
+// Vec::transpose_sum): the 16 rows' maxima or sums in one vector.
+template <class Op>
+inline V transpose_reduce(const V* x, Op op) {
+  V l1[8], l2[4], l3[2];
+  for (int i = 0; i < 8; ++i) l1[i] = op(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(l1[2 * i]), b = _mm512_castps_pd(l1[2 * i + 1]);
+    l2[i] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    l3[i] = op(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+               _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  return op(_mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+            _mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
+
+struct MaxOp {
+  V operator()(V a, V b) const { return Vec::max(a, b); }
+};
+struct AddOp {
+  V operator()(V a, V b) const { return Vec::add(a, b); }
+};
 
 // The online softmax of head g's rows i0.. over the tile's keys [k_lo, k_hi) (relative to j0; the
 // tile has n keys; keys in the lanes, log2 units: m holds each row's max of scale * log2(e) *
 // score): the rows' max and sum raised, O rescaled, P rounded to bf16 into pa. `masked`: some row
-// of the block misses some key of the range.
-inline void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0,
-                        std::int64_t j0, std::int64_t n, std::int64_t k_lo, std::int64_t k_hi, bool masked) {
+// of the block misses some key of the range. Rows go 16 at a time, so their maxima, rescale factors
+// and sums are vectors (no scalar exp or reduction per row). After each row of the second pass,
+// `between` runs (the next block's score steps).
+template <class Between>
+void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores, std::int64_t g, std::int64_t i0,
+                 std::int64_t j0, std::int64_t n, std::int64_t k_lo, std::int64_t k_hi, bool masked, Between&& between) {
   constexpr float kLog2e = 1.44269504088896341f;
   const bool plain = !masked && k_hi <= n && t.softcap <= 0 && t.scale > 0;  // max of raw scores, no pass over S
   const V c = Vec::set1(t.scale * kLog2e), scale = Vec::set1(t.scale), log2e = Vec::set1(kLog2e);
   const V lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const V neg_inf = Vec::set1(kNegInf);
   const V key_end = Vec::set1(static_cast<float>(j0 + n));
-  for (std::int64_t i = 0; i < 32; ++i) {
-    float* s = L.s + i * L.tp;
-    V mx = neg_inf;
-    float row_max;
-    if (plain) {
-      for (std::int64_t v = k_lo; v < k_hi; v += 16) mx = Vec::max(mx, Vec::load(s + v));
-      row_max = Vec::reduce_max(mx) * (t.scale * kLog2e);
-    } else {
-      const V pos = Vec::set1(static_cast<float>(t.first_position + i0 + i));
-      for (std::int64_t v = k_lo; v < k_hi; v += 16) {
-        V x = Vec::load(s + v);
-        x = t.softcap > 0 ? Vec::mul(softcap_v(Vec::mul(x, scale), t.softcap), log2e) : Vec::mul(x, c);
-        const V key = Vec::add(Vec::set1(static_cast<float>(j0 + v)), lane);
-        x = Vec::select_lt(key, key_end, x, neg_inf);  // padding keys past the tile
-        if (t.causal) x = Vec::select_lt(pos, key, neg_inf, x);
-        if (t.window > 0) x = Vec::select_lt(key, Vec::add(pos, Vec::set1(static_cast<float>(1 - t.window))), neg_inf, x);
-        Vec::store(s + v, x);
-        mx = Vec::max(mx, x);
-      }
-      row_max = Vec::reduce_max(mx);
-    }
-    float& m = L.m[g * L.rp + i0 + i];
-    float& l = L.l[g * L.rp + i0 + i];
-    const float m_new = std::fmax(m, row_max);
-    const float m_use = m_new < -3.0e38f ? 0.0f : m_new;  // nothing visible yet: 2^(-inf - 0) = 0
-    const float alpha = std::exp2(m - m_use);
-    const V mu = Vec::set1(m_use);
-    V sum = Vec::zero();
-    std::uint16_t* p = L.pa + i * L.tp;
-    for (std::int64_t v = k_lo; v < k_hi; v += 32) {
-      V t0 = Vec::load(s + v), t1 = Vec::load(s + v + 16);
+  for (std::int64_t h = 0; h < 32; h += 16) {
+    V part[16];
+    for (std::int64_t r = 0; r < 16; ++r) {
+      float* s = scores + (h + r) * L.tp;
+      V mx0 = neg_inf, mx1 = neg_inf;
       if (plain) {
-        t0 = Vec::fma(t0, c, Vec::sub(Vec::zero(), mu));
-        t1 = Vec::fma(t1, c, Vec::sub(Vec::zero(), mu));
+        for (std::int64_t v = k_lo; v < k_hi; v += 32) {
+          mx0 = Vec::max(mx0, Vec::load(s + v));
+          mx1 = Vec::max(mx1, Vec::load(s + v + 16));
+        }
       } else {
-        t0 = Vec::sub(t0, mu);
-        t1 = Vec::sub(t1, mu);
+        const V pos = Vec::set1(static_cast<float>(t.first_position + i0 + h + r));
+        for (std::int64_t v = k_lo; v < k_hi; v += 16) {
+          V x = Vec::load(s + v);
+          x = t.softcap > 0 ? Vec::mul(softcap_v(Vec::mul(x, scale), t.softcap), log2e) : Vec::mul(x, c);
+          const V key = Vec::add(Vec::set1(static_cast<float>(j0 + v)), lane);
+          x = Vec::select_lt(key, key_end, x, neg_inf);  // padding keys past the tile
+          if (t.causal) x = Vec::select_lt(pos, key, neg_inf, x);
+          if (t.window > 0) {
+            x = Vec::select_lt(key, Vec::add(pos, Vec::set1(static_cast<float>(1 - t.window))), neg_inf, x);
+          }
+          Vec::store(s + v, x);
+          mx0 = Vec::max(mx0, x);
+        }
       }
-      const V p0 = exp2_v(t0), p1 = exp2_v(t1);
-      sum = Vec::add(sum, Vec::add(p0, p1));
-      _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      part[r] = Vec::max(mx0, mx1);
     }
-    l = l * alpha + Vec::reduce_add(sum);
-    m = m_new;
-    if (alpha != 1.0f) {
-      float* o = L.o + (g * L.rp + i0 + i) * L.dp;
-      const V a = Vec::set1(alpha);
-      for (std::int64_t col = 0; col < L.dp; col += 16) Vec::store(o + col, Vec::mul(Vec::load(o + col), a));
+    V row_max = transpose_reduce(part, MaxOp{});
+    if (plain) row_max = Vec::mul(row_max, c);
+    float* m = L.m + g * L.rp + i0 + h;
+    float* l = L.l + g * L.rp + i0 + h;
+    const V m_old = Vec::load(m), m_new = Vec::max(m_old, row_max);
+    const V m_use = usable_max(m_new);  // nothing visible yet: 2^(-inf - 0) = 0
+    const V alpha = exp2_v(Vec::sub(m_old, m_use));
+    Vec::store(m, m_new);
+    alignas(64) float mu[16], a[16];
+    Vec::store(mu, m_use);
+    Vec::store(a, alpha);
+    for (std::int64_t r = 0; r < 16; ++r) {
+      const float* s = scores + (h + r) * L.tp;
+      std::uint16_t* p = L.pa + (h + r) * L.tp;
+      const V mr = Vec::set1(mu[r]), neg_mc = Vec::set1(-mu[r]);
+      V sum0 = Vec::zero(), sum1 = Vec::zero();
+      for (std::int64_t v = k_lo; v < k_hi; v += 32) {
+        V t0 = Vec::load(s + v), t1 = Vec::load(s + v + 16);
+        if (plain) {
+          t0 = Vec::fma(t0, c, neg_mc);
+          t1 = Vec::fma(t1, c, neg_mc);
+        } else {
+          t0 = Vec::sub(t0, mr);
+          t1 = Vec::sub(t1, mr);
+        }
+        const V p0 = exp2_v(t0), p1 = exp2_v(t1);
+        sum0 = Vec::add(sum0, p0);
+        sum1 = Vec::add(sum1, p1);
+        _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      }
+      part[r] = Vec::add(sum0, sum1);
+      if (a[r] != 1.0f) {
+        float* o = L.o + (g * L.rp + i0 + h + r) * L.dp;
+        const V ar = Vec::set1(a[r]);
+        for (std::int64_t col = 0; col < L.dp; col += 16) Vec::store(o + col, Vec::mul(Vec::load(o + col), ar));
+      }
+      between();
     }
+    Vec::store(l, Vec::fma(Vec::load(l), alpha, transpose_reduce(part, AddOp{})));
   }
 }
 
@@ -343,8 +414,9 @@ inline void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, s
   }
 }
 
-// Per key tile and head, each 32-row block in turn: scores, softmax, P V, so its S (32 x tile f32)
-// and P stay in L1 between the three. A row block takes only the 32-key blocks of the tile that
+// Per key tile, the (32-row block, head) pairs in turn: scores, softmax, P V, so a block's S (32 x
+// tile f32) and P stay in L1 between the three, and the next pair's scores run on the tiles during
+// this pair's softmax (two S buffers). A row block takes only the 32-key blocks of the tile that
 // some of its rows see (a causal diagonal, a window's edge) and skips a tile it does not see.
 template <bool kSplit>
 void prefill_amx_typed(const PrefillTask& t) {
@@ -353,26 +425,46 @@ void prefill_amx_typed(const PrefillTask& t) {
   const BlockKeys keys = block_keys(t);
   start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.s);  // positions unused: keys sit in the lanes here
   stage_q_amx<kSplit>(t, L);
+  struct Work {
+    std::int64_t i0, g, k_lo, k_hi;
+    bool masked;
+  };
+  thread_local std::vector<Work> work;  // a tile's (row block, head) pairs; this thread's, reused
   for (std::int64_t j0 = keys.lo; j0 < keys.hi; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, keys.hi - j0);
     stage_kv_amx(t, L, j0, n);
+    work.clear();
     for (std::int64_t i0 = 0; i0 < L.rp; i0 += 32) {
       const BlockKeys rk = row_block_keys(t, i0);
       if (rk.lo >= rk.hi || j0 >= rk.hi || j0 + n <= rk.lo) continue;
       const std::int64_t k_lo = imax(0, rk.lo - j0) / 32 * 32, k_hi = round_up(imin(n, rk.hi - j0), 32);
       const bool masked = !(j0 + k_lo >= rk.full_lo && j0 + k_hi <= rk.full_hi);
-      for (std::int64_t g = 0; g < t.group; ++g) {
-        scores_amx<kSplit>(L, g, i0, k_lo, k_hi);
-        softmax_amx(t, L, g, i0, j0, n, k_lo, k_hi, masked);
-        pv_amx(L, g, i0, k_lo, k_hi);
+      for (std::int64_t g = 0; g < t.group; ++g) work.push_back({i0, g, k_lo, k_hi, masked});
+    }
+    if (work.empty()) continue;
+    float* scores[2] = {L.s, L.s + 32 * L.tp};
+    ScoreSteps<kSplit>(L, work[0].g, work[0].i0, work[0].k_lo, work[0].k_hi, scores[0]).finish();
+    for (std::size_t w = 0; w < work.size(); ++w) {
+      const Work& a = work[w];
+      ScoreSteps<kSplit> next;
+      std::int64_t per_row = 0;
+      if (w + 1 < work.size()) {
+        const Work& b = work[w + 1];
+        next = ScoreSteps<kSplit>(L, b.g, b.i0, b.k_lo, b.k_hi, scores[(w + 1) % 2]);
+        per_row = (next.count() + 31) / 32;
       }
+      softmax_amx(t, L, scores[w % 2], a.g, a.i0, j0, n, a.k_lo, a.k_hi, a.masked, [&] {
+        for (std::int64_t k = 0; k < per_row; ++k) next.step();
+      });
+      next.finish();
+      pv_amx(L, a.g, a.i0, a.k_lo, a.k_hi);
     }
   }
   _tile_release();
   // The running max is in log2 units; the writer takes it in natural ones (LSE = m + ln l).
   constexpr float kLn2 = 0.69314718055994531f;
   for (std::int64_t i = 0; i < t.group * L.rp; ++i) L.m[i] *= kLn2;
-  write_prefill_result(t, L.o, L.m, L.l, L.rp, L.dp, PairColumn{});
+  write_prefill_result(t, L.o, L.m, L.l, L.rp, L.dp);
 }
 
 }  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS
