@@ -5,7 +5,7 @@
 # prefill shapes with the same thread count, recording the load average before each step (the
 # host is shared). Writes bench/results/cpu-<date>-<time>[-<tag>].json and .md and prints the table.
 #   bench/cpu_sweep.sh [threads (default: all cores)] [--quick]
-# Environment: ATTNKIT_CPU_ISA (scalar|avx2|avx512|avx512bf16; default the best this CPU has),
+# Environment: ATTNKIT_CPU_ISA (scalar|avx2|avx512|avx512bf16|amx; default the best this CPU has),
 #   ATTNKIT_SWEEP_ROUNDS (default 2), ATTNKIT_SWEEP_TAG (suffix of the result files),
 #   ATTNKIT_SWEEP_PEER=0 (skip PyTorch), ATTNKIT_BENCH_BUILD (a Release build folder).
 set -euo pipefail

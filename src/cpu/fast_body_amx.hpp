@@ -9,13 +9,17 @@
 //   Per key tile: K transposed into key-column pairs ([16-key block][head_dim pair][16 keys], the
 //     B operand of S = Q K^T, 16 x 16 dword transposes) and V interleaved into key pairs ([key
 //     pair][column], the B operand of O += P V, columns in order).
-//   Per head: S [rows][keys] f32 from 2 x 2 blocks of tiles (4 accumulators, 2 Q tiles, 2 K tiles:
-//     all 8 tile registers); the online softmax row by row (keys in the lanes), P rounded to bf16
-//     [rows][keys] and O rescaled in memory; O += P V, 2 x 2 blocks again, the accumulators loaded
-//     from and stored back to O around each tile's keys.
+//   Per (32-row block, head) of the tile: S [32][keys] f32 from 2 x 2 blocks of tiles (4
+//     accumulators, 2 Q tiles, 2 K tiles: all 8 tile registers); the online softmax 16 rows at a
+//     time (keys in the lanes, log2 units), P rounded to bf16 [row][key] and O rescaled in memory;
+//     O += P V, 2 x 2 blocks again, the accumulators loaded from and stored back to O. The next
+//     block's score steps run between this block's softmax rows (two S buffers), so the tile unit
+//     and the vector units work at once.
 // Numerics: as avx512bf16's prefill (exact Q K^T products, f32 sums, P rounded to bf16 before P V,
-//   the softmax sum from the unrounded P).
-// Bound: TDPBF16PS issue plus the per-row softmax (exp of every score) on AVX-512.
+//   the softmax sum from the unrounded P); exp2 a degree-5 polynomial (relative error 2.4e-6).
+// Bound: the softmax's vector work (~14 operations per 16 scores, pass 2 dominated by exp2), then
+//   the tile unit, which a 4-step accumulation chain (head_dim 128 / 32) leaves waiting on each
+//   block's zero and store (docs/perf-notes.md, CPU round 13).
 #pragma once
 #include <immintrin.h>
 

@@ -23,7 +23,7 @@ struct KernelPath {
 
 inline std::vector<KernelPath> cpu_kernel_paths() {
   std::vector<KernelPath> paths{{false, Isa::kScalar}};
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
     if (cpu::simd::isa_supported(isa)) paths.push_back({true, isa});
   }
   return paths;
