@@ -316,40 +316,55 @@ template <class Between>
 void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores, std::int64_t g, std::int64_t i0,
                  std::int64_t j0, std::int64_t n, std::int64_t k_lo, std::int64_t k_hi, bool masked, Between&& between) {
   constexpr float kLog2e = 1.44269504088896341f;
-  const bool plain = !masked && k_hi <= n && t.softcap <= 0 && t.scale > 0;  // max of raw scores, no pass over S
+  // Raw scores (no soft-cap, positive scale): the max and the exponent come from S as the tile
+  // unit left it, and a 16-key vector is masked only where it crosses an edge (the tile's end, the
+  // causal diagonal, the window's start), so most vectors of a masked block cost what unmasked
+  // ones do. With a soft-cap, pass 1 rewrites S in log2 units with every mask applied.
+  const bool raw = t.softcap <= 0 && t.scale > 0;
+  const bool edges = masked || k_hi > n;
   const V c = Vec::set1(t.scale * kLog2e), scale = Vec::set1(t.scale), log2e = Vec::set1(kLog2e);
   const V lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const V neg_inf = Vec::set1(kNegInf);
   const V key_end = Vec::set1(static_cast<float>(j0 + n));
+  // Keys of the vector at tile offset v that row position `pos` sees (all 16 when no edge crosses it).
+  auto visible = [&](std::int64_t v, std::int64_t pos) -> __mmask16 {
+    const std::int64_t key0 = j0 + v;
+    const bool crosses = key0 + 16 > j0 + n || (t.causal && key0 + 15 > pos) ||
+                         (t.window > 0 && key0 < pos - t.window + 1);
+    if (!crosses) return 0xFFFF;
+    const V key = Vec::add(Vec::set1(static_cast<float>(key0)), lane), p = Vec::set1(static_cast<float>(pos));
+    __mmask16 m = _mm512_cmp_ps_mask(key, key_end, _CMP_LT_OQ);
+    if (t.causal) m &= _mm512_cmp_ps_mask(key, p, _CMP_LE_OQ);
+    if (t.window > 0) m &= _mm512_cmp_ps_mask(key, Vec::set1(static_cast<float>(pos - t.window + 1)), _CMP_GE_OQ);
+    return m;
+  };
   for (std::int64_t h = 0; h < 32; h += 16) {
     V part[16];
     for (std::int64_t r = 0; r < 16; ++r) {
       float* s = scores + (h + r) * L.tp;
+      const std::int64_t pos = t.first_position + i0 + h + r;
       V mx0 = neg_inf, mx1 = neg_inf;
-      if (plain) {
+      if (raw && !edges) {
         for (std::int64_t v = k_lo; v < k_hi; v += 32) {
           mx0 = Vec::max(mx0, Vec::load(s + v));
           mx1 = Vec::max(mx1, Vec::load(s + v + 16));
         }
+      } else if (raw) {
+        for (std::int64_t v = k_lo; v < k_hi; v += 16) {
+          mx0 = Vec::max(mx0, _mm512_mask_blend_ps(visible(v, pos), neg_inf, Vec::load(s + v)));
+        }
       } else {
-        const V pos = Vec::set1(static_cast<float>(t.first_position + i0 + h + r));
         for (std::int64_t v = k_lo; v < k_hi; v += 16) {
           V x = Vec::load(s + v);
           x = t.softcap > 0 ? Vec::mul(softcap_v(Vec::mul(x, scale), t.softcap), log2e) : Vec::mul(x, c);
-          const V key = Vec::add(Vec::set1(static_cast<float>(j0 + v)), lane);
-          x = Vec::select_lt(key, key_end, x, neg_inf);  // padding keys past the tile
-          if (t.causal) x = Vec::select_lt(pos, key, neg_inf, x);
-          if (t.window > 0) {
-            x = Vec::select_lt(key, Vec::add(pos, Vec::set1(static_cast<float>(1 - t.window))), neg_inf, x);
-          }
-          Vec::store(s + v, x);
-          mx0 = Vec::max(mx0, x);
+          Vec::store(s + v, _mm512_mask_blend_ps(visible(v, pos), neg_inf, x));
+          mx0 = Vec::max(mx0, Vec::load(s + v));
         }
       }
       part[r] = Vec::max(mx0, mx1);
     }
     V row_max = transpose_reduce(part, MaxOp{});
-    if (plain) row_max = Vec::mul(row_max, c);
+    if (raw) row_max = Vec::mul(row_max, c);
     float* m = L.m + g * L.rp + i0 + h;
     float* l = L.l + g * L.rp + i0 + h;
     const V m_old = Vec::load(m), m_new = Vec::max(m_old, row_max);
@@ -361,19 +376,24 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
     Vec::store(a, alpha);
     for (std::int64_t r = 0; r < 16; ++r) {
       const float* s = scores + (h + r) * L.tp;
+      const std::int64_t pos = t.first_position + i0 + h + r;
       std::uint16_t* p = L.pa + (h + r) * L.tp;
       const V mr = Vec::set1(mu[r]), neg_mc = Vec::set1(-mu[r]);
       V sum0 = Vec::zero(), sum1 = Vec::zero();
       for (std::int64_t v = k_lo; v < k_hi; v += 32) {
         V t0 = Vec::load(s + v), t1 = Vec::load(s + v + 16);
-        if (plain) {
+        if (raw) {
           t0 = Vec::fma(t0, c, neg_mc);
           t1 = Vec::fma(t1, c, neg_mc);
         } else {
           t0 = Vec::sub(t0, mr);
           t1 = Vec::sub(t1, mr);
         }
-        const V p0 = exp2_v(t0), p1 = exp2_v(t1);
+        V p0 = exp2_v(t0), p1 = exp2_v(t1);
+        if (raw && edges) {  // masked keys: probability exactly 0
+          p0 = _mm512_maskz_mov_ps(visible(v, pos), p0);
+          p1 = _mm512_maskz_mov_ps(visible(v + 16, pos), p1);
+        }
         sum0 = Vec::add(sum0, p0);
         sum1 = Vec::add(sum1, p1);
         _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
