@@ -203,20 +203,13 @@ inline V exp2_v(V t) {
   return _mm512_scalef_ps(p, n);
 }
 
-// Keys that rows [i0, i0 + 32) of the block see, [lo, hi) (their union), and that all of them see,
-// [full_lo, full_hi) (padding rows past t.rows see nothing and constrain nothing).
-inline BlockKeys row_block_keys(const PrefillTask& t, std::int64_t i0) {
-  BlockKeys k{t.kv_len, 0, 0, t.kv_len};
-  for (std::int64_t i = i0; i < imin(i0 + 32, t.rows); ++i) {
-    const KeyRange r = visible_keys(t.first_position + i, t.kv_len, t.causal, t.window);
-    if (r.size() > 0) {
-      k.lo = imin(k.lo, r.begin);
-      k.hi = imax(k.hi, r.end);
-    }
-    k.full_lo = imax(k.full_lo, r.begin);
-    k.full_hi = imin(k.full_hi, r.end);
-  }
-  return k;
+// The 2 x 2 block's four products: accumulators 0-3 += A (tiles 4, 5: rows 0-15, 16-31) x B
+// (tiles 6, 7: columns 0-15, 16-31).
+inline void products_2x2() {
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
 }
 
 // S [32][k_lo, k_hi) of head g's rows i0.. = Q K^T (unscaled; keys relative to the tile, multiples
@@ -251,17 +244,11 @@ struct ScoreSteps {
     _tile_loadd(7, k0 + pairs * 16, 64);
     _tile_loadd(4, qh + c, q_stride);
     _tile_loadd(5, qh + 16 * L->dp + c, q_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    products_2x2();
     if constexpr (kSplit) {
       _tile_loadd(4, ql + c, q_stride);
       _tile_loadd(5, ql + 16 * L->dp + c, q_stride);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+      products_2x2();
     }
     c += 32;
     if (c == L->dp) {
@@ -280,29 +267,8 @@ struct ScoreSteps {
   }
 };
 
-// Lane r = op over the lanes of x[r], for 16 vectors (a transpose-and-reduce tree, as
-// Vec::transpose_sum): the 16 rows' maxima or sums in one vector.
-template <class Op>
-inline V transpose_reduce(const V* x, Op op) {
-  V l1[8], l2[4], l3[2];
-  for (int i = 0; i < 8; ++i) l1[i] = op(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(l1[2 * i]), b = _mm512_castps_pd(l1[2 * i + 1]);
-    l2[i] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  for (int i = 0; i < 2; ++i) {
-    l3[i] = op(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-               _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  return op(_mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-            _mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 struct MaxOp {
   V operator()(V a, V b) const { return Vec::max(a, b); }
-};
-struct AddOp {
-  V operator()(V a, V b) const { return Vec::add(a, b); }
 };
 
 // The online softmax of head g's rows i0.. over the tile's keys [k_lo, k_hi) (relative to j0; the
@@ -362,7 +328,7 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
       }
       part[r] = Vec::max(mx0, mx1);
     }
-    V row_max = transpose_reduce(part, MaxOp{});
+    V row_max = Vec::transpose_reduce(part, MaxOp{});
     if (raw) row_max = Vec::mul(row_max, c);
     float* m = L.m + g * L.rp + i0 + h;
     float* l = L.l + g * L.rp + i0 + h;
@@ -405,7 +371,7 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
       }
       between();
     }
-    Vec::store(l, Vec::fma(Vec::load(l), alpha, transpose_reduce(part, AddOp{})));
+    Vec::store(l, Vec::fma(Vec::load(l), alpha, Vec::transpose_sum(part)));
   }
 }
 
@@ -425,10 +391,7 @@ inline void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, s
       _tile_loadd(7, v + 16, v_stride);
       _tile_loadd(4, L.pa + k, p_stride);
       _tile_loadd(5, L.pa + 16 * L.tp + k, p_stride);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+      products_2x2();
     }
     _tile_stored(0, o, o_stride);
     _tile_stored(1, o + 16, o_stride);
@@ -458,7 +421,7 @@ void prefill_amx_typed(const PrefillTask& t) {
     stage_kv_amx(t, L, j0, n);
     work.clear();
     for (std::int64_t i0 = 0; i0 < L.rp; i0 += 32) {
-      const BlockKeys rk = row_block_keys(t, i0);
+      const BlockKeys rk = rows_keys(t, i0, imin(i0 + 32, t.rows));  // padding rows see nothing
       if (rk.lo >= rk.hi || j0 >= rk.hi || j0 + n <= rk.lo) continue;
       const std::int64_t k_lo = imax(0, rk.lo - j0) / 32 * 32, k_hi = round_up(imin(n, rk.hi - j0), 32);
       const bool masked = !(j0 + k_lo >= rk.full_lo && j0 + k_hi <= rk.full_hi);

@@ -97,14 +97,14 @@ inline V mask_key(V x, V pos, std::int64_t key, bool causal, std::int64_t window
 // ---------------------------------------------------------------------------------------------
 // Task input: the key range of a prefill row block and the block's starting state
 
-// Keys any row of the block sees, [lo, hi) (rows are monotone in position), and keys every row
-// sees, [full_lo, full_hi): tiles inside the latter need no mask.
+// Keys any of rows [first, end) of the block sees, [lo, hi) (rows are monotone in position), and
+// keys every one of them sees, [full_lo, full_hi): tiles inside the latter need no mask.
 struct BlockKeys {
   std::int64_t lo, hi, full_lo, full_hi;
 };
-inline BlockKeys block_keys(const PrefillTask& t) {
+inline BlockKeys rows_keys(const PrefillTask& t, std::int64_t first, std::int64_t end) {
   BlockKeys k{t.kv_len, 0, 0, t.kv_len};
-  for (std::int64_t i = 0; i < t.rows; ++i) {
+  for (std::int64_t i = first; i < end; ++i) {
     const KeyRange r = visible_keys(t.first_position + i, t.kv_len, t.causal, t.window);
     if (r.size() > 0) {
       k.lo = imin(k.lo, r.begin);
@@ -115,6 +115,7 @@ inline BlockKeys block_keys(const PrefillTask& t) {
   }
   return k;
 }
+inline BlockKeys block_keys(const PrefillTask& t) { return rows_keys(t, 0, t.rows); }
 
 // Empty state for the block's group x rp rows: o = 0 ([group][rp][dp]), m = -inf, l = 0, and the
 // rows' positions (as floats, for the lane masks).

@@ -64,22 +64,25 @@ struct VecAvx512 {
   using Acc = V;
   static Acc acc_fma(V a, V b, Acc c) { return fma(a, b, c); }
   static V acc_transpose_sum(const Acc* acc) { return transpose_sum(acc); }
-  static V transpose_sum(const V* acc) {
+  static V transpose_sum(const V* acc) { return transpose_reduce(acc, Add{}); }
+  // Lane i = op over the lanes of x[i], for kWidth vectors (a transpose-and-reduce tree).
+  struct Add {
+    V operator()(V a, V b) const { return _mm512_add_ps(a, b); }
+  };
+  template <class Op>
+  static V transpose_reduce(const V* x, Op op) {
     V l1[8], l2[4], l3[2];
-    for (int i = 0; i < 8; ++i) {
-      l1[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
-                            _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
-    }
+    for (int i = 0; i < 8; ++i) l1[i] = op(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]), _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
     for (int i = 0; i < 4; ++i) {
       const __m512d a = _mm512_castps_pd(l1[2 * i]), b = _mm512_castps_pd(l1[2 * i + 1]);
-      l2[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+      l2[i] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
     }
     for (int i = 0; i < 2; ++i) {
-      l3[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+      l3[i] = op(_mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                 _mm512_shuffle_f32x4(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
     }
-    return _mm512_add_ps(_mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return op(_mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
   }
 };
 
