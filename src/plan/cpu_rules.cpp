@@ -219,11 +219,11 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
                           "Q K^T and P V micro-kernels in f32");
 
   // Key tile. On AMX tiles (bf16 K/V where the target has them): the transposed K and paired V
-  // tiles (bf16) take at most a quarter of L2 while each 32-row block's scores stay in L1; more
-  // keys per tile amortise the per-row softmax bookkeeping and the accumulator tiles' round trips
-  // (docs/perf-notes.md, CPU round 13). Else the f32 copy of one K tile (reused by every row
-  // micro-block) fits in L1.
-  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * 2)), 32, 256)
+  // tiles (bf16) take at most a quarter of L2, up to 512 keys; more keys per tile amortise the
+  // per-row softmax bookkeeping and the accumulator tiles' round trips (512 against 256 at head_dim
+  // 128: 2-3% faster non-causal; docs/perf-notes.md, CPU round 13). Else the f32 copy of one K tile
+  // (reused by every row micro-block) fits in L1.
+  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * 2)), 32, 512)
                            : std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
   tile = std::min<std::uint64_t>(tile, std::max<std::uint64_t>(32, div_up(u(pr.kv_len), 32) * 32));
   if (amx) {

@@ -390,7 +390,7 @@ TEST(FastBf16, PrefillPairTails) {
 }
 
 // bf16 prefill on AMX tiles (fast_body_amx.hpp): head_dim, query rows and keys that leave every
-// 32-padding partial, the AMX plan's 256-key tiles and the vector plan's 64-128, causal row blocks
+// 32-padding partial, the AMX plan's tiles (up to 512 keys) and the vector plan's 64-128, causal row blocks
 // that skip a tile's 32-row blocks, q shorter than the keys, a window, soft-cap with peaked
 // scores, groups 1 to 8. Each case runs on AMX under both plans, outputs poisoned before each run.
 TEST(FastAmx, PrefillPaddingTilesAndOptions) {
