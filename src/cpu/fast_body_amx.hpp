@@ -16,7 +16,8 @@
 //     block's score steps run between this block's softmax rows (two S buffers), so the tile unit
 //     and the vector units work at once.
 // Numerics: as avx512bf16's prefill (exact Q K^T products, f32 sums, P rounded to bf16 before P V,
-//   the softmax sum from the unrounded P); exp2 a degree-4 polynomial (relative error 2.7e-6).
+//   the softmax sum from the unrounded P); exp2 = 2^floor(t) * p(t - floor(t)), p of degree 4
+//   (relative error 2.7e-6).
 // Bound: the softmax's vector work (~14 operations per 16 scores, pass 2 dominated by exp2), then
 //   the tile unit, which a 4-step accumulation chain (head_dim 128 / 32) leaves waiting on each
 //   block's zero and store (docs/perf-notes.md, CPU round 13).
@@ -187,20 +188,20 @@ inline void stage_kv_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::i
   }
 }
 
-// 2^t for t <= 0 (scores minus their row max, in log2 units): 2^n * p(r), r = t - n, |r| <= 1/2,
-// p a degree-4 polynomial fitted to 2^r for relative error (2.7e-6 in f32, far below the bf16
-// rounding P gets next; a degree-5 Taylor polynomial is no better and one FMA longer); exactly 0
-// below -200 (masked keys are -inf), and NaN stays NaN (max returns its second operand for NaN).
+// 2^t for t <= 0 (scores minus their row max, in log2 units): 2^floor(t) * p(r), r = t - floor(t)
+// in [0, 1) from one vreduceps (a round and a subtract are three uops on port 0), the power of
+// two from scalef, which takes floor(t) itself. p is degree 4 (the fit for 2^x on [-1/2, 1/2]
+// moved to [0, 1); relative error 2.7e-6, far below the bf16 rounding P gets next). No clamp:
+// -inf and finite t below -150 give exactly 0 (reduce returns 0 there, scalef underflows), NaN
+// stays NaN.
 inline V exp2_v(V t) {
-  t = _mm512_max_ps(Vec::set1(-200.0f), t);
-  const V n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT);
-  const V r = Vec::sub(t, n);
-  V p = Vec::set1(0.009570101276040077f);
-  p = Vec::fma(p, r, Vec::set1(0.05591785907745361f));
-  p = Vec::fma(p, r, Vec::set1(0.240247443318367f));
-  p = Vec::fma(p, r, Vec::set1(0.6931217908859253f));
-  p = Vec::fma(p, r, Vec::set1(0.9999992847442627f));
-  return _mm512_scalef_ps(p, n);
+  const V r = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  V p = Vec::set1(0.013534166850149632f);
+  p = Vec::fma(p, r, Vec::set1(0.052011460065841675f));
+  p = Vec::fma(p, r, Vec::set1(0.2414427548646927f));
+  p = Vec::fma(p, r, Vec::set1(0.6930038332939148f));
+  p = Vec::fma(p, r, Vec::set1(1.0000026226043701f));
+  return _mm512_scalef_ps(p, t);
 }
 
 // The 2 x 2 block's four products: accumulators 0-3 += A (tiles 4, 5: rows 0-15, 16-31) x B
