@@ -155,14 +155,46 @@ inline void write_decode_result(const DecodeTask& t, const float* acc, std::int6
   }
 }
 
-// Prefill: the block's rows for every head of the group, o [group][rp][dp], m and l [group][rp].
+// Row `values` (n f32) into the sink's dtype at `offset` (vectorised here, in the ISA's unit).
+inline void store_out_row(const RowSink& sink, std::int64_t offset, std::int64_t n, const float* values) {
+  switch (sink.dtype) {
+    case DType::kF32:
+      std::memcpy(static_cast<float*>(sink.data) + offset, values, static_cast<std::size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16: {
+      auto* dst = static_cast<std::uint16_t*>(sink.data) + offset;
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_f16_bits(values[i]);
+      return;
+    }
+    default: {
+      auto* dst = static_cast<std::uint16_t*>(sink.data) + offset;
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(values[i]);
+      return;
+    }
+  }
+}
+
+// Prefill: the block's rows for every head of the group, o [group][rp][dp], m and l [group][rp],
+// normalised and converted straight into the task's sink (the caller's output tensor, or f32
+// scratch where partial states are merged), with the LSE where asked.
 template <class Column = SameColumn>
 inline void write_prefill_result(const PrefillTask& t, const float* o, const float* m, const float* l, std::int64_t rp,
                                  std::int64_t dp, Column column = {}) {
+  constexpr std::int64_t kMaxHeadDim = 256;  // the problem checks reject more
+  alignas(64) float row[kMaxHeadDim];
+  const std::int64_t d = t.head_dim;
   for (std::int64_t g = 0; g < t.group; ++g) {
     for (std::int64_t i = 0; i < t.rows; ++i) {
-      write_row(o + (g * rp + i) * dp, m[g * rp + i], l[g * rp + i], t.head_dim, column,
-                t.out + (g * t.block_rows + i) * t.out_stride, t.lse + g * t.block_rows + i);
+      const float li = l[g * rp + i];
+      const bool empty = li == 0.0f;
+      const float inv = empty ? 0.0f : 1.0f / li;
+      const float* acc = o + (g * rp + i) * dp;
+      for (std::int64_t c = 0; c < d; ++c) row[c] = acc[column(c)] * inv;
+      store_out_row(t.out, t.out.offset + g * t.out.head_stride + i * t.out.row_stride, d, row);
+      if (t.lse.data != nullptr) {
+        t.lse.data[t.lse.offset + g * t.lse.head_stride + i * t.lse.row_stride] =
+            empty ? kNegInf : m[g * rp + i] + std::log(li);
+      }
     }
   }
 }

@@ -195,11 +195,10 @@ void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
   }
   const std::int64_t tasks = static_cast<std::int64_t>(blocks.size()) * KH;
   const std::size_t body_floats = bodies.prefill_scratch_floats(d, G, block_rows, tile);
-  const std::size_t staging_floats = static_cast<std::size_t>(G * block_rows * (d + 1));
 
 #pragma omp parallel num_threads(thread_count(plan.target))
   {
-    float* scratch = thread_scratch(body_floats + staging_floats);
+    float* scratch = thread_scratch(body_floats);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       const Block& blk = blocks[static_cast<std::size_t>(task / KH)];
@@ -223,23 +222,16 @@ void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
                    t.q.strides[1]);
       a.k = source(t.k, tb * t.k.strides[0] + kvh * t.k.strides[1] + blk.k0 * t.k.strides[2], t.k.strides[2]);
       a.v = source(t.v, tb * t.v.strides[0] + kvh * t.v.strides[1] + blk.k0 * t.v.strides[2], t.v.strides[2]);
-      a.out = scratch;
-      a.out_stride = d;
-      a.lse = scratch + G * block_rows * d;
-      a.scratch = scratch + staging_floats;
-      bodies.prefill(a);
-      for (std::int64_t g = 0; g < G; ++g) {
-        const std::int64_t h = kvh * G + g;
-        for (std::int64_t i = 0; i < blk.rows; ++i) {
-          const std::int64_t row = row0 + i;
-          store_row(t.out.data, t.out.dtype, tb * t.out.strides[0] + h * t.out.strides[1] + row * t.out.strides[2], d,
-                    a.out + (g * block_rows + i) * d);
-          if (!t.lse.empty()) {
-            static_cast<float*>(t.lse.data)[tb * t.lse.strides[0] + h * t.lse.strides[1] + row * t.lse.strides[2]] =
-                a.lse[g * block_rows + i];
-          }
-        }
+      // Rows go straight to the output tensor, converted by the body (no f32 staging pass).
+      a.out = RowSink{t.out.data, t.out.dtype, tb * t.out.strides[0] + kvh * G * t.out.strides[1] + row0 * t.out.strides[2],
+                      t.out.strides[2], t.out.strides[1]};
+      if (!t.lse.empty()) {
+        a.lse = LseSink{static_cast<float*>(t.lse.data),
+                        tb * t.lse.strides[0] + kvh * G * t.lse.strides[1] + row0 * t.lse.strides[2], t.lse.strides[2],
+                        t.lse.strides[1]};
       }
+      a.scratch = scratch;
+      bodies.prefill(a);
     }
   }
 }

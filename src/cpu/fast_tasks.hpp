@@ -18,6 +18,21 @@ struct RowSource {
   std::int64_t head_stride = 0;  // next query head (q only)
 };
 
+// Where a task's output rows go: the caller's tensor (any dtype, its strides) or f32 scratch.
+struct RowSink {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::int64_t offset = 0;
+  std::int64_t row_stride = 0;
+  std::int64_t head_stride = 0;
+};
+struct LseSink {
+  float* data = nullptr;
+  std::int64_t offset = 0;
+  std::int64_t row_stride = 0;
+  std::int64_t head_stride = 0;
+};
+
 // Decode: one (sequence, KV head, key split): the `group` query heads of the KV head against
 // keys [key_begin, key_end), in tiles of `tile` keys.
 struct DecodeTask {
@@ -42,9 +57,8 @@ struct PrefillTask {
   std::int64_t kv_len = 0, first_position = 0;
   RowSource q;     // row i of head g: offset + g * head_stride + i * row_stride
   RowSource k, v;  // row j = key j of the sequence
-  float* out = nullptr;  // [group][block_rows][out_stride] f32, normalised
-  std::int64_t out_stride = 0;
-  float* lse = nullptr;  // [group][block_rows]
+  RowSink out;  // normalised row i of head g: offset + g * head_stride + i * row_stride, in out.dtype
+  LseSink lse;  // row i of head g's LSE (natural log); nothing written when lse.data is null
   float* scratch = nullptr;  // prefill_scratch_floats()
 };
 

@@ -127,7 +127,6 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
                               t.q.strides[0], t.q.strides[1]};
       a.k = detail::RowSource{stage_k, p.kv_dtype, 0, d, 0};
       a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
-      a.out_stride = d;
       a.scratch = body_scratch;
       for (std::int64_t c0 = begin; c0 < end; c0 += chunk) {
         const std::int64_t n = std::min(chunk, end - c0);
@@ -137,8 +136,8 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
         a.kv_len = n;
         a.first_position = first_position - c0;
         const bool first = c0 == begin;
-        a.out = first ? run : part_state;
-        a.lse = first ? run_lse : part_state + G * R * d;
+        a.out = detail::RowSink{first ? run : part_state, DType::kF32, 0, d, R * d};  // [group][R][d] f32
+        a.lse = detail::LseSink{first ? run_lse : part_state + G * R * d, 0, 1, R};
         bodies.prefill(a);
         if (!first) {
           for (std::int64_t g = 0; g < G; ++g) {

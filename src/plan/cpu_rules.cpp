@@ -22,6 +22,8 @@ namespace {
 
 constexpr std::uint64_t kAssumedL1Bytes = 32 << 10;
 constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
+// Every core with AMX tiles (Xeon Sapphire Rapids and later) has 2 MiB of L2.
+constexpr std::uint64_t kAmxL2Bytes = 2 << 20;
 constexpr std::uint64_t kF32Bytes = 4;
 // One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
 constexpr std::uint32_t kVectorLanes = 16;
@@ -236,20 +238,25 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   }
 
   // Query rows per block (per head; a task packs the GQA group, so the K/V tile is converted once
-  // for group x rows rows): the group's q and output accumulators in f32 fill at most half of L2,
-  // and the blocks still give each thread several tasks to balance causal work.
+  // for group x rows rows): the group's q and output accumulators fill at most half of L2, and the
+  // blocks still give each thread several tasks to balance causal work. The AMX body keeps q in
+  // bf16 (6 bytes per row and column with the f32 accumulator) and runs on 2 MiB L2 cores, so its
+  // blocks reach 256 rows: half the K/V staging per row of 128 (3-4% at 1k-4k, perf-notes CPU
+  // round 14).
   const std::uint64_t group = u(pr.group_size());
-  std::uint64_t rows =
-      std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 2 / (group * 2 * hd * kF32Bytes)), 16, 128);
+  const std::uint64_t l2 = amx ? kAmxL2Bytes : kAssumedL2Bytes;
+  const std::uint64_t row_bytes = group * hd * (amx ? 2 + kF32Bytes : 2 * kF32Bytes);
+  std::uint64_t rows = std::clamp<std::uint64_t>(floor_pow2(l2 / 2 / row_bytes), 16, amx ? 256 : 128);
   const std::uint64_t q_len = std::max<std::uint64_t>(1, u(pr.q_len));
   while (rows > 16 && u(pr.batch) * u(pr.kv_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
   rows = std::min<std::uint64_t>(rows, div_up(q_len, 8) * 8);
   const std::uint64_t blocks = div_up(q_len, rows);
   const std::uint64_t tasks = u(pr.batch) * u(pr.kv_heads) * blocks;
   reasons.push_back("rows: " + std::to_string(rows) + " query rows per block for each of the " + std::to_string(group) +
-                    " heads of a KV group (q and accumulators " + std::to_string(group * 2 * rows * hd * kF32Bytes >> 10) +
-                    " KiB, within half of an assumed 1 MiB L2); " + std::to_string(tasks) +
-                    " (sequence, KV head, row block) tasks for " + std::to_string(threads) + " threads");
+                    " heads of a KV group (q and accumulators " + std::to_string(rows * row_bytes >> 10) +
+                    " KiB, within half of " + (amx ? "the 2 MiB L2 of an AMX core" : "an assumed 1 MiB L2") +
+                    "); " + std::to_string(tasks) + " (sequence, KV head, row block) tasks for " +
+                    std::to_string(threads) + " threads");
   reasons.push_back("splits: 1: query rows already give the threads independent work (no merge needed)");
 
   const std::uint64_t keys = std::max<std::uint64_t>(1, u(pr.kv_len));

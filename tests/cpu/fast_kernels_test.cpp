@@ -390,7 +390,8 @@ TEST(FastBf16, PrefillPairTails) {
 }
 
 // bf16 prefill on AMX tiles (fast_body_amx.hpp): head_dim, query rows and keys that leave every
-// 32-padding partial, the AMX plan's tiles (up to 512 keys) and the vector plan's 64-128, causal row blocks
+// 32-padding partial, the AMX plan's tiles (up to 512 keys) and row blocks (up to 256 rows) and the
+// vector plan's 64-128, causal row blocks
 // that skip a tile's 32-row blocks, q shorter than the keys, a window, soft-cap with peaked
 // scores, groups 1 to 8. Each case runs on AMX under both plans, outputs poisoned before each run.
 TEST(FastAmx, PrefillPaddingTilesAndOptions) {
@@ -402,6 +403,9 @@ TEST(FastAmx, PrefillPaddingTilesAndOptions) {
   shapes.push_back(shape("amx q<kv group 4", 2, 4, 1, 64, 45, 700, true, DType::kBF16));
   shapes.push_back(shape("amx non-causal group 1", 1, 8, 8, 128, 130, 513, false, DType::kBF16));
   shapes.push_back(shape("amx square 600", 1, 16, 2, 128, 600, 600, true, DType::kBF16));
+  // Group 4 at head_dim 128 takes 256-row blocks on AMX (the last one 8 rows).
+  const std::string rows_256 = "amx 256-row blocks";
+  shapes.push_back(shape(rows_256, 1, 16, 4, 128, 520, 520, true, DType::kBF16));
   PrefillShape window = shape("amx window 100", 1, 8, 2, 128, 600, 600, true, DType::kBF16);
   window.window = 100;
   shapes.push_back(window);
@@ -423,6 +427,7 @@ TEST(FastAmx, PrefillPaddingTilesAndOptions) {
     ScopedIsa amx(Isa::kAmx);
     const PrefillPlan amx_plan = plan_prefill(c.problem, cpu_target(2));
     EXPECT_GT(amx_plan.partition.tile_size, vector_plan.partition.tile_size) << s.name;
+    if (s.name == rows_256) EXPECT_EQ(amx_plan.partition.rows_per_block, 256u) << to_table(amx_plan);
     for (const PrefillPlan& plan : {amx_plan, vector_plan}) {
       poison(c.out);
       poison(c.lse);
