@@ -185,16 +185,10 @@ inline void write_prefill_result(const PrefillTask& t, const float* o, const flo
   const std::int64_t d = t.head_dim;
   for (std::int64_t g = 0; g < t.group; ++g) {
     for (std::int64_t i = 0; i < t.rows; ++i) {
-      const float li = l[g * rp + i];
-      const bool empty = li == 0.0f;
-      const float inv = empty ? 0.0f : 1.0f / li;
-      const float* acc = o + (g * rp + i) * dp;
-      for (std::int64_t c = 0; c < d; ++c) row[c] = acc[column(c)] * inv;
+      float lse;
+      write_row(o + (g * rp + i) * dp, m[g * rp + i], l[g * rp + i], d, column, row, &lse);
       store_out_row(t.out, t.out.offset + g * t.out.head_stride + i * t.out.row_stride, d, row);
-      if (t.lse.data != nullptr) {
-        t.lse.data[t.lse.offset + g * t.lse.head_stride + i * t.lse.row_stride] =
-            empty ? kNegInf : m[g * rp + i] + std::log(li);
-      }
+      if (t.lse.data != nullptr) t.lse.data[t.lse.offset + g * t.lse.head_stride + i * t.lse.row_stride] = lse;
     }
   }
 }
