@@ -392,7 +392,8 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   const std::uint64_t work_units =
       splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units")
                  : checked_mul(div_ceil(q_tiles, std::uint64_t{part.tiles_per_unit}), tile_pairs, kContext, "work units");
-  require(work_units <= INT32_MAX, kContext, std::to_string(work_units) + " work units do not fit 31 bits",
+  require(work_units <= static_cast<std::uint64_t>(hop::kMaxWalkUnits), kContext,
+          std::to_string(work_units) + " work units exceed the walk's " + std::to_string(hop::kMaxWalkUnits),
           "split the call into smaller batches");
   part.grid_blocks = std::min(work_units, sms);
   // Order of the persistent walk: groups of (sequence, head) pairs whose K/V fit in a share of L2

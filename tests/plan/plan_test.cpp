@@ -507,6 +507,25 @@ TEST(PlanGpu, PrefillHopperCausalPairsEndInATailThatEvensTheBlocks) {
   EXPECT_EQ(plan_prefill(p, h200).partition.tail_pairs, 0u);
 }
 
+TEST(PlanGpu, PrefillHopperRejectsWalksTooLongForItsIndexArithmetic) {
+  const Target h200 = known_target("h200");
+  const auto units_error = [&](const PrefillProblem& p) {
+    const std::string message = error_of([&] { plan_prefill(p, h200); });
+    return message.find("work units exceed") != std::string::npos && message.find("Fix:") != std::string::npos;
+  };
+  PrefillProblem p;  // bf16, d128, causal: 128-row tiles walked in pairs (and a tail)
+  p.num_heads = p.kv_heads = 1;
+  p.q_len = p.kv_len = 128 * 3;  // 3 tiles, 2 units per (sequence, head) pair
+  p.batch = 1 << 29;             // 2^30 units: the most a walk takes
+  EXPECT_NO_THROW(plan_prefill(p, h200));
+  p.batch = INT32_MAX / 3;  // 2^31 - 2 work tiles, 1.4e9 units
+  EXPECT_TRUE(units_error(p));
+  p.causal = false;
+  p.q_len = p.kv_len = 128;  // one tile per pair: INT32_MAX single-tile units fitted 31 bits,
+  p.batch = INT32_MAX;       // but the walk's last round overflowed int (found by the fuzzer)
+  EXPECT_TRUE(units_error(p));
+}
+
 TEST(PlanGpu, PrefillHopperPacksGqaGroupsWhoseQueriesFitOneTile) {
   const Target h200 = known_target("h200");
   PrefillProblem p;  // bf16, d128, 32 query / 8 KV heads, causal: 128-row tiles

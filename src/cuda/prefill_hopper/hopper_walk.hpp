@@ -97,10 +97,14 @@ inline std::int64_t walk_units_per_pair(int m_tiles, int tiles_per_unit, int spl
   return tiles_per_unit == 2 ? (m_tiles + 1) / 2 : static_cast<std::int64_t>(m_tiles) * splits;
 }
 
+// The most units a walk may have: its int arithmetic (a round's first unit plus the grid, a
+// causal tail's single tiles, up to two grids more than the pairs) stays in 31 bits with room.
+inline constexpr std::int64_t kMaxWalkUnits = std::int64_t{1} << 30;
+
 // Host: the walk over `pairs` (sequence, head) pairs of m_tiles query tiles in groups of
 // heads_per_group, tiles_per_unit 1 or 2, keys split `splits` ways, the last tail_pairs pairs as
 // the tail (causal pairs only; clamped to the pairs), on at most grid_blocks blocks. The caller
-// has checked that the units fit 31 bits.
+// has checked that the units are at most kMaxWalkUnits.
 inline HopperWalk make_walk(int m_tiles, int pairs, std::int64_t heads_per_group, int tiles_per_unit, int splits,
                             int tail_pairs, std::int64_t grid_blocks) {
   using cuda_common::FastDivider;
