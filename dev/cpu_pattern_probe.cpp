@@ -20,10 +20,13 @@
 //   decode-vl1   the V prefetch during K's phase into L1 8 rows ahead (decode-vl1-0: at the key),
 //                so V's phase reads L1/L2 (CPU round 13)
 //   decode-1pass V in one pass of whole rows (not two 128-byte column passes)
-//   kv-inter     K row j and V row j of each key read side by side (two streams at once)
+//   kv-inter     K row j and V row j of each key read side by side (two streams at once);
+//                -pf4 / -pf8 / -pf16: both streams that many rows ahead into L1
 //   k-then-v     a KV head's whole K, then its whole V (one stream at a time, hardware prefetch)
 //   tile-rows    per tile, K rows then V rows in whole rows, no software prefetch; -l1: each
-//                stream 8 rows ahead into L1; -l1l2: and 64 rows ahead into L2 (same stream only)
+//                stream 8 rows ahead into L1 (-l1-16, -l1-32: 16 or 32 rows); -l1l2: and 64 rows
+//                ahead into L2 (same stream only); -l1-x2 / -x4: each head's keys in 2 or 4 ranges
+//                visited a tile at a time in turn (4 or 8 streams in flight)
 //   The rows' bytes (--row-bytes 512 for f32), kv_len, heads and the tile are options; --huge asks
 //   for transparent huge pages (madvise) on both buffers.
 //
@@ -176,6 +179,31 @@ __attribute__((target("avx512f"))) std::uint64_t tile_rows(const char* k, const 
   return work.done(acc);
 }
 
+// tile_rows's pattern (`l1` rows ahead into L1) over `lanes` contiguous key ranges of each head,
+// visited a tile at a time in turn: 2 x lanes streams in flight instead of 2 (CPU round 15).
+__attribute__((target("avx512f"))) std::uint64_t tile_rows_lanes(const char* k, const char* v, const Shape& s, int l1,
+                                                                  int lanes) {
+  Acc acc = _mm512_setzero_si512();
+  Work work;
+  const std::int64_t row = s.row, head_bytes = s.keys * row, span = s.keys / lanes;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    for (std::int64_t j0 = 0; j0 < span; j0 += s.tile) {
+      const std::int64_t n = std::min(s.tile, span - j0);
+      for (int lane = 0; lane < lanes; ++lane) {
+        for (const char* base : {k + h * head_bytes, v + h * head_bytes}) {
+          const char* end = base + (lane + 1) * span * row;
+          for (std::int64_t j = 0; j < n; j += 4) {
+            const char* r0 = base + (lane * span + j0 + j) * row;
+            if (l1) prefetch_rows<_MM_HINT_T0>(r0 + l1 * row, 4, row, row, end);
+            for (int r = 0; r < 4; ++r) load_row(acc, work, r0 + r * row, row);
+          }
+        }
+      }
+    }
+  }
+  return work.done(acc);
+}
+
 __attribute__((target("avx512f"))) std::uint64_t sequential(const char* p, std::int64_t bytes) {
   Acc acc = _mm512_setzero_si512();
   Work work;
@@ -277,6 +305,12 @@ int main(int argc, char** argv) {
       {"tile-rows", [&] { return tile_rows(k, v, s, 0, 0); }},
       {"tile-rows-l1", [&] { return tile_rows(k, v, s, 8, 0); }},
       {"tile-rows-l1l2", [&] { return tile_rows(k, v, s, 8, 64); }},
+      {"tile-rows-l1-16", [&] { return tile_rows(k, v, s, 16, 0); }},
+      {"tile-rows-l1-32", [&] { return tile_rows(k, v, s, 32, 0); }},
+      {"kv-inter-pf4", [&] { return kv_interleaved(k, v, s, 4); }},
+      {"kv-inter-pf16", [&] { return kv_interleaved(k, v, s, 16); }},
+      {"tile-rows-l1-x2", [&] { return tile_rows_lanes(k, v, s, 8, 2); }},
+      {"tile-rows-l1-x4", [&] { return tile_rows_lanes(k, v, s, 8, 4); }},
       {"kv-inter", [&] { return kv_interleaved(k, v, s, 0); }},
       {"kv-inter-pf8", [&] { return kv_interleaved(k, v, s, 8); }},
       {"k-then-v",

@@ -7,7 +7,8 @@
 // Inputs: a DecodeTask, head_dim contiguous, any row stride.
 // Layout: q scaled and in f32 ([group][dp], as fast_body.hpp); scores of a tile as [key][4 heads]
 //   f32, the order the transposed score sums come out in (no per-head stores), then P in place;
-//   accumulators [group][dp] in head_dim order.
+//   accumulators [group][dp] in head_dim order (bf16 K/V: each 32-column chunk as even | odd
+//   columns, below).
 // Parallelism: one task per thread; per tile and block of 4 heads:
 //   Q K^T: 4 keys x 4 heads = 16 accumulators over head_dim (FMA, each K chunk widened once for
 //     the 4 heads), one transpose-and-add tree per 4 keys;
@@ -121,15 +122,31 @@ inline void fold_sums_rows4(V sum, const float alpha[4], float* l) {
 // ---------------------------------------------------------------------------------------------
 // f32 arithmetic
 
+// bf16 K/V: each 32-column chunk of a row is one 64-byte load split into its even and odd columns
+// (Vec::load_bf16_even_odd: two ops, where widening two 16-column halves takes four and two
+// loads), so q and the accumulators hold a chunk as [16 even | 16 odd]; the output is written back
+// through EvenOddColumn (a cache-resident group-4 call 8% faster than with widening; docs/perf-notes.md,
+// CPU round 15).
+constexpr std::int64_t kEvenOddChunk = 2 * W;
+template <class Tag>
+constexpr bool even_odd_columns() {
+  return __is_same(Tag, BF16);
+}
+struct EvenOddColumn {
+  std::int64_t operator()(std::int64_t c) const {
+    return c / kEvenOddChunk * kEvenOddChunk + (c % 2) * W + (c % kEvenOddChunk) / 2;
+  }
+};
+
 struct DecodeLayoutRows4F {
-  std::int64_t dp, tp;  // head_dim padded to W; tile padded to 4 keys
+  std::int64_t dp, tp;  // head_dim padded to W (to 2W for even/odd chunks); tile padded to 4 keys
   float *q, *acc, *s, *m, *l;  // q and acc [group][dp], s [tp][4], m and l [group]
 };
 
 inline DecodeLayoutRows4F decode_layout_rows4_f(std::int64_t head_dim, std::int64_t group, std::int64_t tile,
-                                                float* base) {
+                                                bool even_odd, float* base) {
   DecodeLayoutRows4F L{};
-  L.dp = round_up(head_dim, W);
+  L.dp = round_up(head_dim, even_odd ? kEvenOddChunk : W);
   L.tp = round_up(tile, 4);
   float* f = base;
   L.q = f; f += floats_for(group * L.dp);
@@ -141,7 +158,7 @@ inline DecodeLayoutRows4F decode_layout_rows4_f(std::int64_t head_dim, std::int6
 }
 
 inline std::size_t decode_scratch_floats_rows4_f(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
-  const std::int64_t dp = round_up(head_dim, W), tp = round_up(tile, 4);
+  const std::int64_t dp = round_up(head_dim, kEvenOddChunk), tp = round_up(tile, 4);
   return 2 * floats_for(group * dp) + floats_for(tp * 4) + 2 * floats_for(group) + 16;
 }
 
@@ -169,6 +186,24 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
     V acc[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) acc[i] = Vec::zero();
+    if constexpr (even_odd_columns<Tag>()) {
+      const auto* k = static_cast<const std::uint16_t*>(t.k.data);
+      for (std::int64_t c = 0; c < d; c += kEvenOddChunk) {
+        const int m = static_cast<int>(imin(kEvenOddChunk, d - c));
+        V qe[4], qo[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) qe[g] = Vec::load(q + g * L.dp + c), qo[g] = Vec::load(q + g * L.dp + c + W);
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          V even, odd;
+          Vec::load_bf16_even_odd(k + kr[kk] + c, m, even, odd);
+#pragma GCC unroll 4
+          for (int g = 0; g < 4; ++g) acc[kk * 4 + g] = Vec::fma(qo[g], odd, Vec::fma(qe[g], even, acc[kk * 4 + g]));
+        }
+      }
+      Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
+      continue;
+    }
     for (std::int64_t c = 0; c < d; c += W) {
       const int m = static_cast<int>(imin(W, d - c));
       V qv[4];
@@ -263,8 +298,17 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
       pk.rows<2, 1>(j0 + n + j);
     }
     V vv[NV];
+    if constexpr (even_odd_columns<Tag>()) {
+      static_assert(NV % 2 == 0, "even/odd passes take whole 32-column chunks");
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; v += 2) {
+        Vec::load_bf16_even_odd(static_cast<const std::uint16_t*>(t.v.data) + offset + v * W,
+                                static_cast<int>(imin(kEvenOddChunk, d - (c0 + v) * W)), vv[v], vv[v + 1]);
+      }
+    } else {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+      for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+    }
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       const V pb = Vec::set1(L.s[j * 4 + g]);
@@ -288,11 +332,14 @@ inline std::int64_t pv_chunks(std::int64_t vecs) {
 
 template <class Tag>
 void decode_rows4_f(const DecodeTask& t) {
-  const DecodeLayoutRows4F L = decode_layout_rows4_f(t.head_dim, t.group, t.tile, t.scratch);
+  constexpr bool kEvenOdd = even_odd_columns<Tag>();
+  const DecodeLayoutRows4F L = decode_layout_rows4_f(t.head_dim, t.group, t.tile, kEvenOdd, t.scratch);
   const std::int64_t G = t.group, d = t.head_dim, vecs = L.dp / W, chunks = pv_chunks(vecs);
   for (std::int64_t g = 0; g < G; ++g) {
     const std::int64_t row = t.q.offset + g * t.q.head_stride;
-    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+    for (std::int64_t c = 0; c < L.dp; ++c) {
+      L.q[g * L.dp + (kEvenOdd ? EvenOddColumn{}(c) : c)] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+    }
     for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
     L.m[g] = kNegInf;
     L.l[g] = 0.0f;
@@ -322,7 +369,9 @@ void decode_rows4_f(const DecodeTask& t) {
           pv_rows4_f<Tag, 2>(t, L, h0, c0, j0, n, prefetch);
           c0 += 2;
         }
-        if (c0 < vecs) pv_rows4_f<Tag, 1>(t, L, h0, c0, j0, n, prefetch);
+        if constexpr (!kEvenOdd) {  // even/odd rows are padded to whole chunks: no single vector left
+          if (c0 < vecs) pv_rows4_f<Tag, 1>(t, L, h0, c0, j0, n, prefetch);
+        }
         continue;
       }
       // f32: head pairs x chunks of head_dim; the pair's 16 accumulators stay in registers.
@@ -347,7 +396,11 @@ void decode_rows4_f(const DecodeTask& t) {
       }
     }
   }
-  write_decode_result(t, L.acc, L.dp, L.m, L.l);
+  if constexpr (kEvenOdd) {
+    write_decode_result(t, L.acc, L.dp, L.m, L.l, EvenOddColumn{});
+  } else {
+    write_decode_result(t, L.acc, L.dp, L.m, L.l);
+  }
 }
 
 inline bool uses_rows4_f(const DecodeTask& t) { return t.group % 4 == 0; }

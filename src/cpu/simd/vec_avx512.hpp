@@ -27,6 +27,15 @@ struct VecAvx512 {
                                   : _mm256_maskz_loadu_epi16(tail(n), p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  // 2 x kWidth bf16 (the first n; the rest read as 0) as two f32 vectors, the even columns
+  // (bits << 16) and the odd ones (bits & 0xffff0000): two ops for 32 values where widening takes
+  // four (and a second load).
+  static void load_bf16_even_odd(const std::uint16_t* p, int n, V& even, V& odd) {
+    const __m512i x = n >= 2 * kWidth ? _mm512_loadu_si512(p)
+                                      : _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1u << n) - 1u), p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static V load_f16(const std::uint16_t* p, int n) {
     const __m256i h = n == kWidth ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
                                   : _mm256_maskz_loadu_epi16(tail(n), p);
