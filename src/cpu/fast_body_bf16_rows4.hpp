@@ -34,6 +34,7 @@ struct DecodeLayoutRows4 {
   std::int64_t dp, tp;  // head_dim padded to 32; tile padded to 8 keys
   std::uint16_t *qh, *ql;
   std::uint32_t* pp;  // [tp / 2][4]
+  std::uint32_t* qt;  // q's column pairs as tile operands (the amx level's scores; group * dp / 2)
   float *acc, *s, *m, *l;  // acc [group][dp], s [tp][4], m and l [group]
 };
 
@@ -45,6 +46,7 @@ inline DecodeLayoutRows4 decode_layout_rows4(std::int64_t head_dim, std::int64_t
   L.qh = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.dp / 2);
   L.ql = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.dp / 2);
   L.pp = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * 4);
+  L.qt = reinterpret_cast<std::uint32_t*>(f); f += floats_for(group * L.dp / 2);
   L.acc = f; f += floats_for(group * L.dp);
   L.s = f; f += floats_for(L.tp * 4);
   L.m = f; f += floats_for(group);
@@ -54,7 +56,7 @@ inline DecodeLayoutRows4 decode_layout_rows4(std::int64_t head_dim, std::int64_t
 
 inline std::size_t decode_scratch_floats_rows4(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, kPairChunk), tp = round_up(tile, 8);
-  return 2 * floats_for(group * dp / 2) + floats_for(tp / 2 * 4) + floats_for(group * dp) + floats_for(tp * 4) +
+  return 3 * floats_for(group * dp / 2) + floats_for(tp / 2 * 4) + floats_for(group * dp) + floats_for(tp * 4) +
          2 * floats_for(group) + 16;
 }
 
@@ -137,6 +139,18 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
     score_keys4_rows4<kSplit, kD>(t, kr, qh, ql, L.dp, L.s + j * 4);
   }
 }
+
+// Where a tile's scores come from: the vector unit (scores_rows4), here; the amx level passes its
+// tiles instead (fast_body_amx_decode.hpp). begin / end bracket a task.
+struct VectorScores {
+  static void begin(const DecodeTask&, const DecodeLayoutRows4&) {}
+  static void end() {}
+  template <bool kSplit, int kD>
+  static void tile(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+                   bool prefetch) {
+    scores_rows4<kSplit, kD>(t, L, h0, j0, n, prefetch);
+  }
+};
 
 // The tile's online softmax for heads [h0, h0 + 4): P into L.pp as key pairs, m and l updated,
 // the heads' accumulators rescaled once.
@@ -247,16 +261,17 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     for (int v = 0; v < 2 * CB; ++v) Vec::store(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W, acc[g][v]);
 }
 
-template <bool kSplit, int kD>
+template <bool kSplit, int kD, class Scores>
 void decode_rows4_typed(const DecodeTask& t) {
   const DecodeLayoutRows4 L = decode_layout_rows4(t.head_dim, t.group, t.tile, t.scratch);
   const std::int64_t G = t.group, d = head_dim_of<kD>(t), blocks = L.dp / kPairChunk;
   start_bf16_rows(t, L);
+  Scores::begin(t, L);
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, t.key_end - j0);
     for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
       const bool prefetch = h0 == 0;  // later blocks of the group read the tile from cache
-      scores_rows4<kSplit, kD>(t, L, h0, j0, n, prefetch);
+      Scores::template tile<kSplit, kD>(t, L, h0, j0, n, prefetch);
       softmax_rows4(t, L, h0, n);
       std::int64_t b0 = 0;
       const std::int64_t passes = blocks / 2 + blocks % 2;
@@ -272,24 +287,26 @@ void decode_rows4_typed(const DecodeTask& t) {
       }
     }
   }
+  Scores::end();
   write_decode_result(t, L.acc, L.dp, L.m, L.l, PairColumn{});
 }
 
 // Head_dim 128 (llama, mistral, qwen) gets its own instance; other widths the run-time one.
-template <bool kSplit>
+template <bool kSplit, class Scores>
 void decode_rows4_any_width(const DecodeTask& t) {
   if (t.head_dim == 128) {
-    decode_rows4_typed<kSplit, 128>(t);
+    decode_rows4_typed<kSplit, 128, Scores>(t);
   } else {
-    decode_rows4_typed<kSplit, 0>(t);
+    decode_rows4_typed<kSplit, 0, Scores>(t);
   }
 }
 
-inline void decode_rows4(const DecodeTask& t) {
+template <class Scores>
+void decode_rows4(const DecodeTask& t) {
   if (t.q.dtype == DType::kBF16) {
-    decode_rows4_any_width<false>(t);
+    decode_rows4_any_width<false, Scores>(t);
   } else {
-    decode_rows4_any_width<true>(t);
+    decode_rows4_any_width<true, Scores>(t);
   }
 }
 
@@ -297,11 +314,12 @@ inline void decode_rows4(const DecodeTask& t) {
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
-// The decode entry of this ISA level: groups of 4k heads here (bf16 K/V with vdpbf16ps, f32 and
-// f16 K/V with FMA), the rest as before.
-inline void decode_bf16_or_rows4(const DecodeTask& t) {
+// The decode entry of this ISA level: groups of 4k heads here (bf16 K/V with vdpbf16ps, or the
+// scores on other units where Scores says so; f32 and f16 K/V with FMA), the rest as before.
+template <class Scores = VectorScores>
+void decode_bf16_or_rows4(const DecodeTask& t) {
   if (uses_rows4(t)) {
-    decode_rows4(t);
+    decode_rows4<Scores>(t);
   } else if (uses_rows4_f(t)) {
     decode_or_rows4(t);  // f32 / f16 K/V
   } else {

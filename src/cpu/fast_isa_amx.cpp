@@ -1,7 +1,8 @@
 // The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): bf16 prefill on the
-// tiles (fast_body_amx.hpp); decode, and prefill of f32/f16 K/V, take the avx512bf16 bodies
-// (decode reads each K/V element once for a handful of query heads: memory-bound, and too few
-// rows for a 16-row tile). Only this translation unit is compiled for AMX, and fast_isa.cpp's
+// tiles (fast_body_amx.hpp); bf16 decode of groups of 4k heads with its scores on the tiles
+// (fast_body_amx_decode.hpp: a 16-key tile of K against a block of 4 heads' q; P V stays on the
+// vector unit, whose 4-row products would fill a quarter of a tile); other decodes, and prefill of
+// f32/f16 K/V, take the avx512bf16 bodies. Only this translation unit is compiled for AMX, and fast_isa.cpp's
 // runtime check (cpuid and the kernel's permission for the tile state) decides whether it runs.
 #include <cmath>
 #include <cstddef>
@@ -28,6 +29,9 @@
 #include "cpu/fast_body.hpp"
 #include "cpu/fast_body_bf16.hpp"
 #include "cpu/fast_body_amx.hpp"
+#include "cpu/fast_body_rows4.hpp"
+#include "cpu/fast_body_bf16_rows4.hpp"
+#include "cpu/fast_body_amx_decode.hpp"
 
 namespace attnkit::cpu::detail {
 namespace {
@@ -55,6 +59,8 @@ const FastBodies& fast_bodies_amx() {
   static const FastBodies bodies = [] {
     FastBodies b = fast_bodies_avx512bf16();
     b.name = "amx";
+    b.decode_scratch_floats = isa_amx::decode_scratch_floats_with_rows4;
+    b.decode = isa_amx::decode_bf16_or_rows4<isa_amx::AmxRowScores>;
     b.prefill_scratch_floats = prefill_scratch_floats_amx;
     b.prefill = prefill_amx;
     return b;

@@ -32,7 +32,7 @@ namespace attnkit::cpu::detail {
 
 const FastBodies& fast_bodies_avx512bf16() {
   static const FastBodies bodies{"avx512bf16", isa_avx512bf16::W, isa_avx512bf16::decode_scratch_floats_with_rows4,
-                                 isa_avx512bf16::decode_bf16_or_rows4, isa_avx512bf16::prefill_scratch_floats_any,
+                                 isa_avx512bf16::decode_bf16_or_rows4<>, isa_avx512bf16::prefill_scratch_floats_any,
                                  isa_avx512bf16::prefill_bf16};
   return bodies;
 }

@@ -1,0 +1,81 @@
+// Internal: the scores of the bf16 row-block decode body (fast_body_bf16_rows4.hpp) on AMX tiles,
+// for the amx level. Included by fast_isa_amx.cpp after fast_body_amx.hpp and
+// fast_body_bf16_rows4.hpp (same namespace).
+//
+// Why: on the AMX Xeons vdpbf16ps issues at a quarter of the FMA rate (0.53 against 0.13 ns per
+// instruction on one core), so Q K^T of a group-4 key at head_dim 128 takes 10.8 ns on the vector
+// unit and 2.8 ns on the tiles (K in L1; docs/perf-notes.md, CPU round 15), and the decode streams
+// faster from DRAM the less the core computes per byte.
+// How: a tile of 16 keys is the A operand read straight from the cache rows (16 rows x 32 columns
+//   per tileloadd, the cache's row stride as the tile stride), q of a block of 4 heads the B
+//   operand (its column pairs packed once per task into L.qt), and C (16 keys x 4 heads f32) is
+//   stored as [key][head], the layout softmax_rows4 reads. The body's prefetches are issued as
+//   the vector scores issue them.
+// The vector scores remain for tiles of fewer than 16 keys (a task's last), head_dim not a multiple
+//   of 32 (the A rows would run past a row) and split q (an f32 or f16 q on a bf16 cache).
+// Tile registers: 0 = C, 1 = A, 2 = B; configured at a task's start and released at its end.
+
+namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
+
+inline const AmxTileConfig& amx_decode_tile_config() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    c.rows[0] = c.rows[1] = c.rows[2] = 16;
+    c.colsb[0] = 4 * sizeof(float);          // C: 16 keys x 4 heads
+    c.colsb[1] = 32 * sizeof(std::uint16_t);  // A: 16 keys x 32 columns
+    c.colsb[2] = 4 * sizeof(std::uint32_t);   // B: 16 column pairs x 4 heads
+    return c;
+  }();
+  return config;
+}
+
+struct AmxRowScores {
+  static constexpr std::int64_t kKeys = 16, kChunk = 32;
+
+  // L.qt[block b][chunk c][pair r][head n] = the bf16 pair (q[4b + n][32c + 2r], q[4b + n][32c + 2r + 1]).
+  static void begin(const DecodeTask& t, const DecodeLayoutRows4& L) {
+    _tile_loadconfig(&amx_decode_tile_config());
+    const std::int64_t chunks = L.dp / kChunk;
+    for (std::int64_t g = 0; g < t.group; ++g) {
+      std::uint32_t* block = L.qt + g / 4 * chunks * kKeys * 4;
+      for (std::int64_t w = 0; w < L.dp / 2; ++w) {
+        std::uint32_t pair;
+        std::memcpy(&pair, L.qh + g * L.dp + 2 * w, sizeof pair);
+        block[(w / kKeys * kKeys + w % kKeys) * 4 + g % 4] = pair;
+      }
+    }
+  }
+
+  static void end() { _tile_release(); }
+
+  template <bool kSplit, int kD>
+  static void tile(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+                   bool prefetch) {
+    const std::int64_t d = head_dim_of<kD>(t);
+    if (kSplit || n != kKeys || d % kChunk != 0) {
+      scores_rows4<kSplit, kD>(t, L, h0, j0, n, prefetch);
+      return;
+    }
+    constexpr std::int64_t kRowBytes = kD * 2;  // 0: not known at compile time
+    const std::int64_t stride = t.k.row_stride, last = t.key_end - 1;
+    if (prefetch) {
+      const PrefetchRows pk(t.k, 2, 0, d * 2, last), pv(t.v, 2, 0, d * 2, last);
+#pragma GCC unroll 4
+      for (std::int64_t j = 0; j < kKeys; j += 4) {
+        pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
+        pv.rows<2, 4, kRowBytes>(j0 + j);
+      }
+    }
+    const std::uint16_t* k = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset + j0 * stride;
+    const std::uint32_t* q = L.qt + h0 / 4 * (L.dp / kChunk) * kKeys * 4;
+    _tile_zero(0);
+    for (std::int64_t c = 0; c < d; c += kChunk, q += kKeys * 4) {
+      _tile_loadd(1, k + c, stride * static_cast<std::int64_t>(sizeof(std::uint16_t)));
+      _tile_loadd(2, q, 4 * sizeof(std::uint32_t));
+      _tile_dpbf16ps(0, 1, 2);
+    }
+    _tile_stored(0, L.s, 4 * sizeof(float));
+  }
+};
+
+}  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS
