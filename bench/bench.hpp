@@ -53,6 +53,7 @@ struct Options {
   std::function<void(const std::string&)> progress;  // called between cases of long sweeps
   std::optional<KernelFamily> family;  // force a kernel family (default: the planner's choice)
   std::int64_t ceiling_bytes = 0;      // read-ceiling buffer size (0 = 4x the LLC, 256 MiB..2 GiB)
+  bool huge_pages = true;  // CPU inputs of 2 MiB and more on huge pages (cpu::advise_huge_pages)
 };
 
 // A ceiling measured in this run: what it is and its value (bytes/s or FLOP/s).

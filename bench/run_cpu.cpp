@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -23,14 +25,36 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kMaxCopies = 64;
 
+// Host bytes, 2 MiB-aligned and advised onto huge pages before the first touch where asked (as an
+// engine would place its KV cache: cpu::advise_huge_pages), else 64-byte aligned.
+struct HostBytes {
+  struct Free {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::uint8_t, Free> memory;
+  std::size_t bytes = 0;
+  HostBytes(std::size_t n, bool huge_pages) : bytes(n) {
+    constexpr std::size_t kHugePage = std::size_t{2} << 20;
+    huge_pages = huge_pages && n >= kHugePage;  // a small q or output would pin a whole huge page
+    const std::size_t align = huge_pages ? kHugePage : 64;
+    const std::size_t allocated = std::max(align, (n + align - 1) / align * align);
+    memory.reset(static_cast<std::uint8_t*>(std::aligned_alloc(align, allocated)));
+    require(memory != nullptr, "bench", "cannot allocate " + std::to_string(n >> 20) + " MiB of inputs",
+            "free memory, or bench smaller shapes");
+    if (huge_pages) cpu::advise_huge_pages(memory.get(), allocated);
+  }
+  std::uint8_t* data() const { return memory.get(); }
+  std::size_t size() const { return bytes; }
+};
+
 // An owned buffer viewed as one contiguous tensor.
 struct Buffer {
-  std::vector<std::uint8_t> bytes;
+  HostBytes bytes;
   TensorView view;
-  Buffer(DType dtype, std::initializer_list<std::int64_t> shape) {
-    view = TensorView::contiguous(nullptr, dtype, shape);
-    bytes.resize(static_cast<std::size_t>(view.numel()) * dtype_size(dtype));
-    view.data = bytes.data();
+  Buffer(DType dtype, std::initializer_list<std::int64_t> shape, bool huge_pages = false)
+      : bytes(static_cast<std::size_t>(TensorView::contiguous(nullptr, dtype, shape).numel()) * dtype_size(dtype),
+              huge_pages) {
+    view = TensorView::contiguous(bytes.data(), dtype, shape);
   }
 };
 
@@ -107,10 +131,10 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   const int copies = copies_for(cache_bytes, target.cache_bytes);
   std::vector<Buffer> q, k, v, out;
   for (int i = 0; i < copies; ++i) {
-    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim});
-    k.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
-    v.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
-    out.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim});
+    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
+    k.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim}, options.huge_pages);
+    v.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim}, options.huge_pages);
+    out.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
     if (i == 0) {
       fill_random(q[0], 1);
       fill_random(k[0], 2);
@@ -150,10 +174,10 @@ void run_prefill(Row& row, const Case& c, const Target& target, const Options& o
   const int copies = copies_for(copy_bytes, target.cache_bytes);
   std::vector<Buffer> q, k, v, out;
   for (int i = 0; i < copies; ++i) {
-    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.q_len, c.head_dim});
-    k.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
-    v.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim});
-    out.emplace_back(p.out_dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.q_len, c.head_dim});
+    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.q_len, c.head_dim}, options.huge_pages);
+    k.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim}, options.huge_pages);
+    v.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.kv_heads, c.kv_len, c.head_dim}, options.huge_pages);
+    out.emplace_back(p.out_dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.q_len, c.head_dim}, options.huge_pages);
     if (i == 0) {
       fill_random(q[0], 4);
       fill_random(k[0], 5);

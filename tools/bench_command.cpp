@@ -38,6 +38,7 @@ struct BenchFlags {
   std::string family;
   int threads = 0, reps = 0, warmup = 5;
   std::int64_t ceiling_mib = 0;
+  std::string pages = "huge";
   bool json = false;
   CLI::Option* model_opt = nullptr;
 };
@@ -231,6 +232,7 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
   options.threads = f.threads;
   options.family = parse_family(f.family);
   options.ceiling_bytes = f.ceiling_mib << 20;
+  options.huge_pages = f.pages == "huge";
   // Progress on stderr once a run has lasted a couple of seconds (always on a terminal).
   const auto start = std::chrono::steady_clock::now();
   const bool terminal = isatty(STDERR_FILENO) != 0;
@@ -293,6 +295,11 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   cmd->add_option("--reps", f->reps, "timed repetitions, median reported (default: cuda 50, cpu 20)");
   cmd->add_option("--warmup", f->warmup, "untimed repetitions first")->capture_default_str();
   cmd->add_option("--ceiling-mib", f->ceiling_mib, "CPU read-ceiling buffer in MiB (default: 4x LLC, 256..2048)");
+  cmd->add_option("--pages", f->pages,
+                  "CPU inputs of 2 MiB and more on huge pages (huge, as an engine would place a KV cache) or "
+                  "4k (the allocator's pages); the read ceiling is the best of both either way")
+      ->check(CLI::IsMember({"huge", "4k"}))
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "one JSON document: commit, device, command, rows");
   cmd->callback([f, command_line, &exit_code] { run_bench(*f, command_line, exit_code); });
 }

@@ -16,7 +16,8 @@ Rejected calls raise attnkit.Error (a ValueError) whose message ends with "Fix: 
 from __future__ import annotations
 
 from . import _attnkit
-from ._attnkit import Error, Target, cpu_target, cuda_built, cuda_device_count, cuda_target, known_target
+from ._attnkit import (Error, Target, advise_huge_pages, cpu_target, cuda_built, cuda_device_count, cuda_target,
+                       known_target)
 from ._ops import (append_kv, apply_rope, decode, extend, fused_rope_append_decode, merge_states, paged_append_kv,
                    paged_decode, prefill, reference_decode, reference_extend, reference_paged_decode,
                    reference_prefill)
@@ -31,5 +32,5 @@ __all__ = [
     "decode", "prefill", "append_kv", "apply_rope", "fused_rope_append_decode", "merge_states",
     "paged_decode", "extend", "paged_append_kv",
     "reference_decode", "reference_prefill", "reference_paged_decode", "reference_extend",
-    "sdpa", "clear_plan_cache",
+    "sdpa", "clear_plan_cache", "advise_huge_pages",
 ]

@@ -175,6 +175,15 @@ void bind_runs(nb::module_& m) {
         cpu::merge_states(t);
       },
       "out_partial"_a, "lse_partial"_a, "out"_a, "lse"_a.none() = nb::none());
+
+  m.def(
+      "advise_huge_pages",
+      [](const OutArray& x) {
+        require(x.device_type() == nb::device::cpu::value, "advise_huge_pages", "the array is not in host memory",
+                "pass a CPU tensor (a KV cache the CPU backend reads)");
+        return cpu::advise_huge_pages(x.data(), x.nbytes());
+      },
+      "x"_a);
 }
 
 }  // namespace attnkit::python

@@ -4,6 +4,7 @@ as tables and dicts. Fresh random inputs each run (ATTNKIT_TEST_SEED replays one
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -347,3 +348,14 @@ def test_cuda_availability_is_reported():
         assert count == 0
         with pytest.raises(attnkit.Error, match="Fix:"):
             attnkit.cuda_target()
+
+
+def test_advise_huge_pages_keeps_contents(rng):
+    # 8 MiB of K/V-like data: the advice covers its whole 2 MiB pages, the values stay as written.
+    cache = randn(rng, (1, 1, 32768, 128), "f16")
+    before = cache.copy()
+    advised = attnkit.advise_huge_pages(cache)
+    assert isinstance(advised, bool)
+    if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):  # a Linux kernel with THP
+        assert advised
+    np.testing.assert_array_equal(cache, before)
