@@ -1,13 +1,15 @@
 // CPU ceilings, measured in the same run as the kernels they bound.
 //   read bandwidth: every thread XOR-reduces its slice of a buffer 4x the last-level cache (at
 //     least 256 MiB, at most 2 GiB), so every pass streams from DRAM; 32-byte loads (AVX2) where
-//     present. Two access patterns, the best of either: one sequential stream per thread
-//     (hardware prefetch alone), and kStreams interleaved streams per thread with software
-//     prefetch kPrefetchBytes ahead (how the decode kernels read K and V rows; one stream alone
-//     undershot them by up to 39% on a 2-vCPU EPYC VM). Each on 4 KiB pages and on 2 MiB pages
-//     (cpu::advise_huge_pages), the best of all: the kernels' inputs may sit on either (the bench
-//     puts them on huge pages unless told not to), and on a KVM Xeon the probe read 10% less on huge
-//     pages while the decode read 14% more, so no page policy flatters the kernels.
+//     present. Three access patterns, the best of all: one sequential stream per thread
+//     (hardware prefetch alone); kStreams interleaved streams per thread with software prefetch
+//     kPrefetchBytes ahead (how the decode kernels read K and V rows; one stream alone undershot
+//     them by up to 39% on a 2-vCPU EPYC VM); two streams read in 4 KiB turns with a short
+//     prefetch (the decode's 16-key tiles on AMX Xeons, which outran the other two there). Each on
+//     4 KiB pages and on 2 MiB pages (cpu::advise_huge_pages): the kernels' inputs may sit on
+//     either (the bench puts them on huge pages unless told not to), and on a KVM Xeon the probe
+//     read 10% less on huge pages while the decode read 14% more, so no page policy flatters the
+//     kernels.
 //   FMA rate: every thread runs 12 independent f32 FMA chains per ISA level (enough to cover a
 //     4-cycle latency on two pipes), so the loop is bound by FMA throughput alone.
 // Both report the best of several passes: a ceiling is what the machine can do, not its median.
@@ -29,7 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kAlign = 64;
-constexpr int kCeilingPasses = 8;
+constexpr int kCeilingPasses = 9;  // three of each pattern
 
 int thread_count(const Options& options) { return options.threads > 0 ? options.threads : omp_get_max_threads(); }
 
@@ -72,6 +74,34 @@ __attribute__((target("avx2"))) std::uint64_t xor_read_streams_avx2(const std::u
   }
   __m256i a = _mm256_setzero_si256();
   for (const auto& s : acc) a = _mm256_xor_si256(a, _mm256_xor_si256(s[0], s[1]));
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 1) ^
+                                    _mm256_extract_epi64(a, 2) ^ _mm256_extract_epi64(a, 3));
+}
+
+// Two halves of [p, p + bytes) read in turns of kTurnBytes each, every line prefetched kTurnAhead
+// bytes ahead within its own half (how the decode kernels read K and V on 16-key tiles; on an AMX
+// Xeon the bf16 multi-head decode read 36 GB/s this way, above the other two patterns' 33-34).
+constexpr std::size_t kTurnBytes = 4096, kTurnAhead = 2048;
+
+__attribute__((target("avx2"))) std::uint64_t xor_read_turns_avx2(const std::uint8_t* p, std::size_t bytes) {
+  const std::size_t part = bytes / 2;
+  __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (std::size_t turn = 0; turn + kTurnBytes <= part; turn += kTurnBytes) {
+    for (int s = 0; s < 2; ++s) {
+      const std::uint8_t* q = p + s * part + turn;
+      for (std::size_t i = 0; i < kTurnBytes; i += 128) {
+        if (turn + i + kTurnAhead + 128 <= part) {
+          _mm_prefetch(reinterpret_cast<const char*>(q + i + kTurnAhead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(q + i + kTurnAhead + 64), _MM_HINT_T0);
+        }
+        acc[0] = _mm256_xor_si256(acc[0], _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + i)),
+                                                           _mm256_load_si256(reinterpret_cast<const __m256i*>(q + i + 32))));
+        acc[1] = _mm256_xor_si256(acc[1], _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + i + 64)),
+                                                           _mm256_load_si256(reinterpret_cast<const __m256i*>(q + i + 96))));
+      }
+    }
+  }
+  const __m256i a = _mm256_xor_si256(acc[0], acc[1]);
   return static_cast<std::uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 1) ^
                                     _mm256_extract_epi64(a, 2) ^ _mm256_extract_epi64(a, 3));
 }
@@ -160,13 +190,14 @@ double read_rate(std::size_t slice, int threads, bool huge_pages) {
   volatile std::uint64_t sink = 0;
   for (int pass = 0; pass < kCeilingPasses; ++pass) {
     std::uint64_t total = 0;
-    const bool streams = avx2 && pass % 2 == 1;  // alternate the two patterns
+    const int pattern = avx2 ? pass % 3 : 0;  // rotate the three patterns
     const auto start = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(^ : total)
     {
       const std::uint8_t* mine = base + static_cast<std::size_t>(omp_get_thread_num()) * slice;
-      total ^= streams ? xor_read_streams_avx2(mine, slice)
-                       : (avx2 ? xor_read_avx2(mine, slice) : xor_read_generic(mine, slice));
+      total ^= pattern == 1   ? xor_read_streams_avx2(mine, slice)
+               : pattern == 2 ? xor_read_turns_avx2(mine, slice)
+                              : (avx2 ? xor_read_avx2(mine, slice) : xor_read_generic(mine, slice));
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     sink = sink ^ total;

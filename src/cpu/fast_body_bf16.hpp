@@ -99,6 +99,14 @@ inline std::size_t decode_scratch_floats_bf16(std::int64_t head_dim, std::int64_
          floats_for(group * tp) + 2 * floats_for(group) + 16;
 }
 
+// L1 prefetch distance of the vdpbf16ps decode body, in rows: the shared distance, but at most half
+// a tile. With the 16-key tiles of AMX Xeons, 8 rows ahead read 24-37% faster than 32 at groups 1-3
+// (a prefetch that far ahead crosses into the tile after the next phase; docs/perf-notes.md, CPU
+// round 15).
+inline std::int64_t decode_bf16_prefetch_rows(const DecodeTask& t) {
+  return imin(kDecodePrefetchRows, imax(t.tile / 2, 4));
+}
+
 template <int GC, bool kSplit>
 void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int64_t g0, std::int64_t j0,
                         std::int64_t n) {
@@ -109,6 +117,7 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
   for (int g = 0; g < GC; ++g)
     for (int kk = 0; kk < kKeys; ++kk) order[g * kKeys + kk] = kk * GC + g;
   const __m512i by_row = _mm512_load_si512(order);
+  const std::int64_t ahead = decode_bf16_prefetch_rows(t);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
@@ -116,7 +125,7 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
     for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row<3, 2>(t.k, j0 + j + kk + kDecodePrefetchRows, t.key_end - 1, d);
+        prefetch_row<3, 2>(t.k, j0 + j + kk + ahead, t.key_end - 1, d);
         prefetch_row<2, 2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
@@ -172,7 +181,7 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
   };
-  const char* pf = reinterpret_cast<const char*>(ra + kDecodePrefetchRows * stride);
+  const char* pf = reinterpret_cast<const char*>(ra + decode_bf16_prefetch_rows(t) * stride);
   const char* pf_end = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(t.v.data) + t.v.offset +
                                                      (t.key_end - 1) * stride + b0 * kPairChunk);
   std::int64_t j = 0;

@@ -24,11 +24,11 @@ constexpr std::uint64_t kAssumedL1Bytes = 32 << 10;
 constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
 // Every core with AMX tiles (Xeon Sapphire Rapids and later) has 2 MiB of L2.
 constexpr std::uint64_t kAmxL2Bytes = 2 << 20;
-// Decode tile of the vdpbf16ps row-block body (bf16 K/V, groups of 4k heads) on AMX Xeons: with
-// 16 keys per tile, two threads read b1 / b4 x 64k 11% faster than with 256 (73% against 64% of
-// the read probe); 8 and 32-256 were slower, as were 16-key tiles for group 1 and for f16 K/V
+// Decode tile of the bf16 bodies on AMX Xeons: with 16 keys per tile (and the group-1-3 body's L1
+// prefetch at half a tile), two threads read b1 / b4 x 64k 11% faster at group 4 and 24-37% at
+// groups 1-3 than with 256; 8 and 32-256 were slower; f16 and f32 K/V gain nothing and keep theirs
 // (docs/perf-notes.md, CPU round 15).
-constexpr std::uint64_t kAmxRowBlockDecodeTile = 16;
+constexpr std::uint64_t kAmxBf16DecodeTile = 16;
 constexpr std::uint64_t kF32Bytes = 4;
 // One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
 constexpr std::uint32_t kVectorLanes = 16;
@@ -163,11 +163,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
   tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
-  if (t.cpu_matrix_tiles && pr.kv_dtype == DType::kBF16 && group % 4 == 0) {
-    tile = kAmxRowBlockDecodeTile;
+  if (t.cpu_matrix_tiles && pr.kv_dtype == DType::kBF16) {
+    tile = kAmxBf16DecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
-                      " keys: on an AMX Xeon the bf16 row-block body streams K and V fastest in short turns (a "
-                      "tile's K, then its V; 4 KiB each at head_dim 128) rather than in 64 KiB phases");
+                      " keys: on an AMX Xeon the bf16 bodies stream K and V fastest in short turns (a tile's K, "
+                      "then its V; 4 KiB each at head_dim 128) rather than in 64 KiB phases");
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys, so the group's q, accumulators and tile scores (" +
                       std::to_string((fixed + group * tile * kF32Bytes) >> 10) +
