@@ -98,10 +98,12 @@ inline std::size_t decode_scratch_floats(std::int64_t head_dim, std::int64_t gro
 
 // L1 prefetch distance in rows: f32 K/V rows come from L2 (their L2 prefetch fetched them from
 // DRAM), and 32 f32 rows ahead read 5-9% slower than 8 (docs/perf-notes.md, CPU round 6; the
-// row-block body measured the same). f16/bf16 rows keep the shared distance.
+// row-block body measured the same); on the 16-key tiles of AMX Xeons, an eighth of a tile (2)
+// read 14% faster than 8 at group 1, a quarter 11% (CPU round 15). f16/bf16 rows keep the shared
+// distance.
 template <class Tag>
-constexpr std::int64_t decode_prefetch_rows() {
-  return __is_same(Tag, F32) ? 8 : kDecodePrefetchRows;
+std::int64_t decode_prefetch_rows(const DecodeTask& t) {
+  return __is_same(Tag, F32) ? imin(8, imax(t.tile / 8, 2)) : kDecodePrefetchRows;
 }
 
 // Scores of keys [j0, j0 + n) for query rows [g0, g0 + GC): passes of W / GC keys.
@@ -120,7 +122,7 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
     }
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row(t.k, j0 + j + kk + decode_prefetch_rows<Tag>(), t.key_end - 1, d);
+        prefetch_row(t.k, j0 + j + kk + decode_prefetch_rows<Tag>(t), t.key_end - 1, d);
         prefetch_row<2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
@@ -157,7 +159,7 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (g0 == 0) {
-      prefetch_bytes(t.v, j0 + j + decode_prefetch_rows<Tag>(), t.key_end - 1, pf_from, pf_bytes);
+      prefetch_bytes(t.v, j0 + j + decode_prefetch_rows<Tag>(t), t.key_end - 1, pf_from, pf_bytes);
       if (c0 == 0) prefetch_row<2>(t.k, j0 + n + j, t.key_end - 1, d);
     }
     V vv[NV];

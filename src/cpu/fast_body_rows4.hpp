@@ -30,11 +30,12 @@ namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 // the latency; at the shared 32 (16 KiB of f32 K rows ahead, half the L1, and the last 32 rows of
 // each tile reaching into the next tile, not yet in L2) the f32 group-4 decode read 6-8% slower at
 // two threads. f16 K/V (widened in the body) keep round 5's prefetch: both changes made f16 b1
-// 5-15% slower. docs/perf-notes.md, CPU round 6.
+// 5-15% slower. docs/perf-notes.md, CPU round 6. f32 rows on the 8-key tiles of AMX Xeons: half a
+// tile (4 rows) read 20% faster than 8 (CPU round 15).
 constexpr std::int64_t kRows4PrefetchRows = 8;
 template <class Tag>
-constexpr std::int64_t rows4_f_prefetch_rows() {
-  return __is_same(Tag, F32) ? kRows4PrefetchRows : kDecodePrefetchRows;
+std::int64_t rows4_f_prefetch_rows(const DecodeTask& t) {
+  return __is_same(Tag, F32) ? imin(kRows4PrefetchRows, imax(t.tile / 2, 2)) : kDecodePrefetchRows;
 }
 
 // Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
@@ -177,7 +178,7 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
-      pk.rows<3, 4>(j0 + j + rows4_f_prefetch_rows<Tag>());
+      pk.rows<3, 4>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
       pv.rows<2, 4>(j0 + j);
     }
     std::int64_t kr[4];
@@ -247,7 +248,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   const float* p = L.s + s_lane;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride, p += 4) {
     if (prefetch) {
-      pv.rows<3, 1>(j0 + j + kRows4PrefetchRows);
+      pv.rows<3, 1>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
       // k_rows rows over n keys: one whenever the credit reaches n.
       k_credit += k_rows;
       if (k_credit >= n) {
@@ -294,7 +295,7 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (prefetch) {
-      pv.rows<3, 1>(j0 + j + rows4_f_prefetch_rows<Tag>());
+      pv.rows<3, 1>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
       pk.rows<2, 1>(j0 + n + j);
     }
     V vv[NV];

@@ -29,6 +29,11 @@ constexpr std::uint64_t kAmxL2Bytes = 2 << 20;
 // groups 1-3 than with 256; 8 and 32-256 were slower; f16 and f32 K/V gain nothing and keep theirs
 // (docs/perf-notes.md, CPU round 15).
 constexpr std::uint64_t kAmxBf16DecodeTile = 16;
+// And of the f32 bodies: 8 keys (4 KiB of K at head_dim 128) for the row-block body (groups of 4k)
+// and 16 for the others, each with its L1 prefetch at a fraction of the tile: b1 / b4 x 64k 15-19%
+// faster at group 4, 12-14% at group 1 (CPU round 15).
+constexpr std::uint64_t kAmxF32RowBlockDecodeTile = 8;
+constexpr std::uint64_t kAmxF32DecodeTile = 16;
 constexpr std::uint64_t kF32Bytes = 4;
 // One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
 constexpr std::uint32_t kVectorLanes = 16;
@@ -163,11 +168,12 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
   tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
-  if (t.cpu_matrix_tiles && pr.kv_dtype == DType::kBF16) {
-    tile = kAmxBf16DecodeTile;
+  if (t.cpu_matrix_tiles && (pr.kv_dtype == DType::kBF16 || pr.kv_dtype == DType::kF32)) {
+    tile = pr.kv_dtype == DType::kBF16 ? kAmxBf16DecodeTile : group % 4 == 0 ? kAmxF32RowBlockDecodeTile
+                                                                             : kAmxF32DecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
-                      " keys: on an AMX Xeon the bf16 bodies stream K and V fastest in short turns (a tile's K, "
-                      "then its V; 4 KiB each at head_dim 128) rather than in 64 KiB phases");
+                      " keys: on an AMX Xeon the decode bodies stream K and V fastest in short turns (a tile's K, "
+                      "then its V) rather than in phases of up to 256 rows");
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys, so the group's q, accumulators and tile scores (" +
                       std::to_string((fixed + group * tile * kF32Bytes) >> 10) +

@@ -167,8 +167,8 @@ TEST(CpuDecodeSplits, ReasonsSayWhy) {
   EXPECT_TRUE(found) << "no reason line for the split choice";
 }
 
-// On AMX Xeons bf16 K/V decode takes 16-key tiles; f16 / f32 K/V and other CPUs keep the L1-sized
-// tile (f16 K/V was measured slower with short tiles, f32 no faster).
+// On AMX Xeons bf16 and f32 K/V decode take short tiles; f16 K/V and other CPUs keep the L1-sized
+// tile (f16 K/V was measured slower with short tiles).
 TEST(CpuDecodeTile, AmxBf16DecodeTakesSixteenKeyTiles) {
   Target amx = cpu(2);
   amx.cpu_matrix_tiles = true;
@@ -184,4 +184,10 @@ TEST(CpuDecodeTile, AmxBf16DecodeTakesSixteenKeyTiles) {
   DecodeProblem f16 = p;
   f16.kv_dtype = f16.q_dtype = f16.out_dtype = DType::kF16;
   EXPECT_EQ(plan_decode(f16, amx).partition.tile_size, 256u);
+  DecodeProblem f32 = p;  // f32: 8 keys for the row-block body (group 4), 16 for group 1
+  f32.kv_dtype = f32.q_dtype = f32.out_dtype = DType::kF32;
+  EXPECT_EQ(plan_decode(f32, amx).partition.tile_size, 8u);
+  f32.num_heads = f32.kv_heads;
+  EXPECT_EQ(plan_decode(f32, amx).partition.tile_size, 16u);
+  EXPECT_EQ(plan_decode(f32, cpu(2)).partition.tile_size, 256u);
 }
