@@ -32,16 +32,16 @@ inline const AmxTileConfig& amx_decode_tile_config() {
 struct AmxRowScores {
   static constexpr std::int64_t kKeys = 16, kChunk = 32;
 
-  // L.qt[block b][chunk c][pair r][head n] = the bf16 pair (q[4b + n][32c + 2r], q[4b + n][32c + 2r + 1]).
+  // L.qt[block b][chunk c][pair r][head n] = the bf16 pair (q[4b + n][32c + 2r], q[4b + n][32c + 2r + 1]):
+  // column pair w of a head is (chunk w / 16, pair w % 16), so a block is [w][n].
   static void begin(const DecodeTask& t, const DecodeLayoutRows4& L) {
     _tile_loadconfig(&amx_decode_tile_config());
-    const std::int64_t chunks = L.dp / kChunk;
     for (std::int64_t g = 0; g < t.group; ++g) {
-      std::uint32_t* block = L.qt + g / 4 * chunks * kKeys * 4;
+      std::uint32_t* block = L.qt + g / 4 * (L.dp / 2) * 4;
       for (std::int64_t w = 0; w < L.dp / 2; ++w) {
         std::uint32_t pair;
         std::memcpy(&pair, L.qh + g * L.dp + 2 * w, sizeof pair);
-        block[(w / kKeys * kKeys + w % kKeys) * 4 + g % 4] = pair;
+        block[w * 4 + g % 4] = pair;
       }
     }
   }
@@ -67,7 +67,7 @@ struct AmxRowScores {
       }
     }
     const std::uint16_t* k = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset + j0 * stride;
-    const std::uint32_t* q = L.qt + h0 / 4 * (L.dp / kChunk) * kKeys * 4;
+    const std::uint32_t* q = L.qt + h0 / 4 * (L.dp / 2) * 4;
     _tile_zero(0);
     for (std::int64_t c = 0; c < d; c += kChunk, q += kKeys * 4) {
       _tile_loadd(1, k + c, stride * static_cast<std::int64_t>(sizeof(std::uint16_t)));
