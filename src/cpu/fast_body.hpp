@@ -98,12 +98,12 @@ inline std::size_t decode_scratch_floats(std::int64_t head_dim, std::int64_t gro
 
 // L1 prefetch distance in rows: f32 K/V rows come from L2 (their L2 prefetch fetched them from
 // DRAM), and 32 f32 rows ahead read 5-9% slower than 8 (docs/perf-notes.md, CPU round 6; the
-// row-block body measured the same); on the 16-key tiles of AMX Xeons, an eighth of a tile (2)
-// read 14% faster than 8 at group 1, a quarter 11% (CPU round 15). f16/bf16 rows keep the shared
-// distance.
+// row-block body measured the same); f16/bf16 rows the shared distance. On the 16-key tiles of
+// AMX Xeons much less: f32 an eighth of a tile (2 rows: 14% faster than 8 at group 1), f16 a
+// quarter (4 rows: 27-31% faster than 32) (CPU round 15); 256-key tiles keep 8 and 32.
 template <class Tag>
 std::int64_t decode_prefetch_rows(const DecodeTask& t) {
-  return __is_same(Tag, F32) ? imin(8, imax(t.tile / 8, 2)) : kDecodePrefetchRows;
+  return __is_same(Tag, F32) ? imin(8, imax(t.tile / 8, 2)) : imin(kDecodePrefetchRows, imax(t.tile / 4, 2));
 }
 
 // Scores of keys [j0, j0 + n) for query rows [g0, g0 + GC): passes of W / GC keys.

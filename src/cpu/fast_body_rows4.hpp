@@ -30,12 +30,14 @@ namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 // the latency; at the shared 32 (16 KiB of f32 K rows ahead, half the L1, and the last 32 rows of
 // each tile reaching into the next tile, not yet in L2) the f32 group-4 decode read 6-8% slower at
 // two threads. f16 K/V (widened in the body) keep round 5's prefetch: both changes made f16 b1
-// 5-15% slower. docs/perf-notes.md, CPU round 6. f32 rows on the 8-key tiles of AMX Xeons: half a
-// tile (4 rows) read 20% faster than 8 (CPU round 15).
+// 5-15% slower. docs/perf-notes.md, CPU round 6. On the short tiles of AMX Xeons: f32 rows half a
+// tile (4 rows of 8: 20% faster than 8), f16 rows a quarter (4 rows of 16: 16-21% faster than 32)
+// (CPU round 15); 256-key tiles keep 8 and 32.
 constexpr std::int64_t kRows4PrefetchRows = 8;
 template <class Tag>
 std::int64_t rows4_f_prefetch_rows(const DecodeTask& t) {
-  return __is_same(Tag, F32) ? imin(kRows4PrefetchRows, imax(t.tile / 2, 2)) : kDecodePrefetchRows;
+  return __is_same(Tag, F32) ? imin(kRows4PrefetchRows, imax(t.tile / 2, 2))
+                             : imin(kDecodePrefetchRows, imax(t.tile / 4, 2));
 }
 
 // Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past

@@ -24,11 +24,11 @@ constexpr std::uint64_t kAssumedL1Bytes = 32 << 10;
 constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
 // Every core with AMX tiles (Xeon Sapphire Rapids and later) has 2 MiB of L2.
 constexpr std::uint64_t kAmxL2Bytes = 2 << 20;
-// Decode tile of the bf16 bodies on AMX Xeons: with 16 keys per tile (and the group-1-3 body's L1
-// prefetch at half a tile), two threads read b1 / b4 x 64k 11% faster at group 4 and 24-37% at
-// groups 1-3 than with 256; 8 and 32-256 were slower; f16 and f32 K/V gain nothing and keep theirs
-// (docs/perf-notes.md, CPU round 15).
-constexpr std::uint64_t kAmxBf16DecodeTile = 16;
+// Decode tile of the bf16 and f16 bodies on AMX Xeons: with 16 keys per tile (and each body's L1
+// prefetch a fraction of it), two threads read b1 / b4 x 64k bf16 11% faster at group 4 and
+// 24-37% at groups 1-3 than with 256, f16 16-31%; 8 and 32-256 were slower (docs/perf-notes.md,
+// CPU round 15).
+constexpr std::uint64_t kAmx16BitDecodeTile = 16;
 // And of the f32 bodies: 8 keys (4 KiB of K at head_dim 128) for the row-block body (groups of 4k)
 // and 16 for the others, each with its L1 prefetch at a fraction of the tile: b1 / b4 x 64k 15-19%
 // faster at group 4, 12-14% at group 1 (CPU round 15).
@@ -168,9 +168,9 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
   tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
-  if (t.cpu_matrix_tiles && (pr.kv_dtype == DType::kBF16 || pr.kv_dtype == DType::kF32)) {
-    tile = pr.kv_dtype == DType::kBF16 ? kAmxBf16DecodeTile : group % 4 == 0 ? kAmxF32RowBlockDecodeTile
-                                                                             : kAmxF32DecodeTile;
+  if (t.cpu_matrix_tiles) {
+    tile = pr.kv_dtype != DType::kF32 ? kAmx16BitDecodeTile : group % 4 == 0 ? kAmxF32RowBlockDecodeTile
+                                                                              : kAmxF32DecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
                       " keys: on an AMX Xeon the decode bodies stream K and V fastest in short turns (a tile's K, "
                       "then its V) rather than in phases of up to 256 rows");

@@ -167,9 +167,9 @@ TEST(CpuDecodeSplits, ReasonsSayWhy) {
   EXPECT_TRUE(found) << "no reason line for the split choice";
 }
 
-// On AMX Xeons bf16 and f32 K/V decode take short tiles; f16 K/V and other CPUs keep the L1-sized
-// tile (f16 K/V was measured slower with short tiles).
-TEST(CpuDecodeTile, AmxBf16DecodeTakesSixteenKeyTiles) {
+// On AMX Xeons decode takes short tiles (16 keys for 16-bit K/V; f32 8 or 16); other CPUs keep the
+// L1-sized tile.
+TEST(CpuDecodeTile, AmxDecodeTakesShortTiles) {
   Target amx = cpu(2);
   amx.cpu_matrix_tiles = true;
   DecodeProblem p = decode(1, 32, 8, 65536);  // bf16, group 4
@@ -183,7 +183,8 @@ TEST(CpuDecodeTile, AmxBf16DecodeTakesSixteenKeyTiles) {
   EXPECT_EQ(plan_decode(decode(1, 32, 32, 65536), amx).partition.tile_size, 16u);   // group 1
   DecodeProblem f16 = p;
   f16.kv_dtype = f16.q_dtype = f16.out_dtype = DType::kF16;
-  EXPECT_EQ(plan_decode(f16, amx).partition.tile_size, 256u);
+  EXPECT_EQ(plan_decode(f16, amx).partition.tile_size, 16u);
+  EXPECT_EQ(plan_decode(f16, cpu(2)).partition.tile_size, 256u);
   DecodeProblem f32 = p;  // f32: 8 keys for the row-block body (group 4), 16 for group 1
   f32.kv_dtype = f32.q_dtype = f32.out_dtype = DType::kF32;
   EXPECT_EQ(plan_decode(f32, amx).partition.tile_size, 8u);
