@@ -1,9 +1,10 @@
 // The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): bf16 prefill on the
 // tiles (fast_body_amx.hpp); bf16 decode of groups of 4k heads with its scores on the tiles
 // (fast_body_amx_decode.hpp: a 16-key tile of K against a block of 4 heads' q; P V stays on the
-// vector unit, whose 4-row products would fill a quarter of a tile); other decodes, and prefill of
-// f32/f16 K/V, take the avx512bf16 bodies. Only this translation unit is compiled for AMX, and fast_isa.cpp's
-// runtime check (cpuid and the kernel's permission for the tile state) decides whether it runs.
+// vector unit, since four query rows would fill a quarter of a tile); the other decodes are the
+// avx512bf16 level's bodies, compiled here too, and prefill of f32/f16 K/V calls that level. Only
+// this translation unit is compiled for AMX, and fast_isa.cpp's runtime check (cpuid and the
+// kernel's permission for the tile state) decides whether it runs.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
