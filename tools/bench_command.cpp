@@ -126,9 +126,10 @@ std::string family_of(const bench::Row& r) {
 }
 
 void print_table(const std::vector<bench::Row>& rows, const std::string& device, const bench::Options& options) {
-  std::printf("# attnkit bench on %s (%s), commit %s, %d repetitions after %d warm-up, median shown\n",
-              rows.empty() ? "?" : rows.front().backend.c_str(), device.c_str(), git_commit().c_str(),
-              options.repetitions, options.warmup);
+  const std::string backend = rows.empty() ? "?" : rows.front().backend;
+  std::printf("# attnkit bench on %s (%s), commit %s, %d repetitions after %d warm-up, median shown%s\n",
+              backend.c_str(), device.c_str(), git_commit().c_str(), options.repetitions, options.warmup,
+              backend != "cpu" ? "" : options.huge_pages ? ", inputs on huge pages" : ", inputs on 4 KiB pages");
   std::string ceilings;
   for (const bench::Row& r : rows) {
     if (!is_ceiling(r)) continue;
@@ -251,6 +252,7 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
                           {"repetitions", options.repetitions},
                           {"warmup", options.warmup},
                           {"threads", backend == "cpu" ? cpu_target(f.threads).threads : 0},
+                          {"pages", backend == "cpu" ? f.pages : ""},
                           {"rows", nlohmann::json::array()}};
     for (const bench::Row& r : rows) doc["rows"].push_back(row_json(r));
     std::cout << doc.dump(2) << '\n';
