@@ -19,25 +19,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 
-#include "attnkit/cpu.hpp"
 #include "attnkit/error.hpp"
 #include "bench.hpp"
+#include "host_bytes.hpp"
 
 namespace attnkit::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::size_t kAlign = 64;
 constexpr int kCeilingPasses = 9;  // three of each pattern
 
 int thread_count(const Options& options) { return options.threads > 0 ? options.threads : omp_get_max_threads(); }
-
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
 
 __attribute__((target("avx2"))) std::uint64_t xor_read_avx2(const std::uint8_t* p, std::size_t bytes) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
@@ -171,15 +164,9 @@ namespace {
 // Best read rate over kCeilingPasses of `threads` slices of `slice` bytes, on huge pages or not.
 double read_rate(std::size_t slice, int threads, bool huge_pages) {
   const std::size_t bytes = slice * static_cast<std::size_t>(threads);
-  constexpr std::size_t kHugePage = 2 << 20;
-  const std::size_t align = huge_pages ? kHugePage : kAlign;
-  const std::size_t allocated = (bytes + align - 1) / align * align;
-  std::unique_ptr<std::uint8_t, AlignedFree> buffer(static_cast<std::uint8_t*>(std::aligned_alloc(align, allocated)));
-  require(buffer != nullptr, "bench::cpu_read_ceiling", "cannot allocate " + std::to_string(bytes >> 20) + " MiB",
-          "free memory, or pass a smaller ceiling buffer");
-  if (huge_pages) cpu::advise_huge_pages(buffer.get(), allocated);
+  const HostBytes buffer(bytes, huge_pages);
   const bool avx2 = __builtin_cpu_supports("avx2");
-  std::uint8_t* base = buffer.get();
+  std::uint8_t* base = buffer.data();
   // First touch by the thread that later reads the slice (page placement on NUMA hosts).
 #pragma omp parallel num_threads(threads)
   {

@@ -9,15 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <random>
 #include <string>
 
 #include "attnkit/cpu.hpp"
 #include "attnkit/error.hpp"
 #include "bench.hpp"
+#include "host_bytes.hpp"
 
 namespace attnkit::bench {
 namespace {
@@ -25,38 +24,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kMaxCopies = 64;
 
-// Host bytes, 2 MiB-aligned and advised onto huge pages before the first touch where asked (as an
-// engine would place its KV cache: cpu::advise_huge_pages), else 64-byte aligned.
-struct HostBytes {
-  struct Free {
-    void operator()(std::uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::uint8_t, Free> memory;
-  std::size_t bytes = 0;
-  HostBytes(std::size_t n, bool huge_pages) : bytes(n) {
-    constexpr std::size_t kHugePage = std::size_t{2} << 20;
-    huge_pages = huge_pages && n >= kHugePage;  // a small q or output would pin a whole huge page
-    const std::size_t align = huge_pages ? kHugePage : 64;
-    const std::size_t allocated = std::max(align, (n + align - 1) / align * align);
-    memory.reset(static_cast<std::uint8_t*>(std::aligned_alloc(align, allocated)));
-    require(memory != nullptr, "bench", "cannot allocate " + std::to_string(n >> 20) + " MiB of inputs",
-            "free memory, or bench smaller shapes");
-    if (huge_pages) cpu::advise_huge_pages(memory.get(), allocated);
-    // Fault every page in now (after the advice), so no timed repetition pays for the first touch
-    // of a buffer only the kernel writes (the outputs).
-    std::memset(memory.get(), 0, allocated);
-  }
-  std::uint8_t* data() const { return memory.get(); }
-  std::size_t size() const { return bytes; }
-};
-
-// An owned buffer viewed as one contiguous tensor.
+// An owned buffer viewed as one contiguous tensor, its pages faulted in at once (after the
+// huge-page advice), so no timed repetition pays for the first touch of a buffer only the kernel
+// writes (the outputs).
 struct Buffer {
   HostBytes bytes;
   TensorView view;
   Buffer(DType dtype, std::initializer_list<std::int64_t> shape, bool huge_pages = false)
       : bytes(static_cast<std::size_t>(TensorView::contiguous(nullptr, dtype, shape).numel()) * dtype_size(dtype),
               huge_pages) {
+    std::memset(bytes.data(), 0, bytes.size());
     view = TensorView::contiguous(bytes.data(), dtype, shape);
   }
 };
