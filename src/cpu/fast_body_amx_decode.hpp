@@ -1,11 +1,13 @@
-// Internal: the scores of the bf16 row-block decode body (fast_body_bf16_rows4.hpp) on AMX tiles,
-// for the amx level. Included by fast_isa_amx.cpp after fast_body_amx.hpp and
-// fast_body_bf16_rows4.hpp (same namespace).
+// Internal: the units of the bf16 row-block decode body (fast_body_bf16_rows4.hpp) on the amx
+// level: the scores on AMX tiles, P V on FMAs. Included by fast_isa_amx.cpp after
+// fast_body_amx.hpp and fast_body_bf16_rows4.hpp (same namespace).
 //
 // Why: on the AMX Xeons vdpbf16ps issues at a quarter of the FMA rate (0.53 against 0.13 ns per
 // instruction on one core), so Q K^T of a group-4 key at head_dim 128 takes 10.8 ns on the vector
-// unit and 2.8 ns on the tiles (K in L1; docs/perf-notes.md, CPU round 15), and the decode streams
-// faster from DRAM the less the core computes per byte.
+// unit and 2.8 ns on the tiles (K in L1; docs/perf-notes.md, CPU round 15), and P V's 16 vdpbf16ps
+// per key become 32 FMAs over even / odd columns, with V rows fetched into L1 three quarters of a
+// tile ahead (8 rows: no faster from DRAM than vdpbf16ps; 12: 6-9% faster; 14 and more: slower;
+// CPU round 16).
 // How: a tile of 16 keys is the A operand read straight from the cache rows (16 rows x 32 columns
 //   per tileloadd, the cache's row stride as the tile stride), q of a block of 4 heads the B
 //   operand (its column pairs packed once per task into L.qt), and C (16 keys x 4 heads f32) is
@@ -29,8 +31,10 @@ inline const AmxTileConfig& amx_decode_tile_config() {
   return config;
 }
 
-struct AmxRowScores {
+struct AmxTileUnits {
   static constexpr std::int64_t kKeys = 16, kChunk = 32;
+  static constexpr bool kPvOnFma = true;
+  static std::int64_t v_prefetch_rows(const DecodeTask& t) { return imax(3 * t.tile / 4, 1); }
 
   // L.qt[block b][chunk c][pair r][head n] = the bf16 pair (q[4b + n][32c + 2r], q[4b + n][32c + 2r + 1]):
   // column pair w of a head is (chunk w / 16, pair w % 16), so a block is [w][n].
@@ -49,7 +53,7 @@ struct AmxRowScores {
   static void end() { _tile_release(); }
 
   template <bool kSplit, int kD>
-  static void tile(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+  static void scores(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
                    bool prefetch) {
     const std::int64_t d = head_dim_of<kD>(t);
     if (kSplit || n != kKeys || d % kChunk != 0) {

@@ -16,7 +16,9 @@
 //   softmax over the tile in the [key][head] layout, the rescale of the accumulators once per tile;
 //   P V: 4 heads x 64 columns = 16 accumulators in registers, two V rows interleaved per key pair
 //     and reused by the 4 heads, head_dim taken in 64-column passes (each V element is loaded and
-//     interleaved once).
+//     interleaved once); on the amx level P stays f32 and P V runs on FMAs
+//     over even / odd columns instead (the Units policy below: vdpbf16ps issues at a quarter of
+//     the FMA rate there).
 // Prefetch as the f32 row-block body (fast_body_rows4.hpp): rows kRows4PrefetchRows ahead into
 //   L1, V during Q K^T and the next tile's K (whole rows, spread over the P V passes) into L2.
 // Head_dim 128 has its own instance (kD = 128): the chunk loops and every prefetch are unrolled
@@ -140,21 +142,25 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   }
 }
 
-// Where a tile's scores come from: the vector unit (scores_rows4), here; the amx level passes its
-// tiles instead (fast_body_amx_decode.hpp). begin / end bracket a task.
-struct VectorScores {
+// Which units run a tile's Q K^T and P V, and how far ahead P V fetches V rows into L1: here the
+// vector unit's vdpbf16ps for both; the amx level passes its own (fast_body_amx_decode.hpp: the
+// scores on the tiles, P V on FMAs). begin / end bracket a task.
+struct VectorUnits {
+  static constexpr bool kPvOnFma = false;
+  static std::int64_t v_prefetch_rows(const DecodeTask&) { return kRows4PrefetchRows; }
   static void begin(const DecodeTask&, const DecodeLayoutRows4&) {}
   static void end() {}
   template <bool kSplit, int kD>
-  static void tile(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
-                   bool prefetch) {
+  static void scores(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+                     bool prefetch) {
     scores_rows4<kSplit, kD>(t, L, h0, j0, n, prefetch);
   }
 };
 
-// The tile's online softmax for heads [h0, h0 + 4): P into L.pp as key pairs, m and l updated,
-// the heads' accumulators rescaled once.
-inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t n) {
+// The tile's online softmax for heads [h0, h0 + 4): P into L.pp as key pairs (vdpbf16ps P V) or
+// in place in L.s as f32 (kF32P: FMA P V), m and l updated, the heads' accumulators rescaled once.
+template <bool kF32P>
+void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t n) {
   const std::int64_t vectors = (n + 3) / 4;
   for (std::int64_t v = 0; v < vectors; ++v) {
     Vec::store(L.s + v * 16, finish_scores_rows4(Vec::load(L.s + v * 16), t.scale, t.softcap, v, n));
@@ -168,21 +174,51 @@ inline void softmax_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::
   for (std::int64_t v = 0; v < vectors; ++v) {
     const V e = Vec::exp(Vec::sub(Vec::load(L.s + v * 16), mv));
     sum = Vec::add(sum, e);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(L.pp + v * 8), _mm256_permutexvar_epi16(pair_order, B16::to_bf16(e)));
+    if constexpr (kF32P) {
+      Vec::store(L.s + v * 16, e);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(L.pp + v * 8), _mm256_permutexvar_epi16(pair_order, B16::to_bf16(e)));
+    }
   }
   fold_sums_rows4(sum, alpha, L.l + h0);
 }
 
+// FMA P V of one key: acc[g] += p[g] * V row r's 32-column blocks, each split into its even and
+// odd columns (one load and two ops per block, used by the 4 heads). width: the block's columns
+// (< 32 only in a tail pass).
+template <int CB, bool kTail>
+inline __attribute__((always_inline)) void pv_key_fma(V (&acc)[4][2 * CB], const std::uint16_t* r, const float* p,
+                                                      const int* width) {
+  V even[CB], odd[CB];
+#pragma GCC unroll 4
+  for (int b = 0; b < CB; ++b) Vec::load_bf16_even_odd(r + b * kPairChunk, kTail ? width[b] : kPairChunk, even[b], odd[b]);
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const V pb = Vec::set1(p[g]);
+#pragma GCC unroll 4
+    for (int b = 0; b < CB; ++b) {
+      acc[g][2 * b] = Vec::fma(pb, even[b], acc[g][2 * b]);
+      acc[g][2 * b + 1] = Vec::fma(pb, odd[b], acc[g][2 * b + 1]);
+    }
+  }
+}
+
 // acc[h0..h0+4) += P V over keys [j0, j0 + n) for the 32-column blocks [b0, b0 + CB): 4 x 2CB
-// accumulators in registers, key pairs interleaved once and used by the 4 heads. kD: head_dim when
-// known at compile time, 0 if not.
-template <int CB, bool kTail, int kD>
+// accumulators in registers. vdpbf16ps (kFma false): key pairs interleaved once and used by the 4
+// heads, accumulators in PairColumn order; FMA: P in f32, V split into even / odd columns
+// (EvenOddColumn order). kD: head_dim when known at compile time, 0 if not. V rows are fetched
+// into L1 v_ahead rows ahead.
+template <int CB, bool kTail, int kD, bool kFma>
 void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, std::int64_t b0, std::int64_t j0,
-              std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes) {
+              std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes, std::int64_t v_ahead) {
   const std::int64_t d = head_dim_of<kD>(t), stride = t.v.row_stride, last = t.key_end - 1;
   __mmask32 mask[CB];
+  int width[CB];
 #pragma GCC unroll 4
-  for (int b = 0; b < CB; ++b) mask[b] = B16::tail32(static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk)));
+  for (int b = 0; b < CB; ++b) {
+    width[b] = static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk));
+    mask[b] = B16::tail32(width[b]);
+  }
   V acc[4][2 * CB];
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g)
@@ -206,7 +242,7 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
   std::int64_t j = 0;
   for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
     if (prefetch) {
-      pv.rows<3, 2, kVBytes>(j0 + j + kRows4PrefetchRows);
+      pv.rows<3, 2, kVBytes>(j0 + j + v_ahead);
       if constexpr (kPasses > 0) {
         // Keys [pass * n + j, pass * n + j + 2) of the passes' joint walk, scaled to one tile.
         for (std::int64_t r = (pass * n + j) / kPasses; r < (pass * n + j + 2) / kPasses; ++r) {
@@ -220,6 +256,11 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
           k_credit -= n;
         }
       }
+    }
+    if constexpr (kFma) {
+      pv_key_fma<CB, kTail>(acc, ra, L.s + j * 4, width);
+      pv_key_fma<CB, kTail>(acc, ra + stride, L.s + j * 4 + 4, width);
+      continue;
     }
     P16 lo[CB], hi[CB];
 #pragma GCC unroll 4
@@ -239,7 +280,9 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
       }
     }
   }
-  if (j < n) {  // a lone last key: its pair partner is a zero row (and its p is 0)
+  if constexpr (kFma) {
+    if (j < n) pv_key_fma<CB, true>(acc, ra, L.s + j * 4, width);  // a lone last key
+  } else if (j < n) {  // a lone last key: its pair partner is a zero row (and its p is 0)
     P16 lo[CB], hi[CB];
 #pragma GCC unroll 4
     for (int b = 0; b < CB; ++b) {
@@ -261,52 +304,58 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     for (int v = 0; v < 2 * CB; ++v) Vec::store(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W, acc[g][v]);
 }
 
-template <bool kSplit, int kD, class Scores>
+template <bool kSplit, int kD, class Units>
 void decode_rows4_typed(const DecodeTask& t) {
+  constexpr bool kFma = Units::kPvOnFma;
   const DecodeLayoutRows4 L = decode_layout_rows4(t.head_dim, t.group, t.tile, t.scratch);
   const std::int64_t G = t.group, d = head_dim_of<kD>(t), blocks = L.dp / kPairChunk;
   start_bf16_rows(t, L);
-  Scores::begin(t, L);
+  const std::int64_t v_ahead = Units::v_prefetch_rows(t);
+  Units::begin(t, L);
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, t.key_end - j0);
     for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
       const bool prefetch = h0 == 0;  // later blocks of the group read the tile from cache
-      Scores::template tile<kSplit, kD>(t, L, h0, j0, n, prefetch);
-      softmax_rows4(t, L, h0, n);
+      Units::template scores<kSplit, kD>(t, L, h0, j0, n, prefetch);
+      softmax_rows4<kFma>(t, L, h0, n);
       std::int64_t b0 = 0;
       const std::int64_t passes = blocks / 2 + blocks % 2;
       std::int64_t pass = 0;
       // Passes of 64 columns (the last may be 32); only a pass that reaches past head_dim masks.
       for (; b0 + 2 <= blocks; b0 += 2) {
-        if ((b0 + 2) * kPairChunk <= d) pv_rows4<2, false, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
-        else pv_rows4<2, true, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        if ((b0 + 2) * kPairChunk <= d) pv_rows4<2, false, kD, kFma>(t, L, h0, b0, j0, n, prefetch, pass++, passes, v_ahead);
+        else pv_rows4<2, true, kD, kFma>(t, L, h0, b0, j0, n, prefetch, pass++, passes, v_ahead);
       }
       if (b0 < blocks) {
-        if ((b0 + 1) * kPairChunk <= d) pv_rows4<1, false, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
-        else pv_rows4<1, true, kD>(t, L, h0, b0, j0, n, prefetch, pass++, passes);
+        if ((b0 + 1) * kPairChunk <= d) pv_rows4<1, false, kD, kFma>(t, L, h0, b0, j0, n, prefetch, pass++, passes, v_ahead);
+        else pv_rows4<1, true, kD, kFma>(t, L, h0, b0, j0, n, prefetch, pass++, passes, v_ahead);
       }
     }
   }
-  Scores::end();
-  write_decode_result(t, L.acc, L.dp, L.m, L.l, PairColumn{});
-}
-
-// Head_dim 128 (llama, mistral, qwen) gets its own instance; other widths the run-time one.
-template <bool kSplit, class Scores>
-void decode_rows4_any_width(const DecodeTask& t) {
-  if (t.head_dim == 128) {
-    decode_rows4_typed<kSplit, 128, Scores>(t);
+  Units::end();
+  if constexpr (kFma) {
+    write_decode_result(t, L.acc, L.dp, L.m, L.l, EvenOddColumn{});
   } else {
-    decode_rows4_typed<kSplit, 0, Scores>(t);
+    write_decode_result(t, L.acc, L.dp, L.m, L.l, PairColumn{});
   }
 }
 
-template <class Scores>
+// Head_dim 128 (llama, mistral, qwen) gets its own instance; other widths the run-time one.
+template <bool kSplit, class Units>
+void decode_rows4_any_width(const DecodeTask& t) {
+  if (t.head_dim == 128) {
+    decode_rows4_typed<kSplit, 128, Units>(t);
+  } else {
+    decode_rows4_typed<kSplit, 0, Units>(t);
+  }
+}
+
+template <class Units>
 void decode_rows4(const DecodeTask& t) {
   if (t.q.dtype == DType::kBF16) {
-    decode_rows4_any_width<false, Scores>(t);
+    decode_rows4_any_width<false, Units>(t);
   } else {
-    decode_rows4_any_width<true, Scores>(t);
+    decode_rows4_any_width<true, Units>(t);
   }
 }
 
@@ -314,12 +363,12 @@ void decode_rows4(const DecodeTask& t) {
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
-// The decode entry of this ISA level: groups of 4k heads here (bf16 K/V with vdpbf16ps, or the
-// scores on other units where Scores says so; f32 and f16 K/V with FMA), the rest as before.
-template <class Scores = VectorScores>
+// The decode entry of this ISA level: groups of 4k heads here (bf16 K/V with vdpbf16ps, or on the
+// units Units names; f32 and f16 K/V with FMA), the rest as before.
+template <class Units = VectorUnits>
 void decode_bf16_or_rows4(const DecodeTask& t) {
   if (uses_rows4(t)) {
-    decode_rows4<Scores>(t);
+    decode_rows4<Units>(t);
   } else if (uses_rows4_f(t)) {
     decode_or_rows4(t);  // f32 / f16 K/V
   } else {

@@ -1,7 +1,7 @@
 // The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): bf16 prefill on the
 // tiles (fast_body_amx.hpp); bf16 decode of groups of 4k heads with its scores on the tiles
-// (fast_body_amx_decode.hpp: a 16-key tile of K against a block of 4 heads' q; P V stays on the
-// vector unit, since four query rows would fill a quarter of a tile); the other decodes are the
+// (fast_body_amx_decode.hpp: a 16-key tile of K against a block of 4 heads' q; P V on FMAs, not
+// on the tiles, since four query rows would fill a quarter of a tile); the other decodes are the
 // avx512bf16 level's bodies, compiled here too, and prefill of f32/f16 K/V calls that level. Only
 // this translation unit is compiled for AMX, and fast_isa.cpp's runtime check (cpuid and the
 // kernel's permission for the tile state) decides whether it runs.
@@ -61,7 +61,7 @@ const FastBodies& fast_bodies_amx() {
     FastBodies b = fast_bodies_avx512bf16();
     b.name = "amx";
     b.decode_scratch_floats = isa_amx::decode_scratch_floats_with_rows4;
-    b.decode = isa_amx::decode_bf16_or_rows4<isa_amx::AmxRowScores>;
+    b.decode = isa_amx::decode_bf16_or_rows4<isa_amx::AmxTileUnits>;
     b.prefill_scratch_floats = prefill_scratch_floats_amx;
     b.prefill = prefill_amx;
     return b;
