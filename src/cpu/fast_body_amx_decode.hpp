@@ -12,7 +12,8 @@
 //   per tileloadd, the cache's row stride as the tile stride), q of a block of 4 heads the B
 //   operand (its column pairs packed once per task into L.qt), and C (16 keys x 4 heads f32) is
 //   stored as [key][head], the layout softmax_rows4 reads. The body's prefetches are issued as
-//   the vector scores issue them.
+//   the vector scores issue them (K rows ahead into L1, the tile's V rows into L2), but V's start
+//   a quarter of a tile in (kVRowsFetched).
 // The vector scores remain for tiles of fewer than 16 keys (a task's last), head_dim not a multiple
 //   of 32 (the A rows would run past a row) and split q (an f32 or f16 q on a bf16 cache).
 // Tile registers: 0 = C, 1 = A, 2 = B; configured at a task's start and released at its end.
@@ -35,6 +36,10 @@ struct AmxTileUnits {
   static constexpr std::int64_t kKeys = 16, kChunk = 32;
   static constexpr bool kPvOnFma = true;
   static std::int64_t v_prefetch_rows(const DecodeTask& t) { return imax(3 * t.tile / 4, 1); }
+  // The previous tile's P V fetched this tile's first V rows into L1 (v_prefetch_rows ahead), so the
+  // scores' L2 prefetch of V starts a quarter of a tile in (0 / 2 / 4 / 6 / 8 / 12 / 16 rows in: 2-6
+  // fastest, 3-4% ahead of 0; CPU round 16).
+  static constexpr std::int64_t kVRowsFetched = kKeys / 4;
 
   // L.qt[block b][chunk c][pair r][head n] = the bf16 pair (q[4b + n][32c + 2r], q[4b + n][32c + 2r + 1]):
   // column pair w of a head is (chunk w / 16, pair w % 16), so a block is [w][n].
@@ -67,7 +72,7 @@ struct AmxTileUnits {
 #pragma GCC unroll 4
       for (std::int64_t j = 0; j < kKeys; j += 4) {
         pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
-        pv.rows<2, 4, kRowBytes>(j0 + j);
+        pv.rows<2, 4, kRowBytes>(j0 + j + kVRowsFetched);
       }
     }
     const std::uint16_t* k = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset + j0 * stride;
