@@ -16,9 +16,8 @@
 //   softmax over the tile in the [key][head] layout, the rescale of the accumulators once per tile;
 //   P V: 4 heads x 64 columns = 16 accumulators in registers, two V rows interleaved per key pair
 //     and reused by the 4 heads, head_dim taken in 64-column passes (each V element is loaded and
-//     interleaved once); on the amx level P stays f32 and P V runs on FMAs
-//     over even / odd columns instead (the Units policy below: vdpbf16ps issues at a quarter of
-//     the FMA rate there).
+//     interleaved once); on the amx level P stays f32 and P V runs on FMAs over even / odd
+//     columns instead (the Units policy below: vdpbf16ps issues at a quarter of the FMA rate there).
 // Prefetch as the f32 row-block body (fast_body_rows4.hpp): rows kRows4PrefetchRows ahead into
 //   L1, V during Q K^T and the next tile's K (whole rows, spread over the P V passes) into L2.
 // Head_dim 128 has its own instance (kD = 128): the chunk loops and every prefetch are unrolled
