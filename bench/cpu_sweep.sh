@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The CPU benchmark in one command: builds attnkit if needed, then measures, in each of several
 # rounds: the read and FMA ceilings, attnkit's decode (KV caches larger than the last-level cache)
-# and prefill (seq_len 1k-4k, head_dim 128, causal and not), and PyTorch's CPU SDPA on the same
-# prefill shapes with the same thread count, recording the load average before each step (the
+# and prefill (seq_len 1k-4k, head_dim 128, causal and not; bf16, f16 and f32), and PyTorch's CPU
+# SDPA on the same prefill shapes and dtypes with the same thread count, recording the load average before each step (the
 # host is shared). Writes bench/results/cpu-<date>-<time>[-<tag>].json and .md and prints the table.
 #   bench/cpu_sweep.sh [threads (default: all cores)] [--quick]
 # Environment: ATTNKIT_CPU_ISA (scalar|avx2|avx512|avx512bf16|amx; default the best this CPU has),
 #   ATTNKIT_SWEEP_ROUNDS (default 2), ATTNKIT_SWEEP_TAG (suffix of the result files),
-#   ATTNKIT_SWEEP_PEER=0 (skip PyTorch), ATTNKIT_BENCH_BUILD (a Release build folder).
+#   ATTNKIT_SWEEP_PEER=0 (skip PyTorch), ATTNKIT_BENCH_BUILD (a Release build folder),
+#   ATTNKIT_SWEEP_PREFILL_DTYPES (default bf16,f16,f32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-$(nproc)}
@@ -22,6 +23,9 @@ peer=${ATTNKIT_SWEEP_PEER:-1}
 [[ $peer == 1 ]] && scripts/setup-bench.sh  # PyTorch (CPU build) for the peer, only if it is missing
 
 seqs=1024,2048,4096; reps=3; dreps=10; kv=65536
+# Prefill in every storage dtype (bf16 on the dot-product or tile units where the CPU has them; f16
+# and f32 on FMAs), each against PyTorch in the same dtype.
+pdtypes=${ATTNKIT_SWEEP_PREFILL_DTYPES:-bf16,f16,f32}
 if [[ $quick == --quick ]]; then seqs=1024; reps=2; dreps=3; kv=16384; fi
 out=bench/results/cpu-$(date +%Y%m%d-%H%M)${ATTNKIT_SWEEP_TAG:+-$ATTNKIT_SWEEP_TAG}
 tmp=$(mktemp -d)
@@ -42,12 +46,14 @@ for ((r = 1; r <= rounds; ++r)); do
   # Prefill: causal and not, then the peer on the same shapes. Inputs on the allocator's pages, as
   # PyTorch's are (its switch for huge pages covers its temporaries too, which would slow it).
   load prefill-causal "$d"
-  ak --op prefill --kv-len $seqs --dtype bf16 --pages 4k --reps $reps --warmup 1 >"$d/prefill-causal.json"
+  ak --op prefill --kv-len $seqs --dtype $pdtypes --pages 4k --reps $reps --warmup 1 >"$d/prefill-causal.json"
   load prefill-full "$d"
-  ak --op prefill --kv-len $seqs --dtype bf16 --no-causal --pages 4k --reps $reps --warmup 1 >"$d/prefill-full.json"
+  ak --op prefill --kv-len $seqs --dtype $pdtypes --no-causal --pages 4k --reps $reps --warmup 1 >"$d/prefill-full.json"
   load torch "$d"
   if [[ $peer == 1 ]]; then
-    python3 bench/peers/torch_cpu_prefill.py measure --threads "$threads" --seq $seqs --reps $reps >"$d/torch.jsonl"
+    for dt in ${pdtypes//,/ }; do
+      python3 bench/peers/torch_cpu_prefill.py measure --threads "$threads" --seq $seqs --dtype $dt --reps $reps
+    done >"$d/torch.jsonl"
   else
     : >"$d/torch.jsonl"
   fi

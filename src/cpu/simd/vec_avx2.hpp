@@ -36,6 +36,18 @@ struct VecAvx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load_u16(p, n)), 16));
   }
   static V load_f16(const std::uint16_t* p, int n) { return _mm256_cvtph_ps(load_u16(p, n)); }
+  // The first n lanes as f16 (round to nearest even, as float_to_f16_bits; a NaN keeps its payload's
+  // top bits where that one writes 0x7e00).
+  static void store_f16(std::uint16_t* p, V x, int n) {
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (n == kWidth) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+      return;
+    }
+    alignas(16) std::uint16_t t[kWidth];
+    _mm_store_si128(reinterpret_cast<__m128i*>(t), h);
+    std::memcpy(p, t, sizeof(std::uint16_t) * static_cast<unsigned>(n));
+  }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }

@@ -41,6 +41,13 @@ struct VecAvx512 {
                                   : _mm256_maskz_loadu_epi16(tail(n), p);
     return _mm512_cvtph_ps(h);
   }
+  // The first n lanes as f16 (round to nearest even, as float_to_f16_bits; a NaN keeps its payload's
+  // top bits where that one writes 0x7e00).
+  static void store_f16(std::uint16_t* p, V x, int n) {
+    const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (n == kWidth) _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    else _mm256_mask_storeu_epi16(p, tail(n), h);
+  }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }

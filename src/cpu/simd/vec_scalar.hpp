@@ -21,6 +21,7 @@ struct VecScalar {
   static V load_f32(const float* p, int) { return *p; }
   static V load_bf16(const std::uint16_t* p, int) { return bf16_bits_to_float(*p); }
   static V load_f16(const std::uint16_t* p, int) { return f16_bits_to_float(*p); }
+  static void store_f16(std::uint16_t* p, V x, int) { *p = float_to_f16_bits(x); }
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
   static V mul(V a, V b) { return a * b; }
