@@ -54,8 +54,8 @@ inline const AmxTileConfig& amx_tile_config() {
 
 struct PrefillLayoutAmx {
   std::int64_t dp, rp, tp;  // head_dim, rows and tile keys, each padded to 32
-  std::uint16_t *qh, *ql, *pa;
-  std::uint32_t *kt, *vb;
+  std::uint16_t *qh, *ql, *pa, *pl;  // pl: P's remainder (f16 K/V)
+  std::uint32_t *kt, *vb, *kt_lo, *vb_lo;  // *_lo: the K / V remainders (f16 K/V)
   float *s, *o, *m, *l;
 };
 
@@ -71,6 +71,9 @@ inline PrefillLayoutAmx prefill_layout_amx(std::int64_t head_dim, std::int64_t g
   L.kt = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp * L.dp / 2);
   L.vb = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
   L.pa = reinterpret_cast<std::uint16_t*>(f); f += floats_for(32 * L.tp / 2);
+  L.kt_lo = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp * L.dp / 2);
+  L.vb_lo = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
+  L.pl = reinterpret_cast<std::uint16_t*>(f); f += floats_for(32 * L.tp / 2);
   L.s = f; f += floats_for(imax(2 * 32 * L.tp, L.rp));  // two S buffers; also the rows' positions at the start
   L.o = f; f += floats_for(group * L.rp * L.dp);
   L.m = f; f += floats_for(group * L.rp);
@@ -81,8 +84,8 @@ inline PrefillLayoutAmx prefill_layout_amx(std::int64_t head_dim, std::int64_t g
 inline std::size_t prefill_scratch_floats_amx(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
                                               std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, 32), rp = round_up(block_rows, 32), tp = round_up(tile, 32);
-  return 2 * floats_for(group * rp * dp / 2) + floats_for(tp * dp / 2) + floats_for(tp / 2 * dp) +
-         floats_for(32 * tp / 2) + floats_for(imax(2 * 32 * tp, rp)) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) +
+  return 2 * floats_for(group * rp * dp / 2) + 2 * (floats_for(tp * dp / 2) + floats_for(tp / 2 * dp) +
+         floats_for(32 * tp / 2)) + floats_for(imax(2 * 32 * tp, rp)) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) +
          16;  // 64-byte alignment of the base
 }
 
@@ -151,39 +154,79 @@ void stage_q_amx(const PrefillTask& t, const PrefillLayoutAmx& L) {
   }
 }
 
+// 32 bf16 as f32: the first 16 and the last 16.
+inline void widen_bf16x32(__m512i h, __m512& x0, __m512& x1) {
+  x0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+  x1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+}
+
+// f32 values x0 (first 16) and x1 (last 16) as bf16 hi + lo parts. For f16 inputs hi + lo == x
+// exactly: 11 significant bits are hi's 8 and at most 3 below them, which lo holds.
+inline void split_bf16x32(__m512 x0, __m512 x1, __m512i& hi, __m512i& lo) {
+  hi = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+  __m512 h0, h1;
+  widen_bf16x32(hi, h0, h1);
+  lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0));
+}
+
+// 32 16-bit values of a K or V row (the first of them where m is set, zeros past it): bf16 rows
+// as they are (kSplitKv false); f16 rows as bf16 hi + lo.
+template <bool kSplitKv>
+inline void load_kv32(const std::uint16_t* p, __mmask32 m, __m512i& hi, __m512i& lo) {
+  const __m512i raw = _mm512_maskz_loadu_epi16(m, p);
+  if constexpr (!kSplitKv) {
+    hi = raw;
+  } else {
+    split_bf16x32(_mm512_cvtph_ps(_mm512_castsi512_si256(raw)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1)),
+                  hi, lo);
+  }
+}
+
 // Keys [j0, j0 + n) of K as B tiles of S = Q K^T: kt[kb][pair][key] (16 keys per block kb, one
 // dword = two adjacent head_dim values), zeros past n keys (up to the 32-key padding) and past
-// head_dim; V as key pairs [pair][column] with zero pairs past n.
-inline void stage_kv_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::int64_t j0, std::int64_t n) {
+// head_dim; V as key pairs [pair][column] with zero pairs past n. f16 K/V (kSplitKv): the bf16
+// parts in kt / vb, the remainders in kt_lo / vb_lo, in the same layouts.
+template <bool kSplitKv>
+void stage_kv_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::int64_t j0, std::int64_t n) {
   const std::int64_t d = t.head_dim, np = round_up(n, 32), pairs = L.dp / 2;
   const auto* kbase = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset;
   const auto* vbase = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset;
   for (std::int64_t kb = 0; kb < np / 16; ++kb) {
     for (std::int64_t c = 0; c < L.dp; c += 32) {
-      __m512i r[16];
+      __m512i r[16], rl[16];
       const __mmask32 m = bf16_mask(d - c);
       for (int i = 0; i < 16; ++i) {
         const std::int64_t j = kb * 16 + i;
-        r[i] = j < n ? _mm512_maskz_loadu_epi16(m, kbase + (j0 + j) * t.k.row_stride + c) : _mm512_setzero_si512();
+        r[i] = rl[i] = _mm512_setzero_si512();
+        if (j < n) load_kv32<kSplitKv>(kbase + (j0 + j) * t.k.row_stride + c, m, r[i], rl[i]);
       }
       transpose_16x16(r);
       std::uint32_t* dst = L.kt + (kb * pairs + c / 2) * 16;
       for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[i]);
+      if constexpr (kSplitKv) {
+        transpose_16x16(rl);
+        std::uint32_t* dst_lo = L.kt_lo + (kb * pairs + c / 2) * 16;
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst_lo + i * 16, rl[i]);
+      }
     }
   }
   const __m512i first_16 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i last_16 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  // Rows a and b of one key pair as [pair][column] dwords: vpunpck*wd pairs columns {0-3, 8-11, ...}
+  // and {4-7, 12-15, ...}; two permutes put them in order.
+  auto store_pairs = [&](std::uint32_t* dst, __m512i a, __m512i b) {
+    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+    _mm512_storeu_si512(dst, _mm512_permutex2var_epi32(lo, first_16, hi));
+    _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi32(lo, last_16, hi));
+  };
   for (std::int64_t j = 0; j < np; j += 2) {
-    std::uint32_t* dst = L.vb + (j / 2) * L.dp;
     for (std::int64_t c = 0; c < L.dp; c += 32) {
       const __mmask32 m = bf16_mask(d - c);
-      const __m512i a = j < n ? _mm512_maskz_loadu_epi16(m, vbase + (j0 + j) * t.v.row_stride + c) : _mm512_setzero_si512();
-      const __m512i b =
-          j + 1 < n ? _mm512_maskz_loadu_epi16(m, vbase + (j0 + j + 1) * t.v.row_stride + c) : _mm512_setzero_si512();
-      // vpunpck*wd pairs columns {0-3, 8-11, ...} and {4-7, 12-15, ...}; two permutes put them in order.
-      const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      _mm512_storeu_si512(dst + c, _mm512_permutex2var_epi32(lo, first_16, hi));
-      _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi32(lo, last_16, hi));
+      __m512i a = _mm512_setzero_si512(), al = a, b = a, bl = a;
+      if (j < n) load_kv32<kSplitKv>(vbase + (j0 + j) * t.v.row_stride + c, m, a, al);
+      if (j + 1 < n) load_kv32<kSplitKv>(vbase + (j0 + j + 1) * t.v.row_stride + c, m, b, bl);
+      store_pairs(L.vb + (j / 2) * L.dp + c, a, b);
+      if constexpr (kSplitKv) store_pairs(L.vb_lo + (j / 2) * L.dp + c, al, bl);
     }
   }
 }
@@ -217,7 +260,7 @@ inline void products_2x2() {
 // of 32), in steps of one 32-column chunk of head_dim for a 32 x 32 block (four accumulator
 // tiles), so the steps of the next block can be spread through this block's softmax: the tile
 // unit and the vector units then work at once.
-template <bool kSplit>
+template <bool kSplit, bool kSplitKv>
 struct ScoreSteps {
   const PrefillLayoutAmx* L = nullptr;
   const std::uint16_t *qh = nullptr, *ql = nullptr;
@@ -251,6 +294,16 @@ struct ScoreSteps {
       _tile_loadd(5, ql + 16 * L->dp + c, q_stride);
       products_2x2();
     }
+    if constexpr (kSplitKv) {  // q's bf16 part times K's remainder (q's remainder times it is below f32's ulp)
+      const std::uint32_t* k0_lo = L->kt_lo + (jb / 16) * pairs * 16 + c / 2 * 16;
+      _tile_loadd(6, k0_lo, 64);
+      _tile_loadd(7, k0_lo + pairs * 16, 64);
+      if constexpr (kSplit) {
+        _tile_loadd(4, qh + c, q_stride);
+        _tile_loadd(5, qh + 16 * L->dp + c, q_stride);
+      }
+      products_2x2();
+    }
     c += 32;
     if (c == L->dp) {
       float* out = s + jb;
@@ -278,7 +331,7 @@ struct MaxOp {
 // of the block misses some key of the range. Rows go 16 at a time, so their maxima, rescale factors
 // and sums are vectors (no scalar exp or reduction per row). After each row of the second pass,
 // `between` runs (the next block's score steps).
-template <class Between>
+template <bool kSplitP, class Between>
 void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores, std::int64_t g, std::int64_t i0,
                  std::int64_t j0, std::int64_t n, std::int64_t k_lo, std::int64_t k_hi, bool masked, Between&& between) {
   constexpr float kLog2e = 1.44269504088896341f;
@@ -362,7 +415,14 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
         }
         sum0 = Vec::add(sum0, p0);
         sum1 = Vec::add(sum1, p1);
-        _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        if constexpr (kSplitP) {
+          __m512i hi, lo;
+          split_bf16x32(p0, p1, hi, lo);
+          _mm512_storeu_si512(p + v, hi);
+          _mm512_storeu_si512(L.pl + (h + r) * L.tp + v, lo);
+        } else {
+          _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        }
       }
       part[r] = Vec::add(sum0, sum1);
       if (a[r] != 1.0f) {
@@ -377,8 +437,10 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
 }
 
 // O [32][dp] of head g's rows i0.. += P V over the tile's keys [k_lo, k_hi), 32 x 32 blocks of
-// four accumulator tiles, loaded from O and stored back.
-inline void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, std::int64_t k_lo, std::int64_t k_hi) {
+// four accumulator tiles, loaded from O and stored back. kSplitKv: P and V as bf16 parts and
+// remainders, O += Ph Vh + Pl Vh + Ph Vl (Pl Vl is below f32's ulp of the sum).
+template <bool kSplitKv>
+void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, std::int64_t k_lo, std::int64_t k_hi) {
   const std::int64_t o_stride = L.dp * 4, p_stride = L.tp * 2, v_stride = L.dp * 4;
   for (std::int64_t c0 = 0; c0 < L.dp; c0 += 32) {
     float* o = L.o + (g * L.rp + i0) * L.dp + c0;
@@ -393,6 +455,17 @@ inline void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, s
       _tile_loadd(4, L.pa + k, p_stride);
       _tile_loadd(5, L.pa + 16 * L.tp + k, p_stride);
       products_2x2();
+      if constexpr (kSplitKv) {
+        _tile_loadd(4, L.pl + k, p_stride);
+        _tile_loadd(5, L.pl + 16 * L.tp + k, p_stride);
+        products_2x2();
+        const std::uint32_t* v_lo = L.vb_lo + (k / 2) * L.dp + c0;
+        _tile_loadd(6, v_lo, v_stride);
+        _tile_loadd(7, v_lo + 16, v_stride);
+        _tile_loadd(4, L.pa + k, p_stride);
+        _tile_loadd(5, L.pa + 16 * L.tp + k, p_stride);
+        products_2x2();
+      }
     }
     _tile_stored(0, o, o_stride);
     _tile_stored(1, o + 16, o_stride);
@@ -405,7 +478,7 @@ inline void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, s
 // tile f32) and P stay in L1 between the three, and the next pair's scores run on the tiles during
 // this pair's softmax (two S buffers). A row block takes only the 32-key blocks of the tile that
 // some of its rows see (a causal diagonal, a window's edge) and skips a tile it does not see.
-template <bool kSplit>
+template <bool kSplit, bool kSplitKv>
 void prefill_amx_typed(const PrefillTask& t) {
   const PrefillLayoutAmx L = prefill_layout_amx(t.head_dim, t.group, t.block_rows, t.tile, t.scratch);
   _tile_loadconfig(&amx_tile_config());
@@ -419,7 +492,7 @@ void prefill_amx_typed(const PrefillTask& t) {
   thread_local std::vector<Work> work;  // a tile's (row block, head) pairs; this thread's, reused
   for (std::int64_t j0 = keys.lo; j0 < keys.hi; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, keys.hi - j0);
-    stage_kv_amx(t, L, j0, n);
+    stage_kv_amx<kSplitKv>(t, L, j0, n);
     work.clear();
     for (std::int64_t i0 = 0; i0 < L.rp; i0 += 32) {
       const BlockKeys rk = rows_keys(t, i0, imin(i0 + 32, t.rows));  // padding rows see nothing
@@ -430,21 +503,21 @@ void prefill_amx_typed(const PrefillTask& t) {
     }
     if (work.empty()) continue;
     float* scores[2] = {L.s, L.s + 32 * L.tp};
-    ScoreSteps<kSplit>(L, work[0].g, work[0].i0, work[0].k_lo, work[0].k_hi, scores[0]).finish();
+    ScoreSteps<kSplit, kSplitKv>(L, work[0].g, work[0].i0, work[0].k_lo, work[0].k_hi, scores[0]).finish();
     for (std::size_t w = 0; w < work.size(); ++w) {
       const Work& a = work[w];
-      ScoreSteps<kSplit> next;
+      ScoreSteps<kSplit, kSplitKv> next;
       std::int64_t per_row = 0;
       if (w + 1 < work.size()) {
         const Work& b = work[w + 1];
-        next = ScoreSteps<kSplit>(L, b.g, b.i0, b.k_lo, b.k_hi, scores[(w + 1) % 2]);
+        next = ScoreSteps<kSplit, kSplitKv>(L, b.g, b.i0, b.k_lo, b.k_hi, scores[(w + 1) % 2]);
         per_row = (next.count() + 31) / 32;
       }
-      softmax_amx(t, L, scores[w % 2], a.g, a.i0, j0, n, a.k_lo, a.k_hi, a.masked, [&] {
+      softmax_amx<kSplitKv>(t, L, scores[w % 2], a.g, a.i0, j0, n, a.k_lo, a.k_hi, a.masked, [&] {
         for (std::int64_t k = 0; k < per_row; ++k) next.step();
       });
       next.finish();
-      pv_amx(L, a.g, a.i0, a.k_lo, a.k_hi);
+      pv_amx<kSplitKv>(L, a.g, a.i0, a.k_lo, a.k_hi);
     }
   }
   _tile_release();

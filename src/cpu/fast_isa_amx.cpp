@@ -38,12 +38,14 @@ namespace attnkit::cpu::detail {
 namespace {
 
 void prefill_amx(const PrefillTask& t) {
-  if (t.k.dtype != DType::kBF16 || t.v.dtype != DType::kBF16) {
-    fast_bodies_avx512bf16().prefill(t);
+  const bool bf16 = t.k.dtype == DType::kBF16 && t.v.dtype == DType::kBF16;
+  const bool f16 = t.k.dtype == DType::kF16 && t.v.dtype == DType::kF16;
+  if (!bf16 && !f16) {
+    fast_bodies_avx512bf16().prefill(t);  // f32 K/V: FMAs
   } else if (t.q.dtype == DType::kBF16) {
-    isa_amx::prefill_amx_typed<false>(t);
+    bf16 ? isa_amx::prefill_amx_typed<false, false>(t) : isa_amx::prefill_amx_typed<false, true>(t);
   } else {
-    isa_amx::prefill_amx_typed<true>(t);
+    bf16 ? isa_amx::prefill_amx_typed<true, false>(t) : isa_amx::prefill_amx_typed<true, true>(t);
   }
 }
 

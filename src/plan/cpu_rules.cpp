@@ -232,9 +232,15 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   const std::uint64_t hd = u(pr.head_dim);
   p = WorkPartition{};
   p.family = KernelFamily::kCooperativeTiled;
-  const bool amx = t.cpu_matrix_tiles && pr.dtype == DType::kBF16;
-  reasons.push_back(amx ? "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and P V on "
-                          "AMX tiles (bf16 products, f32 sums), the online softmax on AVX-512"
+  // AMX tiles take bf16 K/V as they are and f16 K/V as exact bf16 hi + lo parts (three products
+  // where bf16 takes one; fast_body_amx.hpp); f32 K/V stay on FMAs.
+  const bool amx = t.cpu_matrix_tiles && (pr.dtype == DType::kBF16 || pr.dtype == DType::kF16);
+  const std::uint64_t parts = pr.dtype == DType::kF16 ? 2 : 1;  // bf16 parts per staged K/V value
+  reasons.push_back(amx ? (parts == 1 ? "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and "
+                                        "P V on AMX tiles (bf16 products, f32 sums), the online softmax on AVX-512"
+                                      : "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and "
+                                        "P V on AMX tiles (f16 q, K and V as exact bf16 hi + lo parts, P as hi + lo, f32 sums), "
+                                        "the online softmax on AVX-512")
                         : "family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
                           "Q K^T and P V micro-kernels in f32");
 
@@ -243,12 +249,13 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   // per-row softmax bookkeeping and the accumulator tiles' round trips (512 against 256 at head_dim
   // 128: 2-3% faster non-causal; docs/perf-notes.md, CPU round 13). Else the f32 copy of one K tile
   // (reused by every row micro-block) fits in L1.
-  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * 2)), 32, 512)
+  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * 2 * parts)), 32, 512)
                            : std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
   tile = std::min<std::uint64_t>(tile, std::max<std::uint64_t>(32, div_up(u(pr.kv_len), 32) * 32));
   if (amx) {
-    reasons.push_back("tile: " + std::to_string(tile) + " keys: bf16 K/V on AMX tiles; the tile's transposed K and "
-                      "paired V (" + std::to_string(2 * tile * hd * 2 >> 10) +
+    reasons.push_back("tile: " + std::to_string(tile) + " keys: " + (parts == 1 ? "bf16" : "f16") +
+                      " K/V on AMX tiles; the tile's transposed K and paired V (" +
+                      std::to_string(2 * tile * hd * 2 * parts >> 10) +
                       " KiB) within a quarter of an assumed 1 MiB L2");
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys: the f32 K tile (" +
@@ -263,7 +270,7 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   // round 14).
   const std::uint64_t group = u(pr.group_size());
   const std::uint64_t l2 = amx ? kAmxL2Bytes : kAssumedL2Bytes;
-  const std::uint64_t row_bytes = group * hd * (amx ? 2 + kF32Bytes : 2 * kF32Bytes);
+  const std::uint64_t row_bytes = group * hd * (amx ? 2 * parts + kF32Bytes : 2 * kF32Bytes);
   std::uint64_t rows = std::clamp<std::uint64_t>(floor_pow2(l2 / 2 / row_bytes), 16, amx ? 256 : 128);
   const std::uint64_t q_len = std::max<std::uint64_t>(1, u(pr.q_len));
   while (rows > 16 && u(pr.batch) * u(pr.kv_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
