@@ -52,10 +52,18 @@ inline const AmxTileConfig& amx_tile_config() {
   return config;
 }
 
+// Values staged as up to three bf16 parts, part 0 first: bf16 inputs are one part, f16 two (hi +
+// lo: exact, 11 significant bits are hi's 8 and at most 3 below), f32 three (hi + mid + lo, 24
+// bits). Q K^T and P V then sum the products of part pairs (a, b) with a + b below the larger part
+// count: 1, 3 or 6 products where bf16 takes one (the terms left out are below f32's rounding).
+constexpr int kMaxParts = 3;
+
 struct PrefillLayoutAmx {
   std::int64_t dp, rp, tp;  // head_dim, rows and tile keys, each padded to 32
-  std::uint16_t *qh, *ql, *pa, *pl;  // pl: P's remainder (f16 K/V)
-  std::uint32_t *kt, *vb, *kt_lo, *vb_lo;  // *_lo: the K / V remainders (f16 K/V)
+  std::uint16_t* q[kMaxParts];   // [g][rp][dp] bf16
+  std::uint16_t* p[kMaxParts];   // P [32][tp] bf16
+  std::uint32_t* kt[kMaxParts];  // K transposed into head_dim pairs
+  std::uint32_t* vb[kMaxParts];  // V in key pairs
   float *s, *o, *m, *l;
 };
 
@@ -66,14 +74,12 @@ inline PrefillLayoutAmx prefill_layout_amx(std::int64_t head_dim, std::int64_t g
   L.rp = round_up(block_rows, 32);
   L.tp = round_up(tile, 32);
   float* f = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(base) + 63) / 64 * 64);
-  L.qh = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.rp * L.dp / 2);
-  L.ql = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.rp * L.dp / 2);
-  L.kt = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp * L.dp / 2);
-  L.vb = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
-  L.pa = reinterpret_cast<std::uint16_t*>(f); f += floats_for(32 * L.tp / 2);
-  L.kt_lo = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp * L.dp / 2);
-  L.vb_lo = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
-  L.pl = reinterpret_cast<std::uint16_t*>(f); f += floats_for(32 * L.tp / 2);
+  for (int k = 0; k < kMaxParts; ++k) {
+    L.q[k] = reinterpret_cast<std::uint16_t*>(f); f += floats_for(group * L.rp * L.dp / 2);
+    L.kt[k] = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp * L.dp / 2);
+    L.vb[k] = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
+    L.p[k] = reinterpret_cast<std::uint16_t*>(f); f += floats_for(32 * L.tp / 2);
+  }
   L.s = f; f += floats_for(imax(2 * 32 * L.tp, L.rp));  // two S buffers; also the rows' positions at the start
   L.o = f; f += floats_for(group * L.rp * L.dp);
   L.m = f; f += floats_for(group * L.rp);
@@ -84,8 +90,9 @@ inline PrefillLayoutAmx prefill_layout_amx(std::int64_t head_dim, std::int64_t g
 inline std::size_t prefill_scratch_floats_amx(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
                                               std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, 32), rp = round_up(block_rows, 32), tp = round_up(tile, 32);
-  return 2 * floats_for(group * rp * dp / 2) + 2 * (floats_for(tp * dp / 2) + floats_for(tp / 2 * dp) +
-         floats_for(32 * tp / 2)) + floats_for(imax(2 * 32 * tp, rp)) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) +
+  return kMaxParts * (floats_for(group * rp * dp / 2) + floats_for(tp * dp / 2) + floats_for(tp / 2 * dp) +
+                      floats_for(32 * tp / 2)) +
+         floats_for(imax(2 * 32 * tp, rp)) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) +
          16;  // 64-byte alignment of the base
 }
 
@@ -118,115 +125,115 @@ inline __mmask32 bf16_mask(std::int64_t n) {
   return n >= 32 ? ~__mmask32{0} : n <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
 }
 
-// Query rows of the group as bf16 [g][rp][dp] (hi) and their remainders (lo, split only).
-template <bool kSplit>
-void stage_q_amx(const PrefillTask& t, const PrefillLayoutAmx& L) {
-  const std::int64_t d = t.head_dim;
-  for (std::int64_t g = 0; g < t.group; ++g) {
-    for (std::int64_t i = 0; i < L.rp; ++i) {
-      std::uint16_t* hi = L.qh + (g * L.rp + i) * L.dp;
-      std::uint16_t* lo = L.ql + (g * L.rp + i) * L.dp;
-      if (i >= t.rows) {
-        std::memset(hi, 0, static_cast<std::size_t>(L.dp) * 2);
-        if (kSplit) std::memset(lo, 0, static_cast<std::size_t>(L.dp) * 2);
-        continue;
-      }
-      const std::int64_t row = t.q.offset + g * t.q.head_stride + i * t.q.row_stride;
-      for (std::int64_t c = 0; c < L.dp; c += 16) {
-        const __mmask16 m = static_cast<__mmask16>(bf16_mask(d - c));
-        if constexpr (!kSplit) {
-          const auto* q = static_cast<const std::uint16_t*>(t.q.data) + row + c;
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), _mm256_maskz_loadu_epi16(m, q));
-        } else {
-          __m512 x;
-          if (t.q.dtype == DType::kF32) {
-            x = _mm512_maskz_loadu_ps(m, static_cast<const float*>(t.q.data) + row + c);
-          } else {  // f16
-            x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const std::uint16_t*>(t.q.data) + row + c));
-          }
-          const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-          const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), h);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(x, back)));
-        }
-      }
-    }
-  }
-}
-
 // 32 bf16 as f32: the first 16 and the last 16.
 inline void widen_bf16x32(__m512i h, __m512& x0, __m512& x1) {
   x0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
   x1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
 }
 
-// f32 values x0 (first 16) and x1 (last 16) as bf16 hi + lo parts. For f16 inputs hi + lo == x
-// exactly: 11 significant bits are hi's 8 and at most 3 below them, which lo holds.
-inline void split_bf16x32(__m512 x0, __m512 x1, __m512i& hi, __m512i& lo) {
-  hi = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
-  __m512 h0, h1;
-  widen_bf16x32(hi, h0, h1);
-  lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0));
+// f32 values x0 (the first 16) and x1 (the last 16) as kParts bf16 parts, each the rounding of
+// what the parts before it left.
+template <int kParts>
+inline void split_bf16x32(__m512 x0, __m512 x1, __m512i (&part)[kParts]) {
+  for (int k = 0; k < kParts; ++k) {
+    part[k] = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+    if (k + 1 < kParts) {
+      __m512 h0, h1;
+      widen_bf16x32(part[k], h0, h1);
+      x0 = _mm512_sub_ps(x0, h0);
+      x1 = _mm512_sub_ps(x1, h1);
+    }
+  }
 }
 
-// 32 16-bit values of a K or V row (the first of them where m is set, zeros past it): bf16 rows
-// as they are (kSplitKv false); f16 rows as bf16 hi + lo.
-template <bool kSplitKv>
-inline void load_kv32(const std::uint16_t* p, __mmask32 m, __m512i& hi, __m512i& lo) {
-  const __m512i raw = _mm512_maskz_loadu_epi16(m, p);
-  if constexpr (!kSplitKv) {
-    hi = raw;
+// 32 values of a row of `dtype` from p (the first of them where m is set, zeros past it) as kParts
+// bf16 parts (bf16 rows: one part, as they are).
+template <int kParts>
+inline void load_parts32(const void* p, DType dtype, __mmask32 m, __m512i (&part)[kParts]) {
+  if (dtype == DType::kBF16) {
+    part[0] = _mm512_maskz_loadu_epi16(m, p);
+    for (int k = 1; k < kParts; ++k) part[k] = _mm512_setzero_si512();
+    return;
+  }
+  __m512 x0, x1;
+  if (dtype == DType::kF16) {
+    const __m512i raw = _mm512_maskz_loadu_epi16(m, p);
+    x0 = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
+    x1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1));
   } else {
-    split_bf16x32(_mm512_cvtph_ps(_mm512_castsi512_si256(raw)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1)),
-                  hi, lo);
+    const auto* f = static_cast<const float*>(p);
+    x0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), f);
+    x1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), f + 16);
+  }
+  split_bf16x32<kParts>(x0, x1, part);
+}
+
+inline std::int64_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+// Query rows of the group as kQParts bf16 parts [g][rp][dp], zeros past the rows and head_dim.
+template <int kQParts>
+void stage_q_amx(const PrefillTask& t, const PrefillLayoutAmx& L) {
+  const std::int64_t d = t.head_dim, eb = dtype_bytes(t.q.dtype);
+  for (std::int64_t g = 0; g < t.group; ++g) {
+    for (std::int64_t i = 0; i < L.rp; ++i) {
+      const std::int64_t at = (g * L.rp + i) * L.dp;
+      if (i >= t.rows) {
+        for (int k = 0; k < kQParts; ++k) std::memset(L.q[k] + at, 0, static_cast<std::size_t>(L.dp) * 2);
+        continue;
+      }
+      const auto* row = static_cast<const char*>(t.q.data) + (t.q.offset + g * t.q.head_stride + i * t.q.row_stride) * eb;
+      for (std::int64_t c = 0; c < L.dp; c += 32) {
+        __m512i part[kQParts];
+        load_parts32<kQParts>(row + c * eb, t.q.dtype, bf16_mask(d - c), part);
+        for (int k = 0; k < kQParts; ++k) _mm512_storeu_si512(L.q[k] + at + c, part[k]);
+      }
+    }
   }
 }
 
 // Keys [j0, j0 + n) of K as B tiles of S = Q K^T: kt[kb][pair][key] (16 keys per block kb, one
 // dword = two adjacent head_dim values), zeros past n keys (up to the 32-key padding) and past
-// head_dim; V as key pairs [pair][column] with zero pairs past n. f16 K/V (kSplitKv): the bf16
-// parts in kt / vb, the remainders in kt_lo / vb_lo, in the same layouts.
-template <bool kSplitKv>
+// head_dim; V as key pairs [pair][column] with zero pairs past n. Each in kParts parts.
+template <int kParts>
 void stage_kv_amx(const PrefillTask& t, const PrefillLayoutAmx& L, std::int64_t j0, std::int64_t n) {
   const std::int64_t d = t.head_dim, np = round_up(n, 32), pairs = L.dp / 2;
-  const auto* kbase = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset;
-  const auto* vbase = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset;
+  const std::int64_t kb_bytes = dtype_bytes(t.k.dtype), vb_bytes = dtype_bytes(t.v.dtype);
+  const auto* kbase = static_cast<const char*>(t.k.data) + t.k.offset * kb_bytes;
+  const auto* vbase = static_cast<const char*>(t.v.data) + t.v.offset * vb_bytes;
   for (std::int64_t kb = 0; kb < np / 16; ++kb) {
     for (std::int64_t c = 0; c < L.dp; c += 32) {
-      __m512i r[16], rl[16];
+      __m512i r[kParts][16];
       const __mmask32 m = bf16_mask(d - c);
       for (int i = 0; i < 16; ++i) {
         const std::int64_t j = kb * 16 + i;
-        r[i] = rl[i] = _mm512_setzero_si512();
-        if (j < n) load_kv32<kSplitKv>(kbase + (j0 + j) * t.k.row_stride + c, m, r[i], rl[i]);
+        __m512i part[kParts];
+        for (int k = 0; k < kParts; ++k) part[k] = _mm512_setzero_si512();
+        if (j < n) load_parts32<kParts>(kbase + ((j0 + j) * t.k.row_stride + c) * kb_bytes, t.k.dtype, m, part);
+        for (int k = 0; k < kParts; ++k) r[k][i] = part[k];
       }
-      transpose_16x16(r);
-      std::uint32_t* dst = L.kt + (kb * pairs + c / 2) * 16;
-      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[i]);
-      if constexpr (kSplitKv) {
-        transpose_16x16(rl);
-        std::uint32_t* dst_lo = L.kt_lo + (kb * pairs + c / 2) * 16;
-        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst_lo + i * 16, rl[i]);
+      for (int k = 0; k < kParts; ++k) {
+        transpose_16x16(r[k]);
+        std::uint32_t* dst = L.kt[k] + (kb * pairs + c / 2) * 16;
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[k][i]);
       }
     }
   }
   const __m512i first_16 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i last_16 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  // Rows a and b of one key pair as [pair][column] dwords: vpunpck*wd pairs columns {0-3, 8-11, ...}
-  // and {4-7, 12-15, ...}; two permutes put them in order.
-  auto store_pairs = [&](std::uint32_t* dst, __m512i a, __m512i b) {
-    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-    _mm512_storeu_si512(dst, _mm512_permutex2var_epi32(lo, first_16, hi));
-    _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi32(lo, last_16, hi));
-  };
   for (std::int64_t j = 0; j < np; j += 2) {
     for (std::int64_t c = 0; c < L.dp; c += 32) {
       const __mmask32 m = bf16_mask(d - c);
-      __m512i a = _mm512_setzero_si512(), al = a, b = a, bl = a;
-      if (j < n) load_kv32<kSplitKv>(vbase + (j0 + j) * t.v.row_stride + c, m, a, al);
-      if (j + 1 < n) load_kv32<kSplitKv>(vbase + (j0 + j + 1) * t.v.row_stride + c, m, b, bl);
-      store_pairs(L.vb + (j / 2) * L.dp + c, a, b);
-      if constexpr (kSplitKv) store_pairs(L.vb_lo + (j / 2) * L.dp + c, al, bl);
+      __m512i a[kParts], b[kParts];
+      for (int k = 0; k < kParts; ++k) a[k] = b[k] = _mm512_setzero_si512();
+      if (j < n) load_parts32<kParts>(vbase + ((j0 + j) * t.v.row_stride + c) * vb_bytes, t.v.dtype, m, a);
+      if (j + 1 < n) load_parts32<kParts>(vbase + ((j0 + j + 1) * t.v.row_stride + c) * vb_bytes, t.v.dtype, m, b);
+      for (int k = 0; k < kParts; ++k) {
+        // vpunpck*wd pairs columns {0-3, 8-11, ...} and {4-7, 12-15, ...}; two permutes put them in order.
+        const __m512i lo = _mm512_unpacklo_epi16(a[k], b[k]), hi = _mm512_unpackhi_epi16(a[k], b[k]);
+        std::uint32_t* dst = L.vb[k] + (j / 2) * L.dp + c;
+        _mm512_storeu_si512(dst, _mm512_permutex2var_epi32(lo, first_16, hi));
+        _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi32(lo, last_16, hi));
+      }
     }
   }
 }
@@ -259,19 +266,21 @@ inline void products_2x2() {
 // S [32][k_lo, k_hi) of head g's rows i0.. = Q K^T (unscaled; keys relative to the tile, multiples
 // of 32), in steps of one 32-column chunk of head_dim for a 32 x 32 block (four accumulator
 // tiles), so the steps of the next block can be spread through this block's softmax: the tile
-// unit and the vector units then work at once.
-template <bool kSplit, bool kSplitKv>
+// unit and the vector units then work at once. q in kQParts parts, K in kKParts.
+template <int kQParts, int kKParts>
 struct ScoreSteps {
+  static constexpr int kTerms = kQParts > kKParts ? kQParts : kKParts;  // products (a, b) with a + b < kTerms
   const PrefillLayoutAmx* L = nullptr;
-  const std::uint16_t *qh = nullptr, *ql = nullptr;
+  const std::uint16_t* q[kQParts] = {};
   float* s = nullptr;
   std::int64_t jb = 0, k_hi = 0, c = 0;
 
   ScoreSteps() = default;
   ScoreSteps(const PrefillLayoutAmx& layout, std::int64_t g, std::int64_t i0, std::int64_t k_lo, std::int64_t k_end,
              float* scores)
-      : L(&layout), qh(layout.qh + (g * layout.rp + i0) * layout.dp), ql(layout.ql + (g * layout.rp + i0) * layout.dp),
-        s(scores), jb(k_lo), k_hi(k_end) {}
+      : L(&layout), s(scores), jb(k_lo), k_hi(k_end) {
+    for (int a = 0; a < kQParts; ++a) q[a] = layout.q[a] + (g * layout.rp + i0) * layout.dp;
+  }
   bool done() const { return jb >= k_hi; }
   std::int64_t count() const { return (k_hi - jb) / 32 * (L->dp / 32); }
   void step() {
@@ -283,26 +292,17 @@ struct ScoreSteps {
       _tile_zero(2);
       _tile_zero(3);
     }
-    const std::uint32_t* k0 = L->kt + (jb / 16) * pairs * 16 + c / 2 * 16;
-    _tile_loadd(6, k0, 64);
-    _tile_loadd(7, k0 + pairs * 16, 64);
-    _tile_loadd(4, qh + c, q_stride);
-    _tile_loadd(5, qh + 16 * L->dp + c, q_stride);
-    products_2x2();
-    if constexpr (kSplit) {
-      _tile_loadd(4, ql + c, q_stride);
-      _tile_loadd(5, ql + 16 * L->dp + c, q_stride);
-      products_2x2();
-    }
-    if constexpr (kSplitKv) {  // q's bf16 part times K's remainder (q's remainder times it is below f32's ulp)
-      const std::uint32_t* k0_lo = L->kt_lo + (jb / 16) * pairs * 16 + c / 2 * 16;
-      _tile_loadd(6, k0_lo, 64);
-      _tile_loadd(7, k0_lo + pairs * 16, 64);
-      if constexpr (kSplit) {
-        _tile_loadd(4, qh + c, q_stride);
-        _tile_loadd(5, qh + 16 * L->dp + c, q_stride);
+    for (int b = 0; b < kKParts; ++b) {
+      const std::uint32_t* k0 = L->kt[b] + (jb / 16) * pairs * 16 + c / 2 * 16;
+      _tile_loadd(6, k0, 64);
+      _tile_loadd(7, k0 + pairs * 16, 64);
+      for (int a = 0; a + b < kTerms && a < kQParts; ++a) {
+        if (kQParts > 1 || b == 0) {  // one q part stays in tiles 4-5 across the K parts
+          _tile_loadd(4, q[a] + c, q_stride);
+          _tile_loadd(5, q[a] + 16 * L->dp + c, q_stride);
+        }
+        products_2x2();
       }
-      products_2x2();
     }
     c += 32;
     if (c == L->dp) {
@@ -331,7 +331,7 @@ struct MaxOp {
 // of the block misses some key of the range. Rows go 16 at a time, so their maxima, rescale factors
 // and sums are vectors (no scalar exp or reduction per row). After each row of the second pass,
 // `between` runs (the next block's score steps).
-template <bool kSplitP, class Between>
+template <int kPParts, class Between>
 void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores, std::int64_t g, std::int64_t i0,
                  std::int64_t j0, std::int64_t n, std::int64_t k_lo, std::int64_t k_hi, bool masked, Between&& between) {
   constexpr float kLog2e = 1.44269504088896341f;
@@ -396,7 +396,7 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
     for (std::int64_t r = 0; r < 16; ++r) {
       const float* s = scores + (h + r) * L.tp;
       const std::int64_t pos = t.first_position + i0 + h + r;
-      std::uint16_t* p = L.pa + (h + r) * L.tp;
+      const std::int64_t p_row = (h + r) * L.tp;
       const V mr = Vec::set1(mu[r]), neg_mc = Vec::set1(-mu[r]);
       V sum0 = Vec::zero(), sum1 = Vec::zero();
       for (std::int64_t v = k_lo; v < k_hi; v += 32) {
@@ -415,14 +415,9 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
         }
         sum0 = Vec::add(sum0, p0);
         sum1 = Vec::add(sum1, p1);
-        if constexpr (kSplitP) {
-          __m512i hi, lo;
-          split_bf16x32(p0, p1, hi, lo);
-          _mm512_storeu_si512(p + v, hi);
-          _mm512_storeu_si512(L.pl + (h + r) * L.tp + v, lo);
-        } else {
-          _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-        }
+        __m512i part[kPParts];
+        split_bf16x32<kPParts>(p0, p1, part);
+        for (int k = 0; k < kPParts; ++k) _mm512_storeu_si512(L.p[k] + p_row + v, part[k]);
       }
       part[r] = Vec::add(sum0, sum1);
       if (a[r] != 1.0f) {
@@ -437,9 +432,9 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
 }
 
 // O [32][dp] of head g's rows i0.. += P V over the tile's keys [k_lo, k_hi), 32 x 32 blocks of
-// four accumulator tiles, loaded from O and stored back. kSplitKv: P and V as bf16 parts and
-// remainders, O += Ph Vh + Pl Vh + Ph Vl (Pl Vl is below f32's ulp of the sum).
-template <bool kSplitKv>
+// four accumulator tiles, loaded from O and stored back. P and V in kParts parts: the products of
+// part pairs (a, b) with a + b < kParts.
+template <int kParts>
 void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, std::int64_t k_lo, std::int64_t k_hi) {
   const std::int64_t o_stride = L.dp * 4, p_stride = L.tp * 2, v_stride = L.dp * 4;
   for (std::int64_t c0 = 0; c0 < L.dp; c0 += 32) {
@@ -449,22 +444,17 @@ void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, std::int
     _tile_loadd(2, o + 16 * L.dp, o_stride);
     _tile_loadd(3, o + 16 * L.dp + 16, o_stride);
     for (std::int64_t k = k_lo; k < k_hi; k += 32) {
-      const std::uint32_t* v = L.vb + (k / 2) * L.dp + c0;
-      _tile_loadd(6, v, v_stride);
-      _tile_loadd(7, v + 16, v_stride);
-      _tile_loadd(4, L.pa + k, p_stride);
-      _tile_loadd(5, L.pa + 16 * L.tp + k, p_stride);
-      products_2x2();
-      if constexpr (kSplitKv) {
-        _tile_loadd(4, L.pl + k, p_stride);
-        _tile_loadd(5, L.pl + 16 * L.tp + k, p_stride);
-        products_2x2();
-        const std::uint32_t* v_lo = L.vb_lo + (k / 2) * L.dp + c0;
-        _tile_loadd(6, v_lo, v_stride);
-        _tile_loadd(7, v_lo + 16, v_stride);
-        _tile_loadd(4, L.pa + k, p_stride);
-        _tile_loadd(5, L.pa + 16 * L.tp + k, p_stride);
-        products_2x2();
+      for (int b = 0; b < kParts; ++b) {
+        const std::uint32_t* v = L.vb[b] + (k / 2) * L.dp + c0;
+        _tile_loadd(6, v, v_stride);
+        _tile_loadd(7, v + 16, v_stride);
+        for (int a = 0; a + b < kParts; ++a) {
+          if (kParts > 1 || b == 0) {
+            _tile_loadd(4, L.p[a] + k, p_stride);
+            _tile_loadd(5, L.p[a] + 16 * L.tp + k, p_stride);
+          }
+          products_2x2();
+        }
       }
     }
     _tile_stored(0, o, o_stride);
@@ -478,13 +468,13 @@ void pv_amx(const PrefillLayoutAmx& L, std::int64_t g, std::int64_t i0, std::int
 // tile f32) and P stay in L1 between the three, and the next pair's scores run on the tiles during
 // this pair's softmax (two S buffers). A row block takes only the 32-key blocks of the tile that
 // some of its rows see (a causal diagonal, a window's edge) and skips a tile it does not see.
-template <bool kSplit, bool kSplitKv>
+template <int kQParts, int kKvParts>
 void prefill_amx_typed(const PrefillTask& t) {
   const PrefillLayoutAmx L = prefill_layout_amx(t.head_dim, t.group, t.block_rows, t.tile, t.scratch);
   _tile_loadconfig(&amx_tile_config());
   const BlockKeys keys = block_keys(t);
   start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.s);  // positions unused: keys sit in the lanes here
-  stage_q_amx<kSplit>(t, L);
+  stage_q_amx<kQParts>(t, L);
   struct Work {
     std::int64_t i0, g, k_lo, k_hi;
     bool masked;
@@ -492,7 +482,7 @@ void prefill_amx_typed(const PrefillTask& t) {
   thread_local std::vector<Work> work;  // a tile's (row block, head) pairs; this thread's, reused
   for (std::int64_t j0 = keys.lo; j0 < keys.hi; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, keys.hi - j0);
-    stage_kv_amx<kSplitKv>(t, L, j0, n);
+    stage_kv_amx<kKvParts>(t, L, j0, n);
     work.clear();
     for (std::int64_t i0 = 0; i0 < L.rp; i0 += 32) {
       const BlockKeys rk = rows_keys(t, i0, imin(i0 + 32, t.rows));  // padding rows see nothing
@@ -503,21 +493,21 @@ void prefill_amx_typed(const PrefillTask& t) {
     }
     if (work.empty()) continue;
     float* scores[2] = {L.s, L.s + 32 * L.tp};
-    ScoreSteps<kSplit, kSplitKv>(L, work[0].g, work[0].i0, work[0].k_lo, work[0].k_hi, scores[0]).finish();
+    ScoreSteps<kQParts, kKvParts>(L, work[0].g, work[0].i0, work[0].k_lo, work[0].k_hi, scores[0]).finish();
     for (std::size_t w = 0; w < work.size(); ++w) {
       const Work& a = work[w];
-      ScoreSteps<kSplit, kSplitKv> next;
+      ScoreSteps<kQParts, kKvParts> next;
       std::int64_t per_row = 0;
       if (w + 1 < work.size()) {
         const Work& b = work[w + 1];
-        next = ScoreSteps<kSplit, kSplitKv>(L, b.g, b.i0, b.k_lo, b.k_hi, scores[(w + 1) % 2]);
+        next = ScoreSteps<kQParts, kKvParts>(L, b.g, b.i0, b.k_lo, b.k_hi, scores[(w + 1) % 2]);
         per_row = (next.count() + 31) / 32;
       }
-      softmax_amx<kSplitKv>(t, L, scores[w % 2], a.g, a.i0, j0, n, a.k_lo, a.k_hi, a.masked, [&] {
+      softmax_amx<kKvParts>(t, L, scores[w % 2], a.g, a.i0, j0, n, a.k_lo, a.k_hi, a.masked, [&] {
         for (std::int64_t k = 0; k < per_row; ++k) next.step();
       });
       next.finish();
-      pv_amx<kSplitKv>(L, a.g, a.i0, a.k_lo, a.k_hi);
+      pv_amx<kKvParts>(L, a.g, a.i0, a.k_lo, a.k_hi);
     }
   }
   _tile_release();

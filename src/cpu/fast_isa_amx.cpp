@@ -37,15 +37,17 @@
 namespace attnkit::cpu::detail {
 namespace {
 
+// bf16, f16 and f32 K/V on the tiles as one, two or three bf16 parts per value; q as one part
+// (bf16), three beside f32 K/V, else two.
 void prefill_amx(const PrefillTask& t) {
-  const bool bf16 = t.k.dtype == DType::kBF16 && t.v.dtype == DType::kBF16;
-  const bool f16 = t.k.dtype == DType::kF16 && t.v.dtype == DType::kF16;
-  if (!bf16 && !f16) {
-    fast_bodies_avx512bf16().prefill(t);  // f32 K/V: FMAs
-  } else if (t.q.dtype == DType::kBF16) {
-    bf16 ? isa_amx::prefill_amx_typed<false, false>(t) : isa_amx::prefill_amx_typed<false, true>(t);
+  const DType kv = t.k.dtype;
+  const bool q_bf16 = t.q.dtype == DType::kBF16;
+  if (kv == DType::kBF16) {
+    q_bf16 ? isa_amx::prefill_amx_typed<1, 1>(t) : isa_amx::prefill_amx_typed<2, 1>(t);
+  } else if (kv == DType::kF16) {
+    q_bf16 ? isa_amx::prefill_amx_typed<1, 2>(t) : isa_amx::prefill_amx_typed<2, 2>(t);
   } else {
-    bf16 ? isa_amx::prefill_amx_typed<true, false>(t) : isa_amx::prefill_amx_typed<true, true>(t);
+    q_bf16 ? isa_amx::prefill_amx_typed<1, 3>(t) : isa_amx::prefill_amx_typed<3, 3>(t);
   }
 }
 

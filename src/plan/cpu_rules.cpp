@@ -232,15 +232,15 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   const std::uint64_t hd = u(pr.head_dim);
   p = WorkPartition{};
   p.family = KernelFamily::kCooperativeTiled;
-  // AMX tiles take bf16 K/V as they are and f16 K/V as exact bf16 hi + lo parts (three products
-  // where bf16 takes one; fast_body_amx.hpp); f32 K/V stay on FMAs.
-  const bool amx = t.cpu_matrix_tiles && (pr.dtype == DType::kBF16 || pr.dtype == DType::kF16);
-  const std::uint64_t parts = pr.dtype == DType::kF16 ? 2 : 1;  // bf16 parts per staged K/V value
+  // AMX tiles take bf16 inputs as they are, f16 as two bf16 parts (exact) and f32 as three (24
+  // bits): 1, 3 or 6 products per bf16 one (fast_body_amx.hpp).
+  const bool amx = t.cpu_matrix_tiles;
+  const std::uint64_t parts = pr.dtype == DType::kF32 ? 3 : pr.dtype == DType::kF16 ? 2 : 1;  // bf16 parts per value
   reasons.push_back(amx ? (parts == 1 ? "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and "
                                         "P V on AMX tiles (bf16 products, f32 sums), the online softmax on AVX-512"
                                       : "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and "
-                                        "P V on AMX tiles (f16 q, K and V as exact bf16 hi + lo parts, P as hi + lo, f32 sums), "
-                                        "the online softmax on AVX-512")
+                                        "P V on AMX tiles (q, K, V and P as " + std::to_string(parts) +
+                                        " bf16 parts each, f32 sums), the online softmax on AVX-512")
                         : "family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
                           "Q K^T and P V micro-kernels in f32");
 
@@ -253,7 +253,7 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
                            : std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
   tile = std::min<std::uint64_t>(tile, std::max<std::uint64_t>(32, div_up(u(pr.kv_len), 32) * 32));
   if (amx) {
-    reasons.push_back("tile: " + std::to_string(tile) + " keys: " + (parts == 1 ? "bf16" : "f16") +
+    reasons.push_back("tile: " + std::to_string(tile) + " keys: " + std::string(dtype_name(pr.dtype)) +
                       " K/V on AMX tiles; the tile's transposed K and paired V (" +
                       std::to_string(2 * tile * hd * 2 * parts >> 10) +
                       " KiB) within a quarter of an assumed 1 MiB L2");

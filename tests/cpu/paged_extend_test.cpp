@@ -104,6 +104,7 @@ TEST(Extend, EveryQueryLengthFrom1To17AgainstPrefixesWithWindowsSplitsAndDtypes)
     }
   }
   // One long sequence, few rows, many threads: the planner splits the keys (speculative verification).
+  // Long enough for splits of >= kTargetTilesPerSplit tiles at the largest CPU tile (512 keys, AMX).
   const std::uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
   PagedSetup s;
@@ -112,9 +113,9 @@ TEST(Extend, EveryQueryLengthFrom1To17AgainstPrefixesWithWindowsSplitsAndDtypes)
   s.heads = 8;
   s.kv_heads = 2;
   s.head_dim = 64;
-  s.lengths = {2000};
+  s.lengths = {6000};
   PagedCase c(s, rng);
-  const auto plan = plan_extend(extend_problem(c, 6, 2000), cpu_target(8));  // 5 rows + 1 padding row
+  const auto plan = plan_extend(extend_problem(c, 6, 6000), cpu_target(8));  // 5 rows + 1 padding row
   ASSERT_GT(plan.partition.sequence_splits, 1u);
   ASSERT_GT(plan.bounds.workspace_bytes, 0u);
   const ExtendRun r = run_extend(c, plan, {5}, 1, rng);
