@@ -1,11 +1,12 @@
-// Internal: the prefill body for bf16 K/V on AMX tiles (AMX-BF16: TDPBF16PS multiplies a 16 x 32
-// bf16 tile by a 32 x 16 one into a 16 x 16 f32 tile). Included by fast_isa_amx.cpp after
-// fast_body.hpp and fast_body_bf16.hpp, in the same namespace (their exp, soft-cap, key range,
-// running state and output writer are shared); f32/f16 K/V and decode take the avx512bf16 bodies.
+// Internal: the prefill body on AMX tiles (AMX-BF16: TDPBF16PS multiplies a 16 x 32 bf16 tile by a
+// 32 x 16 one into a 16 x 16 f32 tile), for bf16, f16 and f32 inputs (the latter two as 2 or 3
+// bf16 parts per value, below). Included by fast_isa_amx.cpp after fast_body.hpp and
+// fast_body_bf16.hpp, in the same namespace (their exp, soft-cap, key range, running state and
+// output writer are shared); decode takes the avx512bf16 bodies.
 //
 // Per task (one sequence, KV head and block of query rows, all heads of the group):
-//   Q rows as bf16 [row][head_dim] (an f32/f16 q split into hi + lo bf16 parts, both multiplied,
-//     as on avx512bf16), padded with zeros to 32 rows and 32 columns, staged once.
+//   Q rows as bf16 [row][head_dim] in parts (an f32/f16 q beside bf16 K/V split into hi + lo, as on
+//     avx512bf16), padded with zeros to 32 rows and 32 columns, staged once.
 //   Per key tile: K transposed into key-column pairs ([16-key block][head_dim pair][16 keys], the
 //     B operand of S = Q K^T, 16 x 16 dword transposes) and V interleaved into key pairs ([key
 //     pair][column], the B operand of O += P V, columns in order).
@@ -15,8 +16,9 @@
 //     O += P V, 2 x 2 blocks again, the accumulators loaded from and stored back to O. The next
 //     block's score steps run between this block's softmax rows (two S buffers), so the tile unit
 //     and the vector units work at once.
-// Numerics: as avx512bf16's prefill (exact Q K^T products, f32 sums, P rounded to bf16 before P V,
-//   the softmax sum from the unrounded P); exp2 = 2^floor(t) * p(t - floor(t)), p of degree 4
+// Numerics: bf16 inputs as avx512bf16's prefill (exact Q K^T products, f32 sums, P rounded to bf16
+//   before P V, the softmax sum from the unrounded P); f16 / f32 inputs as the f32 path's (their
+//   parts and P's carry 16 / 24 bits); exp2 = 2^floor(t) * p(t - floor(t)), p of degree 4
 //   (relative error 2.7e-6).
 // Bound: the softmax's vector work (~14 operations per 16 scores, pass 2 dominated by exp2), then
 //   the tile unit, which a 4-step accumulation chain (head_dim 128 / 32) leaves waiting on each

@@ -1,8 +1,8 @@
-// The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): bf16 prefill on the
-// tiles (fast_body_amx.hpp); bf16 decode of groups of 4k heads with its scores on the tiles
+// The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): prefill on the tiles
+// (fast_body_amx.hpp; f16 and f32 inputs as 2 or 3 bf16 parts per value); bf16 decode of groups of 4k heads with its scores on the tiles
 // (fast_body_amx_decode.hpp: a 16-key tile of K against a block of 4 heads' q; P V on FMAs, not
 // on the tiles, since four query rows would fill a quarter of a tile); the other decodes are the
-// avx512bf16 level's bodies, compiled here too, and prefill of f32/f16 K/V calls that level. Only
+// avx512bf16 level's bodies, compiled here too. Only
 // this translation unit is compiled for AMX, and fast_isa.cpp's runtime check (cpuid and the
 // kernel's permission for the tile state) decides whether it runs.
 #include <cmath>
@@ -51,12 +51,6 @@ void prefill_amx(const PrefillTask& t) {
   }
 }
 
-std::size_t prefill_scratch_floats_amx(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
-                                       std::int64_t tile) {
-  const std::size_t tiles = isa_amx::prefill_scratch_floats_amx(head_dim, group, block_rows, tile),
-                    other = fast_bodies_avx512bf16().prefill_scratch_floats(head_dim, group, block_rows, tile);
-  return tiles > other ? tiles : other;
-}
 
 }  // namespace
 
@@ -66,7 +60,7 @@ const FastBodies& fast_bodies_amx() {
     b.name = "amx";
     b.decode_scratch_floats = isa_amx::decode_scratch_floats_with_rows4;
     b.decode = isa_amx::decode_bf16_or_rows4<isa_amx::AmxTileUnits>;
-    b.prefill_scratch_floats = prefill_scratch_floats_amx;
+    b.prefill_scratch_floats = isa_amx::prefill_scratch_floats_amx;
     b.prefill = prefill_amx;
     return b;
   }();
