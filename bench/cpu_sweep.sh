@@ -37,12 +37,12 @@ for ((r = 1; r <= rounds; ++r)); do
   d=$tmp/round$r
   mkdir -p "$d"
   round_dirs+=("$d")
-  # Decode: llama3-8b (32 heads, 8 KV heads: group 4) and multi-head (group 1), bf16 and f32 caches,
+  # Decode: llama3-8b (32 heads, 8 KV heads: group 4) and multi-head (group 1), bf16, f16 and f32 caches,
   # on huge pages (the bench's default; the read ceiling is the best of both page sizes).
   load decode-gqa "$d"
-  ak --op decode --batch 1,4 --kv-len $kv --dtype bf16,f32 --reps $dreps --warmup 2 >"$d/decode-gqa.json"
+  ak --op decode --batch 1,4 --kv-len $kv --dtype bf16,f16,f32 --reps $dreps --warmup 2 >"$d/decode-gqa.json"
   load decode-mha "$d"
-  ak --op decode --batch 1,4 --kv-len $kv --dtype bf16,f32 --heads 8 --kv-heads 8 --reps $dreps --warmup 2 >"$d/decode-mha.json"
+  ak --op decode --batch 1,4 --kv-len $kv --dtype bf16,f16,f32 --heads 8 --kv-heads 8 --reps $dreps --warmup 2 >"$d/decode-mha.json"
   # Prefill: causal and not, then the peer on the same shapes. Inputs on the allocator's pages, as
   # PyTorch's are (its switch for huge pages covers its temporaries too, which would slow it).
   load prefill-causal "$d"
