@@ -244,19 +244,22 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
                         : "family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
                           "Q K^T and P V micro-kernels in f32");
 
-  // Key tile. On AMX tiles (bf16 K/V where the target has them): the transposed K and paired V
-  // tiles (bf16) take at most a quarter of L2, up to 512 keys; more keys per tile amortise the
-  // per-row softmax bookkeeping and the accumulator tiles' round trips (512 against 256 at head_dim
-  // 128: 2-3% faster non-causal; docs/perf-notes.md, CPU round 13). Else the f32 copy of one K tile
-  // (reused by every row micro-block) fits in L1.
-  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAssumedL2Bytes / 4 / (2 * hd * 2 * parts)), 32, 512)
+  // Key tile. On AMX tiles: the transposed K and paired V tiles (in their bf16 parts) take at most
+  // a quarter of the 2 MiB L2, up to 512 keys for bf16 and 256 for the split dtypes; more keys per
+  // tile amortise the per-row softmax bookkeeping and the accumulator tiles' round trips (bf16 512
+  // against 256 at head_dim 128: 2-3% faster non-causal, CPU round 13; f32 256 against 128 3-5%
+  // faster, f16 512 against 256 3-5% slower, round 17). Else the f32 copy of one K tile (reused by
+  // every row micro-block) fits in L1.
+  const std::uint64_t staged_per_key = 2 * hd * 2 * parts;  // K and V, bf16 parts
+  std::uint64_t tile = amx ? std::clamp<std::uint64_t>(floor_pow2(kAmxL2Bytes / 4 / staged_per_key), 32,
+                                                       parts == 1 ? 512 : 256)
                            : std::clamp<std::uint64_t>(floor_pow2(kAssumedL1Bytes / (hd * kF32Bytes)), 32, 128);
   tile = std::min<std::uint64_t>(tile, std::max<std::uint64_t>(32, div_up(u(pr.kv_len), 32) * 32));
   if (amx) {
     reasons.push_back("tile: " + std::to_string(tile) + " keys: " + std::string(dtype_name(pr.dtype)) +
                       " K/V on AMX tiles; the tile's transposed K and paired V (" +
-                      std::to_string(2 * tile * hd * 2 * parts >> 10) +
-                      " KiB) within a quarter of an assumed 1 MiB L2");
+                      std::to_string(tile * staged_per_key >> 10) +
+                      " KiB) within a quarter of the 2 MiB L2 of an AMX core");
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys: the f32 K tile (" +
                       std::to_string(tile * hd * kF32Bytes >> 10) + " KiB) fits an assumed 32 KiB L1d");
@@ -265,13 +268,15 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   // Query rows per block (per head; a task packs the GQA group, so the K/V tile is converted once
   // for group x rows rows): the group's q and output accumulators fill at most half of L2, and the
   // blocks still give each thread several tasks to balance causal work. The AMX body keeps q in
-  // bf16 (6 bytes per row and column with the f32 accumulator) and runs on 2 MiB L2 cores, so its
-  // blocks reach 256 rows: half the K/V staging per row of 128 (3-4% at 1k-4k, perf-notes CPU
-  // round 14).
+  // bf16 parts (2 bytes per part, row and column, with the f32 accumulator) and runs on 2 MiB L2
+  // cores, so its q and accumulators take what the staged tile leaves of L2 and its blocks reach
+  // 256 rows: half the K/V staging per row of 128 (3-4% at 1k-4k, perf-notes CPU round 14; f32
+  // 256 rows with 256-key tiles 3-5% faster than 128 with 128, round 17).
   const std::uint64_t group = u(pr.group_size());
   const std::uint64_t l2 = amx ? kAmxL2Bytes : kAssumedL2Bytes;
   const std::uint64_t row_bytes = group * hd * (amx ? 2 * parts + kF32Bytes : 2 * kF32Bytes);
-  std::uint64_t rows = std::clamp<std::uint64_t>(floor_pow2(l2 / 2 / row_bytes), 16, amx ? 256 : 128);
+  const std::uint64_t rows_budget = amx ? l2 - std::min(l2 / 2, tile * staged_per_key) : l2 / 2;
+  std::uint64_t rows = std::clamp<std::uint64_t>(floor_pow2(rows_budget / row_bytes), 16, amx ? 256 : 128);
   const std::uint64_t q_len = std::max<std::uint64_t>(1, u(pr.q_len));
   while (rows > 16 && u(pr.batch) * u(pr.kv_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
   rows = std::min<std::uint64_t>(rows, div_up(q_len, 8) * 8);
@@ -279,7 +284,7 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   const std::uint64_t tasks = u(pr.batch) * u(pr.kv_heads) * blocks;
   reasons.push_back("rows: " + std::to_string(rows) + " query rows per block for each of the " + std::to_string(group) +
                     " heads of a KV group (q and accumulators " + std::to_string(rows * row_bytes >> 10) +
-                    " KiB, within half of " + (amx ? "the 2 MiB L2 of an AMX core" : "an assumed 1 MiB L2") +
+                    " KiB, within " + (amx ? "what the staged tile leaves of the 2 MiB L2 of an AMX core" : "half of an assumed 1 MiB L2") +
                     "); " + std::to_string(tasks) + " (sequence, KV head, row block) tasks for " +
                     std::to_string(threads) + " threads");
   reasons.push_back("splits: 1: query rows already give the threads independent work (no merge needed)");
