@@ -170,7 +170,7 @@ inline void load_parts32(const void* p, DType dtype, __mmask32 m, __m512i (&part
   split_bf16x32<kParts>(x0, x1, part);
 }
 
-inline std::int64_t dtype_bytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+inline std::int64_t dtype_bytes(DType d) { return static_cast<std::int64_t>(dtype_size(d)); }
 
 // Query rows of the group as kQParts bf16 parts [g][rp][dp], zeros past the rows and head_dim.
 template <int kQParts>

@@ -161,7 +161,7 @@ inline void store_out_row(const RowSink& sink, std::int64_t offset, std::int64_t
     case DType::kF32:
       std::memcpy(static_cast<float*>(sink.data) + offset, values, static_cast<std::size_t>(n) * sizeof(float));
       return;
-    case DType::kF16: {  // the vector unit's conversion (a call per element cost f16 prefill ~15%)
+    case DType::kF16: {  // the vector unit's conversion (a call per element cost f16 prefill ~6% at 1k)
       auto* dst = static_cast<std::uint16_t*>(sink.data) + offset;
       for (std::int64_t i = 0; i < n; i += W) {
         const int m = static_cast<int>(imin(W, n - i));

@@ -1,10 +1,10 @@
 // The fast CPU kernel bodies for CPUs with AMX-BF16 tiles (ISA level `amx`): prefill on the tiles
-// (fast_body_amx.hpp; f16 and f32 inputs as 2 or 3 bf16 parts per value); bf16 decode of groups of 4k heads with its scores on the tiles
-// (fast_body_amx_decode.hpp: a 16-key tile of K against a block of 4 heads' q; P V on FMAs, not
-// on the tiles, since four query rows would fill a quarter of a tile); the other decodes are the
-// avx512bf16 level's bodies, compiled here too. Only
-// this translation unit is compiled for AMX, and fast_isa.cpp's runtime check (cpuid and the
-// kernel's permission for the tile state) decides whether it runs.
+// (fast_body_amx.hpp; f16 and f32 inputs as 2 or 3 bf16 parts per value); bf16 decode of groups of
+// 4k heads with its scores on the tiles (fast_body_amx_decode.hpp: a 16-key tile of K against a
+// block of 4 heads' q; P V on FMAs, not on the tiles, since four query rows would fill a quarter of
+// a tile); the other decodes are the avx512bf16 level's bodies, compiled here too. Only this
+// translation unit is compiled for AMX, and fast_isa.cpp's runtime check (cpuid and the kernel's
+// permission for the tile state) decides whether it runs.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -50,7 +50,6 @@ void prefill_amx(const PrefillTask& t) {
     q_bf16 ? isa_amx::prefill_amx_typed<1, 3>(t) : isa_amx::prefill_amx_typed<3, 3>(t);
   }
 }
-
 
 }  // namespace
 
