@@ -81,12 +81,6 @@ inline __attribute__((always_inline)) void score_chunk_rows4(V* acc, const std::
   }
 }
 
-// Head_dim of a body instance: kD when it is compiled for one (128: every loop over head_dim and
-// every prefetch unrolled), else the task's.
-template <int kD>
-inline std::int64_t head_dim_of(const DecodeTask& t) {
-  return kD > 0 ? kD : t.head_dim;
-}
 
 // The scores of the 4 keys at rows kr for heads [h0, h0 + 4), stored at s as [key][head].
 template <bool kSplit, int kD>

@@ -30,12 +30,15 @@ namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 // the latency; at the shared 32 (16 KiB of f32 K rows ahead, half the L1, and the last 32 rows of
 // each tile reaching into the next tile, not yet in L2) the f32 group-4 decode read 6-8% slower at
 // two threads. f16 K/V (widened in the body) keep round 5's prefetch: both changes made f16 b1
-// 5-15% slower. docs/perf-notes.md, CPU round 6. On the short tiles of AMX Xeons: f32 rows half a
-// tile (4 rows of 8: 20% faster than 8), f16 rows a quarter (4 rows of 16: 16-21% faster than 32)
-// (CPU round 15); 256-key tiles keep 8 and 32.
+// 5-15% slower. docs/perf-notes.md, CPU round 6.
 constexpr std::int64_t kRows4PrefetchRows = 8;
+// The short tiles of AMX Xeons (8 or 16 keys, cpu_rules.cpp) take K and V three quarters of a tile
+// ahead, as the bf16 tile body's V: f16 12 rows of 16 and f32 6 of 8, against a quarter and a half
+// before, read b1 x 64k 7-10% faster at group 4 (CPU round 18).
+constexpr std::int64_t kShortTileKeys = 16;
 template <class Tag>
 std::int64_t rows4_f_prefetch_rows(const DecodeTask& t) {
+  if (t.tile <= kShortTileKeys) return imax(3 * t.tile / 4, 1);
   return __is_same(Tag, F32) ? imin(kRows4PrefetchRows, imax(t.tile / 2, 2))
                              : imin(kDecodePrefetchRows, imax(t.tile / 4, 2));
 }
@@ -170,18 +173,25 @@ constexpr std::int64_t tag_bytes() {
   return __is_same(Tag, F32) ? 4 : 2;
 }
 
+// Head_dim of a body instance: kD when it is compiled for one (128: every loop over head_dim and
+// every prefetch unrolled, no tail checks), else the task's.
+template <int kD>
+inline std::int64_t head_dim_of(const DecodeTask& t) {
+  return kD > 0 ? kD : t.head_dim;
+}
+
 // Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head] (q is pre-scaled).
-template <class Tag>
+template <class Tag, int kD>
 void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
                     bool prefetch) {
-  constexpr std::int64_t eb = tag_bytes<Tag>();
-  const std::int64_t d = t.head_dim, stride = t.k.row_stride, last = t.key_end - 1;
+  constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
+  const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
   const PrefetchRows pk(t.k, eb, 0, d * eb, last), pv(t.v, eb, 0, d * eb, last);
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
-      pk.rows<3, 4>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
-      pv.rows<2, 4>(j0 + j);
+      pk.rows<3, 4, kRowBytes>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
+      pv.rows<2, 4, kRowBytes>(j0 + j);
     }
     std::int64_t kr[4];
 #pragma GCC unroll 4
@@ -228,11 +238,14 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
 // of the next tile's K rows into L2, whole rows in key order, spread over its keys: every pass
 // keeps the DRAM stream going, and each row is fetched in one piece (column-split prefetches
 // fetched each DRAM page once per pass).
-template <class Tag, int NV>
+template <class Tag, int NV, int kD>
 void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h, int s_lane, std::int64_t c0,
                 std::int64_t j0, std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes) {
-  constexpr std::int64_t eb = tag_bytes<Tag>();
-  const std::int64_t d = t.head_dim, last = t.key_end - 1;
+  constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;
+  // kD: whole vectors of NV in every pass (the caller's instances: head_dim 128 in one pass of 8).
+  constexpr bool kWhole = kD > 0 && kD % (NV * W) == 0;
+  static_assert(kD == 0 || kWhole, "a head_dim instance takes whole passes");
+  const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, 0, d * eb, last);
   const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
@@ -240,7 +253,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   const std::int64_t k_rows = k_end - k_next;
   int width[NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
+  for (int v = 0; v < NV; ++v) width[v] = kWhole ? W : static_cast<int>(imin(W, d - (c0 + v) * W));
   V acc[2][NV];
 #pragma GCC unroll 2
   for (int g = 0; g < 2; ++g)
@@ -254,7 +267,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
       // k_rows rows over n keys: one whenever the credit reaches n.
       k_credit += k_rows;
       if (k_credit >= n) {
-        pk.rows<2, 1>(k_next++);
+        pk.rows<2, 1, kRowBytes>(k_next++);
         k_credit -= n;
       }
     }
@@ -279,16 +292,21 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
 // heads (head pairs over whole rows widen every chunk twice: f16 group 4 b1 10.8 -> 12.7 ms).
 // Each pass prefetches its columns of the V rows ahead into L1 and of the next tile's K into L2
 // (round 5's pattern; whole K rows spread over the passes made f16 5% slower).
-template <class Tag, int NV>
+template <class Tag, int NV, int kD>
 void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
                 std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>();
-  const std::int64_t d = t.head_dim, last = t.key_end - 1;
+  // kD: whole vectors of NV in every pass (head_dim 128 in two passes of 4), so the widths and
+  // the prefetched bytes per row are constants.
+  constexpr bool kWhole = kD > 0 && kD % (NV * W) == 0;
+  static_assert(kD == 0 || kWhole, "a head_dim instance takes whole passes");
+  constexpr std::int64_t kPassBytes = kWhole ? NV * W * eb : 0;
+  const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, pf_from, pf_bytes, last);
   int width[NV];
 #pragma GCC unroll 4
-  for (int v = 0; v < NV; ++v) width[v] = static_cast<int>(imin(W, d - (c0 + v) * W));
+  for (int v = 0; v < NV; ++v) width[v] = kWhole ? W : static_cast<int>(imin(W, d - (c0 + v) * W));
   V acc[4][NV];
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g)
@@ -297,8 +315,8 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (prefetch) {
-      pv.rows<3, 1>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
-      pk.rows<2, 1>(j0 + n + j);
+      pv.rows<3, 1, kPassBytes>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
+      pk.rows<2, 1, kPassBytes>(j0 + n + j);
     }
     V vv[NV];
     if constexpr (even_odd_columns<Tag>()) {
@@ -306,7 +324,9 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
 #pragma GCC unroll 2
       for (int v = 0; v < NV; v += 2) {
         Vec::load_bf16_even_odd(static_cast<const std::uint16_t*>(t.v.data) + offset + v * W,
-                                static_cast<int>(imin(kEvenOddChunk, d - (c0 + v) * W)), vv[v], vv[v + 1]);
+                                kWhole ? static_cast<int>(kEvenOddChunk)
+                                       : static_cast<int>(imin(kEvenOddChunk, d - (c0 + v) * W)),
+                                vv[v], vv[v + 1]);
       }
     } else {
 #pragma GCC unroll 4
@@ -333,11 +353,12 @@ inline std::int64_t pv_chunks(std::int64_t vecs) {
   return chunks;
 }
 
-template <class Tag>
+template <class Tag, int kD>
 void decode_rows4_f(const DecodeTask& t) {
   constexpr bool kEvenOdd = even_odd_columns<Tag>();
   const DecodeLayoutRows4F L = decode_layout_rows4_f(t.head_dim, t.group, t.tile, kEvenOdd, t.scratch);
-  const std::int64_t G = t.group, d = t.head_dim, vecs = L.dp / W, chunks = pv_chunks(vecs);
+  const std::int64_t G = t.group, d = head_dim_of<kD>(t), vecs = kD > 0 ? kD / W : L.dp / W,
+                     chunks = pv_chunks(vecs);
   for (std::int64_t g = 0; g < G; ++g) {
     const std::int64_t row = t.q.offset + g * t.q.head_stride;
     for (std::int64_t c = 0; c < L.dp; ++c) {
@@ -351,7 +372,7 @@ void decode_rows4_f(const DecodeTask& t) {
     const std::int64_t n = imin(t.tile, t.key_end - j0), vectors = (n + 3) / 4;
     for (std::int64_t h0 = 0; h0 < G; h0 += 4) {
       const bool prefetch = h0 == 0;  // later blocks of the group read the tile from cache
-      scores_rows4_f<Tag>(t, L, h0, j0, n, prefetch);
+      scores_rows4_f<Tag, kD>(t, L, h0, j0, n, prefetch);
       for (std::int64_t v = 0; v < vectors; ++v) {
         Vec::store(L.s + v * 16, finish_scores_rows4(Vec::load(L.s + v * 16), 1.0f, t.softcap, v, n));
       }
@@ -366,22 +387,34 @@ void decode_rows4_f(const DecodeTask& t) {
       fold_sums_rows4(sum, alpha, L.l + h0);
       if constexpr (!__is_same(Tag, F32)) {
         // 2-byte storage: 4 heads x 64-column passes (each chunk widened once).
+        if constexpr (kD > 0) {
+          static_assert(kD % (4 * W) == 0, "a head_dim instance takes whole 4-vector passes");
+#pragma GCC unroll 4
+          for (std::int64_t c0 = 0; c0 < kD / W; c0 += 4) pv_rows4_f<Tag, 4, kD>(t, L, h0, c0, j0, n, prefetch);
+          continue;
+        }
         std::int64_t c0 = 0;
-        for (; c0 + 4 <= vecs; c0 += 4) pv_rows4_f<Tag, 4>(t, L, h0, c0, j0, n, prefetch);
+        for (; c0 + 4 <= vecs; c0 += 4) pv_rows4_f<Tag, 4, 0>(t, L, h0, c0, j0, n, prefetch);
         if (vecs - c0 >= 2) {
-          pv_rows4_f<Tag, 2>(t, L, h0, c0, j0, n, prefetch);
+          pv_rows4_f<Tag, 2, 0>(t, L, h0, c0, j0, n, prefetch);
           c0 += 2;
         }
         if constexpr (!kEvenOdd) {  // even/odd rows are padded to whole chunks: no single vector left
-          if (c0 < vecs) pv_rows4_f<Tag, 1>(t, L, h0, c0, j0, n, prefetch);
+          if (c0 < vecs) pv_rows4_f<Tag, 1, 0>(t, L, h0, c0, j0, n, prefetch);
         }
         continue;
       }
       // f32: head pairs x chunks of head_dim; the pair's 16 accumulators stay in registers.
       // head_dim 128 (one chunk) is called with constants: 2-4% faster in alternating runs.
+      if constexpr (kD > 0) {
+        static_assert(kD % W == 0 && kD <= 8 * W, "a head_dim instance takes whole rows in one pass");
+        pv_rows2_f<Tag, kD / W, kD>(t, L, h0, 0, 0, j0, n, prefetch, 0, 2);
+        pv_rows2_f<Tag, kD / W, kD>(t, L, h0 + 2, 2, 0, j0, n, prefetch, 1, 2);
+        continue;
+      }
       if (vecs == 8) {
-        pv_rows2_f<Tag, 8>(t, L, h0, 0, 0, j0, n, prefetch, 0, 2);
-        pv_rows2_f<Tag, 8>(t, L, h0 + 2, 2, 0, j0, n, prefetch, 1, 2);
+        pv_rows2_f<Tag, 8, 0>(t, L, h0, 0, 0, j0, n, prefetch, 0, 2);
+        pv_rows2_f<Tag, 8, 0>(t, L, h0 + 2, 2, 0, j0, n, prefetch, 1, 2);
         continue;
       }
       const std::int64_t passes = 2 * chunks;
@@ -390,10 +423,10 @@ void decode_rows4_f(const DecodeTask& t) {
         for (std::int64_t c0 = 0; c0 < vecs; c0 += pv_chunk_vectors(vecs - c0), ++pass) {
           const std::int64_t h = h0 + hp;
           switch (pv_chunk_vectors(vecs - c0)) {
-            case 8: pv_rows2_f<Tag, 8>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
-            case 4: pv_rows2_f<Tag, 4>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
-            case 2: pv_rows2_f<Tag, 2>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
-            default: pv_rows2_f<Tag, 1>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            case 8: pv_rows2_f<Tag, 8, 0>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            case 4: pv_rows2_f<Tag, 4, 0>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            case 2: pv_rows2_f<Tag, 2, 0>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
+            default: pv_rows2_f<Tag, 1, 0>(t, L, h, hp, c0, j0, n, prefetch, pass, passes); break;
           }
         }
       }
@@ -406,6 +439,18 @@ void decode_rows4_f(const DecodeTask& t) {
   }
 }
 
+// Head_dim 64 and 128 have their own instances: the loops over head_dim and the prefetches
+// unrolled, no tail checks (in cache, f16 group 4 at 128: 26 -> 23 ns per key and KV head, f32
+// 45 -> 38; CPU round 18).
+template <class Tag>
+void decode_rows4_f_for_head_dim(const DecodeTask& t) {
+  switch (t.head_dim) {
+    case 128: decode_rows4_f<Tag, 128>(t); break;
+    case 64: decode_rows4_f<Tag, 64>(t); break;
+    default: decode_rows4_f<Tag, 0>(t); break;
+  }
+}
+
 inline bool uses_rows4_f(const DecodeTask& t) { return t.group % 4 == 0; }
 
 // The f32-arithmetic decode entry of an AVX-512 level: groups of 4k heads here, the rest as before.
@@ -415,9 +460,9 @@ inline void decode_or_rows4(const DecodeTask& t) {
     return;
   }
   switch (t.k.dtype) {
-    case DType::kF32: decode_rows4_f<F32>(t); break;
-    case DType::kF16: decode_rows4_f<F16>(t); break;
-    default: decode_rows4_f<BF16>(t); break;
+    case DType::kF32: decode_rows4_f_for_head_dim<F32>(t); break;
+    case DType::kF16: decode_rows4_f_for_head_dim<F16>(t); break;
+    default: decode_rows4_f_for_head_dim<BF16>(t); break;
   }
 }
 
