@@ -22,9 +22,12 @@ cmake --build $build -j2 --target attnkit_cli >/dev/null
 peer=${ATTNKIT_SWEEP_PEER:-1}
 [[ $peer == 1 ]] && scripts/setup-bench.sh  # PyTorch (CPU build) for the peer, only if it is missing
 
-seqs=1024,2048,4096; reps=3; dreps=10; kv=65536
-# Prefill in every storage dtype (bf16 on the dot-product or tile units where the CPU has them; f16
-# and f32 on FMAs), each against PyTorch in the same dtype.
+# Prefill medians of 5 (3 let one or two repetitions disturbed by the OS decide a point; perf-notes,
+# CPU round 18).
+seqs=1024,2048,4096; reps=5; dreps=10; kv=65536
+# Prefill in every storage dtype (on the tile units where the CPU has them, as 1, 2 or 3 bf16 parts;
+# else bf16 on the dot-product unit or FMAs, f16 and f32 on FMAs), each against PyTorch in the same
+# dtype.
 pdtypes=${ATTNKIT_SWEEP_PREFILL_DTYPES:-bf16,f16,f32}
 if [[ $quick == --quick ]]; then seqs=1024; reps=2; dreps=3; kv=16384; fi
 out=bench/results/cpu-$(date +%Y%m%d-%H%M)${ATTNKIT_SWEEP_TAG:+-$ATTNKIT_SWEEP_TAG}

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "attnkit/cpu.hpp"
 #include "attnkit/error.hpp"
@@ -23,6 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kMaxCopies = 64;
+constexpr std::chrono::milliseconds kSettleAfterProbe{3000};
 
 // An owned buffer viewed as one contiguous tensor, its pages faulted in at once (after the
 // huge-page advice), so no timed repetition pays for the first touch of a buffer only the kernel
@@ -200,6 +202,13 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
   if (options.progress) options.progress("measuring the read-bandwidth and FMA ceilings");
   const double read_ceiling = cpu_read_ceiling(options);
   const Ceiling fma = cpu_fma_ceiling(options);
+  // The read probe has just freed gigabytes. Where a VM hands freed memory back to its host
+  // (virtio-balloon free-page reporting, about 2 s after the free), the guest kernel's work to do so
+  // took a vCPU from the first cases' timed calls (a bf16 2k prefill read 53-74 ms instead of 35 in
+  // one or two of three repetitions, in most processes); a pause here removed it
+  // (docs/perf-notes.md, CPU round 18).
+  if (options.progress) options.progress("letting the OS settle after the probe's free");
+  std::this_thread::sleep_for(kSettleAfterProbe);
   std::vector<Row> rows = {ceiling_row("read-bandwidth", read_ceiling), ceiling_row(fma.name, fma.value)};
   rows[0].achieved_bytes_per_s = read_ceiling;
   rows[1].achieved_flops_per_s = fma.value;
