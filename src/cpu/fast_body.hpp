@@ -111,7 +111,7 @@ template <class Tag, int GC>
 void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, std::int64_t j0, std::int64_t n) {
   constexpr int kKeys = W / GC > 0 ? W / GC : 1;
   static_assert(kKeys * GC <= W || W == 1, "accumulators exceed the vector width");
-  const std::int64_t d = t.head_dim;
+  const std::int64_t d = t.head_dim, ahead = decode_prefetch_rows<Tag>(t);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     typename Vec::Acc acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
@@ -122,7 +122,7 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
     }
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row(t.k, j0 + j + kk + decode_prefetch_rows<Tag>(t), t.key_end - 1, d);
+        prefetch_row(t.k, j0 + j + kk + ahead, t.key_end - 1, d);
         prefetch_row<2>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
@@ -157,9 +157,10 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
   const std::int64_t eb = elem_bytes(t.v.dtype);
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
+  const std::int64_t ahead = decode_prefetch_rows<Tag>(t);
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (g0 == 0) {
-      prefetch_bytes(t.v, j0 + j + decode_prefetch_rows<Tag>(t), t.key_end - 1, pf_from, pf_bytes);
+      prefetch_bytes(t.v, j0 + j + ahead, t.key_end - 1, pf_from, pf_bytes);
       if (c0 == 0) prefetch_row<2>(t.k, j0 + n + j, t.key_end - 1, d);
     }
     V vv[NV];

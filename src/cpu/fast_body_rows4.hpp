@@ -187,10 +187,11 @@ void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
   const PrefetchRows pk(t.k, eb, 0, d * eb, last), pv(t.v, eb, 0, d * eb, last);
+  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t);
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += 4) {
     if (prefetch) {
-      pk.rows<3, 4, kRowBytes>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
+      pk.rows<3, 4, kRowBytes>(j0 + j + ahead);
       pv.rows<2, 4, kRowBytes>(j0 + j);
     }
     std::int64_t kr[4];
@@ -248,6 +249,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, 0, d * eb, last);
+  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t);
   const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
   std::int64_t k_next = j0 + n + pass * n / passes, k_credit = 0;
   const std::int64_t k_rows = k_end - k_next;
@@ -263,7 +265,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   const float* p = L.s + s_lane;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride, p += 4) {
     if (prefetch) {
-      pv.rows<3, 1>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
+      pv.rows<3, 1>(j0 + j + ahead);
       // k_rows rows over n keys: one whenever the credit reaches n.
       k_credit += k_rows;
       if (k_credit >= n) {
@@ -304,6 +306,7 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
   const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, pf_from, pf_bytes, last);
+  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t);
   int width[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) width[v] = kWhole ? W : static_cast<int>(imin(W, d - (c0 + v) * W));
@@ -315,7 +318,7 @@ void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (prefetch) {
-      pv.rows<3, 1, kPassBytes>(j0 + j + rows4_f_prefetch_rows<Tag>(t));
+      pv.rows<3, 1, kPassBytes>(j0 + j + ahead);
       pk.rows<2, 1, kPassBytes>(j0 + n + j);
     }
     V vv[NV];
