@@ -34,7 +34,9 @@ namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 constexpr std::int64_t kRows4PrefetchRows = 8;
 // The short tiles of AMX Xeons (8 or 16 keys, cpu_rules.cpp) take K and V three quarters of a tile
 // ahead, as the bf16 tile body's V: f16 12 rows of 16 and f32 6 of 8, against a quarter and a half
-// before, read b1 x 64k 7-10% faster at group 4 (CPU round 18).
+// before, read b1 x 64k 7-10% faster at group 4 (CPU round 18). Callers read the distance once per
+// pass: recomputed at every key (the loops' stores keep the compiler from hoisting the task's
+// tile), it cost f16 b1 x 64k 7%.
 constexpr std::int64_t kShortTileKeys = 16;
 template <class Tag>
 std::int64_t rows4_f_prefetch_rows(const DecodeTask& t) {
@@ -173,8 +175,8 @@ constexpr std::int64_t tag_bytes() {
   return __is_same(Tag, F32) ? 4 : 2;
 }
 
-// Head_dim of a body instance: kD when it is compiled for one (128: every loop over head_dim and
-// every prefetch unrolled, no tail checks), else the task's.
+// Head_dim of a body instance: kD when it is compiled for one (64 or 128: every loop over head_dim
+// and every prefetch unrolled, no tail checks), else the task's.
 template <int kD>
 inline std::int64_t head_dim_of(const DecodeTask& t) {
   return kD > 0 ? kD : t.head_dim;
@@ -243,7 +245,7 @@ template <class Tag, int NV, int kD>
 void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h, int s_lane, std::int64_t c0,
                 std::int64_t j0, std::int64_t n, bool prefetch, std::int64_t pass, std::int64_t passes) {
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;
-  // kD: whole vectors of NV in every pass (the caller's instances: head_dim 128 in one pass of 8).
+  // kD: whole vectors of NV in every pass (the caller's instances: head_dim 64 or 128 in one pass).
   constexpr bool kWhole = kD > 0 && kD % (NV * W) == 0;
   static_assert(kD == 0 || kWhole, "a head_dim instance takes whole passes");
   const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
@@ -298,8 +300,8 @@ template <class Tag, int NV, int kD>
 void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
                 std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>();
-  // kD: whole vectors of NV in every pass (head_dim 128 in two passes of 4), so the widths and
-  // the prefetched bytes per row are constants.
+  // kD: whole vectors of NV in every pass (head_dim 64 in one pass of 4, 128 in two), so the widths
+  // and the prefetched bytes per row are constants.
   constexpr bool kWhole = kD > 0 && kD % (NV * W) == 0;
   static_assert(kD == 0 || kWhole, "a head_dim instance takes whole passes");
   constexpr std::int64_t kPassBytes = kWhole ? NV * W * eb : 0;
