@@ -81,7 +81,6 @@ inline __attribute__((always_inline)) void score_chunk_rows4(V* acc, const std::
   }
 }
 
-
 // The scores of the 4 keys at rows kr for heads [h0, h0 + 4), stored at s as [key][head].
 template <bool kSplit, int kD>
 inline __attribute__((always_inline)) void score_keys4_rows4(const DecodeTask& t, const std::uint16_t* const* kr,

@@ -362,8 +362,7 @@ template <class Tag, int kD>
 void decode_rows4_f(const DecodeTask& t) {
   constexpr bool kEvenOdd = even_odd_columns<Tag>();
   const DecodeLayoutRows4F L = decode_layout_rows4_f(t.head_dim, t.group, t.tile, kEvenOdd, t.scratch);
-  const std::int64_t G = t.group, d = head_dim_of<kD>(t), vecs = kD > 0 ? kD / W : L.dp / W,
-                     chunks = pv_chunks(vecs);
+  const std::int64_t G = t.group, d = head_dim_of<kD>(t), vecs = L.dp / W, chunks = pv_chunks(vecs);
   for (std::int64_t g = 0; g < G; ++g) {
     const std::int64_t row = t.q.offset + g * t.q.head_stride;
     for (std::int64_t c = 0; c < L.dp; ++c) {

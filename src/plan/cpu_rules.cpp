@@ -236,11 +236,10 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   // bits): 1, 3 or 6 products per bf16 one (fast_body_amx.hpp).
   const bool amx = t.cpu_matrix_tiles;
   const std::uint64_t parts = pr.dtype == DType::kF32 ? 3 : pr.dtype == DType::kF16 ? 2 : 1;  // bf16 parts per value
-  reasons.push_back(amx ? (parts == 1 ? "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and "
-                                        "P V on AMX tiles (bf16 products, f32 sums), the online softmax on AVX-512"
-                                      : "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and "
-                                        "P V on AMX tiles (q, K, V and P as " + std::to_string(parts) +
-                                        " bf16 parts each, f32 sums), the online softmax on AVX-512")
+  const std::string products =
+      parts == 1 ? "bf16 products" : "q, K, V and P as " + std::to_string(parts) + " bf16 parts each";
+  reasons.push_back(amx ? "family: cooperative_tiled: a block of query rows against key tiles, Q K^T and P V on AMX "
+                          "tiles (" + products + ", f32 sums), the online softmax on AVX-512"
                         : "family: cooperative_tiled: a block of query rows against key tiles, register-blocked "
                           "Q K^T and P V micro-kernels in f32");
 
