@@ -170,18 +170,6 @@ inline std::size_t decode_scratch_floats_rows4_f(std::int64_t head_dim, std::int
   return 2 * floats_for(group * dp) + floats_for(tp * 4) + 2 * floats_for(group) + 16;
 }
 
-template <class Tag>
-constexpr std::int64_t tag_bytes() {
-  return __is_same(Tag, F32) ? 4 : 2;
-}
-
-// Head_dim of a body instance: kD when it is compiled for one (64 or 128: every loop over head_dim
-// and every prefetch unrolled, no tail checks), else the task's.
-template <int kD>
-inline std::int64_t head_dim_of(const DecodeTask& t) {
-  return kD > 0 ? kD : t.head_dim;
-}
-
 // Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head] (q is pre-scaled).
 template <class Tag, int kD>
 void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
@@ -443,18 +431,6 @@ void decode_rows4_f(const DecodeTask& t) {
   }
 }
 
-// Head_dim 64 and 128 have their own instances: the loops over head_dim and the prefetches
-// unrolled, no tail checks (in cache, f16 group 4 at 128: 26 -> 23 ns per key and KV head, f32
-// 45 -> 38; CPU round 18).
-template <class Tag>
-void decode_rows4_f_for_head_dim(const DecodeTask& t) {
-  switch (t.head_dim) {
-    case 128: decode_rows4_f<Tag, 128>(t); break;
-    case 64: decode_rows4_f<Tag, 64>(t); break;
-    default: decode_rows4_f<Tag, 0>(t); break;
-  }
-}
-
 inline bool uses_rows4_f(const DecodeTask& t) { return t.group % 4 == 0; }
 
 // The f32-arithmetic decode entry of an AVX-512 level: groups of 4k heads here, the rest as before.
@@ -464,9 +440,9 @@ inline void decode_or_rows4(const DecodeTask& t) {
     return;
   }
   switch (t.k.dtype) {
-    case DType::kF32: decode_rows4_f_for_head_dim<F32>(t); break;
-    case DType::kF16: decode_rows4_f_for_head_dim<F16>(t); break;
-    default: decode_rows4_f_for_head_dim<BF16>(t); break;
+    case DType::kF32: with_head_dim_instance(t, [&]<int kD>() { decode_rows4_f<F32, kD>(t); }); break;
+    case DType::kF16: with_head_dim_instance(t, [&]<int kD>() { decode_rows4_f<F16, kD>(t); }); break;
+    default: with_head_dim_instance(t, [&]<int kD>() { decode_rows4_f<BF16, kD>(t); }); break;
   }
 }
 
