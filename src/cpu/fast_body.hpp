@@ -285,6 +285,7 @@ inline void decode(const DecodeTask& t) {
 
 struct PrefillLayout {
   std::int64_t dp, rp, tp;  // head_dim, block rows and tile padded
+  std::int64_t qs, ss, vs;  // row strides of Q^T, S and the f32 V tile
   float *qt, *o, *m, *l, *alpha, *pos, *s, *kf, *vf;
 };
 
@@ -295,13 +296,16 @@ inline PrefillLayout prefill_layout(std::int64_t head_dim, std::int64_t group, s
   L.rp = round_up(block_rows, imax(Vec::kPvRows, W));
   L.tp = round_up(tile, Vec::kQkKeys);
   float* p = base;
-  L.qt = p; p += floats_for(group * L.dp * L.rp);
+  L.qs = L.rp + W;
+  L.qt = p; p += floats_for(group * L.dp * L.qs);
   L.o = p; p += floats_for(group * L.rp * L.dp);
   L.m = p; p += floats_for(group * L.rp);
   L.l = p; p += floats_for(group * L.rp);
   L.alpha = p; p += floats_for(L.rp);
   L.pos = p; p += floats_for(L.rp);
-  L.s = p; p += floats_for(L.tp * L.rp);
+  L.ss = L.rp + W;
+  L.vs = L.dp + W;
+  L.s = p; p += floats_for(L.tp * L.ss);
   L.kf = p; p += floats_for(L.tp * L.dp);
   L.vf = p;
   return L;
@@ -311,8 +315,8 @@ inline std::size_t prefill_scratch_floats(std::int64_t head_dim, std::int64_t gr
                                           std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, W), rp = round_up(block_rows, imax(Vec::kPvRows, W)),
                      tp = round_up(tile, Vec::kQkKeys);
-  return 2 * floats_for(group * dp * rp) + 2 * floats_for(group * rp) + 2 * floats_for(rp) + floats_for(tp * rp) +
-         2 * floats_for(tp * dp) + 16;
+  return floats_for(group * dp * (rp + W)) + floats_for(group * dp * rp) + 2 * floats_for(group * rp) +
+         2 * floats_for(rp) + floats_for(tp * (rp + W)) + floats_for(tp * dp) + floats_for(tp * (dp + W)) + 16;
 }
 
 // S^T[j][rows] for keys [j0, j0 + kQkKeys) and row vectors [v0, v0 + NV) of head `qt`.
@@ -324,7 +328,7 @@ inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, st
     for (int n = 0; n < NV; ++n) acc[kk][n] = Vec::zero();
   const float* kp = L.kf + j0 * L.dp;
   const float* qp = qt + v0 * W;
-  for (std::int64_t c = 0; c < d; ++c, qp += L.rp) {
+  for (std::int64_t c = 0; c < d; ++c, qp += L.qs) {
     V qv[NV];
     for (int n = 0; n < NV; ++n) qv[n] = Vec::load(qp + n * W);
     for (int kk = 0; kk < K; ++kk) {
@@ -333,7 +337,7 @@ inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, st
     }
   }
   for (int kk = 0; kk < K; ++kk)
-    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rp + (v0 + n) * W, acc[kk][n]);
+    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.ss + (v0 + n) * W, acc[kk][n]);
 }
 
 // O[rows i0.., head_dim vectors c0..] = O * alpha + P V over n keys.
@@ -347,7 +351,7 @@ inline void pv_block(const PrefillLayout& L, float* o, std::int64_t n, std::int6
   }
   const float* vp = L.vf + c0 * W;
   const float* pp = L.s + i0;
-  for (std::int64_t j = 0; j < n; ++j, vp += L.dp, pp += L.rp) {
+  for (std::int64_t j = 0; j < n; ++j, vp += L.vs, pp += L.ss) {
     V vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = Vec::load(vp + v * W);
     for (int r = 0; r < R; ++r) {
@@ -382,11 +386,11 @@ void prefill_typed(const PrefillTask& t) {
 
   // Q^T per head, scaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {
-    float* qt = L.qt + g * L.dp * L.rp;
+    float* qt = L.qt + g * L.dp * L.qs;
     for (std::int64_t i = 0; i < L.rp; ++i) {
       const std::int64_t row = t.q.offset + g * t.q.head_stride + i * t.q.row_stride;
       for (std::int64_t c = 0; c < L.dp; ++c) {
-        qt[c * L.rp + i] = (i < rows && c < d) ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+        qt[c * L.qs + i] = (i < rows && c < d) ? t.scale * load_scalar(t.q, row + c) : 0.0f;
       }
     }
   }
@@ -397,37 +401,37 @@ void prefill_typed(const PrefillTask& t) {
     for (std::int64_t j = 0; j < np; ++j) {
       if (j < n) {
         convert_row<Tag>(t.k.data, t.k.offset + (j0 + j) * t.k.row_stride, d, L.dp, 1.0f, L.kf + j * L.dp);
-        convert_row<Tag>(t.v.data, t.v.offset + (j0 + j) * t.v.row_stride, d, L.dp, 1.0f, L.vf + j * L.dp);
+        convert_row<Tag>(t.v.data, t.v.offset + (j0 + j) * t.v.row_stride, d, L.dp, 1.0f, L.vf + j * L.vs);
       } else {
         for (std::int64_t c = 0; c < L.dp; ++c) L.kf[j * L.dp + c] = 0.0f;
       }
     }
     const bool masked = !(j0 >= keys.full_lo && j0 + n <= keys.full_hi);
     for (std::int64_t g = 0; g < G; ++g) {
-      const float* qt = L.qt + g * L.dp * L.rp;
+      const float* qt = L.qt + g * L.dp * L.qs;
       float* o = L.o + g * L.rp * L.dp;
       float* m = L.m + g * L.rp;
       float* l = L.l + g * L.rp;
-      for (std::int64_t j = 0; j < np; j += Vec::kQkKeys) {
-        for_vec_chunks<Vec::kQkMaxVecs>(row_vectors, [&]<int NV>(std::int64_t v0) { qk_block<NV>(L, qt, d, j, v0); });
-      }
+      for_vec_chunks<Vec::kQkMaxVecs>(row_vectors, [&]<int NV>(std::int64_t v0) {
+        for (std::int64_t j = 0; j < np; j += Vec::kQkKeys) qk_block<NV>(L, qt, d, j, v0);
+      });
       // Online softmax, rows in lanes.
       for (std::int64_t r = 0; r < L.rp; r += W) {
         const V pos = Vec::load(L.pos + r);
         V mx = Vec::load(m + r);
         for (std::int64_t j = 0; j < n; ++j) {
-          V x = Vec::load(L.s + j * L.rp + r);
+          V x = Vec::load(L.s + j * L.ss + r);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
           if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
-          if (t.softcap > 0 || masked) Vec::store(L.s + j * L.rp + r, x);
+          if (t.softcap > 0 || masked) Vec::store(L.s + j * L.ss + r, x);
           mx = Vec::max(mx, x);
         }
         const V m_use = usable_max(mx);
         const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
         for (std::int64_t j = 0; j < n; ++j) {
-          const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rp + r), m_use));
-          Vec::store(L.s + j * L.rp + r, p);
+          const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.ss + r), m_use));
+          Vec::store(L.s + j * L.ss + r, p);
           sum = Vec::add(sum, p);
         }
         Vec::store(l + r, Vec::fma(Vec::load(l + r), alpha, sum));

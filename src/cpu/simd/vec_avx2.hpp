@@ -12,8 +12,8 @@ struct VecAvx2 {
   using V = __m256;
   static constexpr int kWidth = 8;
   // 16 registers: accumulators <= 12.
-  static constexpr int kQkKeys = 4, kQkMaxVecs = 2;
-  static constexpr int kPvRows = 4, kPvMaxVecs = 2;
+  static constexpr int kQkKeys = 4, kQkMaxVecs = 3;
+  static constexpr int kPvRows = 4, kPvMaxVecs = 3;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
