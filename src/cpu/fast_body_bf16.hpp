@@ -274,6 +274,7 @@ inline std::size_t decode_scratch_floats_any(std::int64_t head_dim, std::int64_t
 
 struct PrefillLayoutBf16 {
   std::int64_t dk, dp, rp, tp;  // head_dim padded to 2 (Q K pairs) and to 32 (V/O), rows, tile (even)
+  std::int64_t rs, vs;          // row strides of Q^T, S and P (rp + W) and of the V pairs (dp + W)
   std::uint32_t *qh, *ql, *vb, *pp;
   std::uint16_t* kb;
   float *o, *m, *l, *alpha, *pos, *s;
@@ -286,12 +287,14 @@ inline PrefillLayoutBf16 prefill_layout_bf16(std::int64_t head_dim, std::int64_t
   L.dp = round_up(head_dim, kPairChunk);
   L.rp = round_up(block_rows, imax(Vec::kPvRows, W));
   L.tp = round_up(tile, imax(Vec::kQkKeys, 2));
+  L.rs = L.rp + W;
+  L.vs = L.dp + W;
   float* f = base;
-  L.qh = reinterpret_cast<std::uint32_t*>(f); f += floats_for(group * L.dk / 2 * L.rp);
-  L.ql = reinterpret_cast<std::uint32_t*>(f); f += floats_for(group * L.dk / 2 * L.rp);
+  L.qh = reinterpret_cast<std::uint32_t*>(f); f += floats_for(group * L.dk / 2 * L.rs);
+  L.ql = reinterpret_cast<std::uint32_t*>(f); f += floats_for(group * L.dk / 2 * L.rs);
   L.kb = reinterpret_cast<std::uint16_t*>(f); f += floats_for(L.tp * L.dk / 2);
-  L.vb = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.dp);
-  L.pp = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.rp);
+  L.vb = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.vs);
+  L.pp = reinterpret_cast<std::uint32_t*>(f); f += floats_for(L.tp / 2 * L.rs);
   L.o = f; f += floats_for(group * L.rp * L.dp);
   L.m = f; f += floats_for(group * L.rp);
   L.l = f; f += floats_for(group * L.rp);
@@ -305,9 +308,10 @@ inline std::size_t prefill_scratch_floats_bf16(std::int64_t head_dim, std::int64
                                                std::int64_t tile) {
   const std::int64_t dk = round_up(head_dim, 2), dp = round_up(head_dim, kPairChunk),
                      rp = round_up(block_rows, imax(Vec::kPvRows, W)), tp = round_up(tile, imax(Vec::kQkKeys, 2));
-  return 2 * floats_for(group * dk / 2 * rp) + floats_for(tp * dk / 2) + floats_for(tp / 2 * dp) +
-         floats_for(tp / 2 * rp) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) + 2 * floats_for(rp) +
-         floats_for(tp * rp) + 16;
+  const std::int64_t rs = rp + W, vs = dp + W;
+  return 2 * floats_for(group * dk / 2 * rs) + floats_for(tp * dk / 2) + floats_for(tp / 2 * vs) +
+         floats_for(tp / 2 * rs) + floats_for(group * rp * dp) + 2 * floats_for(group * rp) + 2 * floats_for(rp) +
+         floats_for(tp * rs) + 16;
 }
 
 template <int NV, bool kSplit>
@@ -322,8 +326,8 @@ inline void qk_block_bf16(const PrefillLayoutBf16& L, const std::uint32_t* qh, c
   for (std::int64_t c2 = 0; c2 < pairs; ++c2) {
     P16 qv[NV], qlv[NV];
     for (int n = 0; n < NV; ++n) {
-      qv[n] = B16::load_pairs(qh + c2 * L.rp + (v0 + n) * W);
-      if constexpr (kSplit) qlv[n] = B16::load_pairs(ql + c2 * L.rp + (v0 + n) * W);
+      qv[n] = B16::load_pairs(qh + c2 * L.rs + (v0 + n) * W);
+      if constexpr (kSplit) qlv[n] = B16::load_pairs(ql + c2 * L.rs + (v0 + n) * W);
     }
     for (int kk = 0; kk < K; ++kk) {
       const P16 kv = B16::broadcast_pair(kp + kk * L.dk + 2 * c2);
@@ -334,7 +338,7 @@ inline void qk_block_bf16(const PrefillLayoutBf16& L, const std::uint32_t* qh, c
     }
   }
   for (int kk = 0; kk < K; ++kk)
-    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rp + (v0 + n) * W, acc[kk][n]);
+    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rs + (v0 + n) * W, acc[kk][n]);
 }
 
 // O[rows i0.., head_dim vectors c0..] = O * alpha + P V over n keys (in pairs).
@@ -349,7 +353,7 @@ inline void pv_block_bf16(const PrefillLayoutBf16& L, float* o, std::int64_t n, 
   const std::uint32_t* vp = L.vb + c0 * W;
   const std::uint32_t* pp = L.pp + i0;
   const std::int64_t pairs = (n + 1) / 2;
-  for (std::int64_t j2 = 0; j2 < pairs; ++j2, vp += L.dp, pp += L.rp) {
+  for (std::int64_t j2 = 0; j2 < pairs; ++j2, vp += L.vs, pp += L.rs) {
     P16 vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = B16::load_pairs(vp + v * W);
     for (int r = 0; r < R; ++r) {
@@ -374,8 +378,8 @@ void prefill_bf16_typed(const PrefillTask& t) {
 
   // Q^T as pairs of head_dim per row (rows in the lanes), unscaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {
-    std::uint32_t* qh = L.qh + g * pairs_d * L.rp;
-    std::uint32_t* ql = L.ql + g * pairs_d * L.rp;
+    std::uint32_t* qh = L.qh + g * pairs_d * L.rs;
+    std::uint32_t* ql = L.ql + g * pairs_d * L.rs;
     for (std::int64_t i = 0; i < L.rp; ++i) {
       const std::int64_t row = t.q.offset + g * t.q.head_stride + i * t.q.row_stride;
       for (std::int64_t c2 = 0; c2 < pairs_d; ++c2) {
@@ -384,8 +388,8 @@ void prefill_bf16_typed(const PrefillTask& t) {
           split_q(t.q, row + 2 * c2, h0, l0);
           if (2 * c2 + 1 < d) split_q(t.q, row + 2 * c2 + 1, h1, l1);
         }
-        qh[c2 * L.rp + i] = static_cast<std::uint32_t>(h0) | (static_cast<std::uint32_t>(h1) << 16);
-        ql[c2 * L.rp + i] = static_cast<std::uint32_t>(l0) | (static_cast<std::uint32_t>(l1) << 16);
+        qh[c2 * L.rs + i] = static_cast<std::uint32_t>(h0) | (static_cast<std::uint32_t>(h1) << 16);
+        ql[c2 * L.rs + i] = static_cast<std::uint32_t>(l0) | (static_cast<std::uint32_t>(l1) << 16);
       }
     }
   }
@@ -407,7 +411,7 @@ void prefill_bf16_typed(const PrefillTask& t) {
     // V tile as key pairs, 32-column blocks in interleave order; a missing odd key is zero.
     for (std::int64_t j = 0; j < n; j += 2) {
       const std::uint16_t* ra = vbase + t.v.offset + (j0 + j) * t.v.row_stride;
-      std::uint32_t* dst = L.vb + (j / 2) * L.dp;
+      std::uint32_t* dst = L.vb + (j / 2) * L.vs;
       for (std::int64_t c = 0; c < L.dp; c += kPairChunk) {
         const int m = static_cast<int>(imin(kPairChunk, d - c));
         const P16 a = B16::load(ra + c, m);
@@ -420,32 +424,31 @@ void prefill_bf16_typed(const PrefillTask& t) {
     }
     const bool masked = !(j0 >= keys.full_lo && j0 + n <= keys.full_hi);
     for (std::int64_t g = 0; g < G; ++g) {
-      const std::uint32_t* qh = L.qh + g * pairs_d * L.rp;
-      const std::uint32_t* ql = L.ql + g * pairs_d * L.rp;
+      const std::uint32_t* qh = L.qh + g * pairs_d * L.rs;
+      const std::uint32_t* ql = L.ql + g * pairs_d * L.rs;
       float* o = L.o + g * L.rp * L.dp;
       float* m = L.m + g * L.rp;
       float* l = L.l + g * L.rp;
-      for (std::int64_t j = 0; j < np; j += Vec::kQkKeys) {
-        for_vec_chunks<Vec::kQkMaxVecs>(row_vectors,
-                                        [&]<int NV>(std::int64_t v0) { qk_block_bf16<NV, kSplit>(L, qh, ql, j, v0); });
-      }
+      for_vec_chunks<Vec::kQkMaxVecs>(row_vectors, [&]<int NV>(std::int64_t v0) {
+        for (std::int64_t j = 0; j < np; j += Vec::kQkKeys) qk_block_bf16<NV, kSplit>(L, qh, ql, j, v0);
+      });
       for (std::int64_t r = 0; r < L.rp; r += W) {
         const V pos = Vec::load(L.pos + r);
         V mx = Vec::load(m + r);
         for (std::int64_t j = 0; j < n; ++j) {
-          V x = Vec::mul(Vec::load(L.s + j * L.rp + r), scale);
+          V x = Vec::mul(Vec::load(L.s + j * L.rs + r), scale);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
           if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
-          Vec::store(L.s + j * L.rp + r, x);
+          Vec::store(L.s + j * L.rs + r, x);
           mx = Vec::max(mx, x);
         }
         const V m_use = usable_max(mx);
         const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
         for (std::int64_t j = 0; j < n; j += 2) {
-          const V p0 = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rp + r), m_use));
-          const V p1 = j + 1 < n ? Vec::exp(Vec::sub(Vec::load(L.s + (j + 1) * L.rp + r), m_use)) : Vec::zero();
-          B16::store_pairs(L.pp + (j / 2) * L.rp + r, B16::pair_of(p0, p1));
+          const V p0 = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rs + r), m_use));
+          const V p1 = j + 1 < n ? Vec::exp(Vec::sub(Vec::load(L.s + (j + 1) * L.rs + r), m_use)) : Vec::zero();
+          B16::store_pairs(L.pp + (j / 2) * L.rs + r, B16::pair_of(p0, p1));
           sum = Vec::add(sum, Vec::add(p0, p1));
         }
         Vec::store(l + r, Vec::fma(Vec::load(l + r), alpha, sum));
