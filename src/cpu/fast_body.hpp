@@ -369,7 +369,9 @@ inline void for_vec_chunks(std::int64_t vectors, F&& f) {
   while (v0 < vectors) {
     const std::int64_t left = vectors - v0;
     if (kMax >= 4 && left >= 4) { f.template operator()<(kMax >= 4 ? 4 : 1)>(v0); v0 += 4; }
-    else if (kMax >= 3 && left >= 3) { f.template operator()<(kMax >= 3 ? 3 : 1)>(v0); v0 += 3; }
+    // Three vectors unless that leaves one alone (4 = 2 + 2): a one-vector block has too few
+    // accumulators to cover the FMA latency.
+    else if (kMax >= 3 && left >= 3 && left != 4) { f.template operator()<(kMax >= 3 ? 3 : 1)>(v0); v0 += 3; }
     else if (kMax >= 2 && left >= 2) { f.template operator()<(kMax >= 2 ? 2 : 1)>(v0); v0 += 2; }
     else { f.template operator()<1>(v0); v0 += 1; }
   }
