@@ -285,10 +285,10 @@ inline void decode(const DecodeTask& t) {
 
 struct PrefillLayout {
   std::int64_t dp, rp, tp;  // head_dim, block rows and tile padded
-  // Row strides of Q^T, S and the f32 V tile: one vector past rp / dp, since rows a power of two
-  // apart (512 bytes at 128 floats) put a micro-block's column slice of every row into every 8th
-  // L1 set, which evicted it between uses (AVX2 prefill 10-15% slower; CPU round 20).
-  std::int64_t qs, ss, vs;
+  // Row strides of Q^T and S (rs) and of the f32 V tile (vs): one vector past rp / dp, since rows
+  // a power of two apart (512 bytes at 128 floats) put a micro-block's column slice of every row
+  // into every 8th L1 set, which evicted it between uses (AVX2 prefill 10-15% slower; CPU round 20).
+  std::int64_t rs, vs;
   float *qt, *o, *m, *l, *alpha, *pos, *s, *kf, *vf;
 };
 
@@ -299,16 +299,15 @@ inline PrefillLayout prefill_layout(std::int64_t head_dim, std::int64_t group, s
   L.rp = round_up(block_rows, imax(Vec::kPvRows, W));
   L.tp = round_up(tile, Vec::kQkKeys);
   float* p = base;
-  L.qs = L.rp + W;
-  L.qt = p; p += floats_for(group * L.dp * L.qs);
+  L.rs = L.rp + W;
+  L.vs = L.dp + W;
+  L.qt = p; p += floats_for(group * L.dp * L.rs);
   L.o = p; p += floats_for(group * L.rp * L.dp);
   L.m = p; p += floats_for(group * L.rp);
   L.l = p; p += floats_for(group * L.rp);
   L.alpha = p; p += floats_for(L.rp);
   L.pos = p; p += floats_for(L.rp);
-  L.ss = L.rp + W;
-  L.vs = L.dp + W;
-  L.s = p; p += floats_for(L.tp * L.ss);
+  L.s = p; p += floats_for(L.tp * L.rs);
   L.kf = p; p += floats_for(L.tp * L.dp);
   L.vf = p;
   return L;
@@ -331,7 +330,7 @@ inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, st
     for (int n = 0; n < NV; ++n) acc[kk][n] = Vec::zero();
   const float* kp = L.kf + j0 * L.dp;
   const float* qp = qt + v0 * W;
-  for (std::int64_t c = 0; c < d; ++c, qp += L.qs) {
+  for (std::int64_t c = 0; c < d; ++c, qp += L.rs) {
     V qv[NV];
     for (int n = 0; n < NV; ++n) qv[n] = Vec::load(qp + n * W);
     for (int kk = 0; kk < K; ++kk) {
@@ -340,7 +339,7 @@ inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, st
     }
   }
   for (int kk = 0; kk < K; ++kk)
-    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.ss + (v0 + n) * W, acc[kk][n]);
+    for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rs + (v0 + n) * W, acc[kk][n]);
 }
 
 // O[rows i0.., head_dim vectors c0..] = O * alpha + P V over n keys.
@@ -354,7 +353,7 @@ inline void pv_block(const PrefillLayout& L, float* o, std::int64_t n, std::int6
   }
   const float* vp = L.vf + c0 * W;
   const float* pp = L.s + i0;
-  for (std::int64_t j = 0; j < n; ++j, vp += L.vs, pp += L.ss) {
+  for (std::int64_t j = 0; j < n; ++j, vp += L.vs, pp += L.rs) {
     V vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = Vec::load(vp + v * W);
     for (int r = 0; r < R; ++r) {
@@ -391,11 +390,11 @@ void prefill_typed(const PrefillTask& t) {
 
   // Q^T per head, scaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {
-    float* qt = L.qt + g * L.dp * L.qs;
+    float* qt = L.qt + g * L.dp * L.rs;
     for (std::int64_t i = 0; i < L.rp; ++i) {
       const std::int64_t row = t.q.offset + g * t.q.head_stride + i * t.q.row_stride;
       for (std::int64_t c = 0; c < L.dp; ++c) {
-        qt[c * L.qs + i] = (i < rows && c < d) ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+        qt[c * L.rs + i] = (i < rows && c < d) ? t.scale * load_scalar(t.q, row + c) : 0.0f;
       }
     }
   }
@@ -413,7 +412,7 @@ void prefill_typed(const PrefillTask& t) {
     }
     const bool masked = !(j0 >= keys.full_lo && j0 + n <= keys.full_hi);
     for (std::int64_t g = 0; g < G; ++g) {
-      const float* qt = L.qt + g * L.dp * L.qs;
+      const float* qt = L.qt + g * L.dp * L.rs;
       float* o = L.o + g * L.rp * L.dp;
       float* m = L.m + g * L.rp;
       float* l = L.l + g * L.rp;
@@ -425,18 +424,18 @@ void prefill_typed(const PrefillTask& t) {
         const V pos = Vec::load(L.pos + r);
         V mx = Vec::load(m + r);
         for (std::int64_t j = 0; j < n; ++j) {
-          V x = Vec::load(L.s + j * L.ss + r);
+          V x = Vec::load(L.s + j * L.rs + r);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
           if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
-          if (t.softcap > 0 || masked) Vec::store(L.s + j * L.ss + r, x);
+          if (t.softcap > 0 || masked) Vec::store(L.s + j * L.rs + r, x);
           mx = Vec::max(mx, x);
         }
         const V m_use = usable_max(mx);
         const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
         for (std::int64_t j = 0; j < n; ++j) {
-          const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.ss + r), m_use));
-          Vec::store(L.s + j * L.ss + r, p);
+          const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rs + r), m_use));
+          Vec::store(L.s + j * L.rs + r, p);
           sum = Vec::add(sum, p);
         }
         Vec::store(l + r, Vec::fma(Vec::load(l + r), alpha, sum));
