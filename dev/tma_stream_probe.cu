@@ -4,12 +4,12 @@
 // by one producer lane; four consumer warps only wait for each slot and release it (optionally
 // after a spin of `work` cycles, standing in for the math). Variants change the copy: the box shape
 // (the decode's 136-column padded box, an unpadded 128-column box, two 64-column boxes with the
-// 128-byte swizzle, 128-row boxes), the L2 promotion, the ring depth, blocks per SM, and 1-D bulk
-// copies of whole contiguous tiles. A plain 16-byte-load read kernel over the same bytes is the
+// 128-byte swizzle, the same two segments as one 5-D box, 128-row boxes), the L2 promotion, the
+// ring depth, blocks per SM, and 1-D bulk copies of whole contiguous tiles. A plain 16-byte-load read kernel over the same bytes is the
 // ceiling of the run. Bench protocol: L2 flushed before each repetition, CUDA events, medians.
 //   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
-//     dev/tma_stream_probe.cu build/<cuda build>/libattnkit.a -lcuda -o tma_stream_probe
-//   ./tma_stream_probe [reps]
+//     dev/tma_stream_probe.cu -lcuda -o tma_stream_probe
+//   ./tma_stream_probe [reps] [batch]   (batch 64 = the b64 x 16k point; 256 = b256 x 16k, 2048 blocks)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "cuda/common/sm90_primitives.cuh"
-#include "cuda/common/tensor_map.hpp"
 
 namespace {
 using namespace attnkit::cuda_common;
 
-constexpr int kB = 64, kH = 8, kS = 16384, kD = 128;
+constexpr int kH = 8, kS = 16384, kD = 128;
+int kB = 64;  // sequences (argv[2]); one block per (sequence, KV head)
 constexpr int kMaxStages = 8;
 
 struct Variant {
@@ -38,16 +38,27 @@ struct Variant {
   int blocks_per_sm;  // forced through the shared-memory request
   bool bulk;          // 1-D cp.async.bulk of the contiguous tile instead of a tensor box
   int work;           // consumer spin per tile (SM cycles)
+  bool one_box = false;  // the col_boxes segments as one 5-D box (cols, rows, segment, head, batch)
+  int k_work = -1;       // >= 0: K and V released apart, K after this many cycles of the tile's work
 };
 
 struct Args {
   CUtensorMap k_map, v_map;
   const unsigned char* k;
   const unsigned char* v;
-  int box_cols, box_rows, col_boxes, stages, tiles, work;
+  int box_cols, box_rows, col_boxes, stages, tiles, work, k_work;
   int slot_bytes;  // one K (or V) tile in shared memory
-  bool bulk;
+  bool bulk, one_box;
 };
+
+__device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, std::uint64_t* bar, int c0, int c1,
+                                            int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], "
+      "[%2];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
@@ -58,7 +69,7 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint3
 
 __global__ void __launch_bounds__(160) stream_kernel(const __grid_constant__ Args a) {
   extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ std::uint64_t full[kMaxStages], empty[kMaxStages];
+  __shared__ std::uint64_t full[kMaxStages], empty[kMaxStages], empty_v[kMaxStages];
   unsigned char* ring = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem) + 1023) & ~std::uintptr_t{1023});
   const int b = blockIdx.x / kH, h = blockIdx.x % kH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -68,6 +79,7 @@ __global__ void __launch_bounds__(160) stream_kernel(const __grid_constant__ Arg
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 4);
+      mbar_init(&empty_v[s], 4);
     }
     mbar_init_fence();
   }
@@ -83,10 +95,21 @@ __global__ void __launch_bounds__(160) stream_kernel(const __grid_constant__ Arg
         unsigned char* kd = ring + slot * 2 * a.slot_bytes;
         unsigned char* vd = kd + a.slot_bytes;
         const int key0 = t * a.box_rows;
-        if (a.bulk) {
+        if (a.k_work >= 0) {  // K as soon as its half is free, V when its own is
+          for (int c = 0; c < a.col_boxes; ++c) {
+            tma_load_4d(kd + c * (a.slot_bytes / a.col_boxes), &a.k_map, &full[slot], c * a.box_cols, key0, h, b);
+          }
+          if (t >= a.stages) mbar_wait(&empty_v[slot], ((t / a.stages) - 1) & 1);
+          for (int c = 0; c < a.col_boxes; ++c) {
+            tma_load_4d(vd + c * (a.slot_bytes / a.col_boxes), &a.v_map, &full[slot], c * a.box_cols, key0, h, b);
+          }
+        } else if (a.bulk) {
           const std::int64_t off = head_off + static_cast<std::int64_t>(key0) * kD * 2;
           bulk_load(kd, a.k + off, a.slot_bytes, &full[slot]);
           bulk_load(vd, a.v + off, a.slot_bytes, &full[slot]);
+        } else if (a.one_box) {
+          tma_load_5d(kd, &a.k_map, &full[slot], 0, key0, 0, h, b);
+          tma_load_5d(vd, &a.v_map, &full[slot], 0, key0, 0, h, b);
         } else {
           const int box_bytes = a.slot_bytes / a.col_boxes;
           for (int c = 0; c < a.col_boxes; ++c) {
@@ -101,13 +124,17 @@ __global__ void __launch_bounds__(160) stream_kernel(const __grid_constant__ Arg
   for (int t = 0; t < a.tiles; ++t) {
     const int slot = t % a.stages;
     mbar_wait(&full[slot], (t / a.stages) & 1);
-    if (a.work > 0) {
-      const long long start = clock64();
-      while (clock64() - start < a.work) {
+    const long long start = clock64();
+    if (a.k_work >= 0) {
+      while (clock64() - start < a.k_work) {
       }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[slot]);
+    }
+    while (clock64() - start < a.work) {
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[slot]);
+    if (lane == 0) mbar_arrive(a.k_work >= 0 ? &empty_v[slot] : &empty[slot]);
   }
 }
 
@@ -135,17 +162,33 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-CUtensorMap make_map(const void* data, const Variant& v) {
-  TensorMapSpec spec;
-  spec.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  spec.data = data;
-  spec.dims = {kD, kS, kH, kB};
-  spec.byte_strides = {static_cast<std::uint64_t>(kD) * 2, static_cast<std::uint64_t>(kS) * kD * 2,
-                       static_cast<std::uint64_t>(kH) * kS * kD * 2};
-  spec.box = {static_cast<std::uint32_t>(v.box_cols), static_cast<std::uint32_t>(v.box_rows), 1, 1};
-  spec.swizzle = v.swizzle;
-  spec.l2_promotion = v.promo;
-  return make_tensor_map_4d(spec, "probe", "kv");
+CUtensorMap make_map(void* data, const Variant& v) {
+  CUtensorMap map;
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elem_strides[5] = {1, 1, 1, 1, 1};
+  int rank = 4;
+  if (v.one_box) {  // (cols of a segment, rows, segment, head, batch): segments 128 bytes apart
+    rank = 5;
+    const cuuint64_t d[5] = {static_cast<cuuint64_t>(v.box_cols), kS, static_cast<cuuint64_t>(v.col_boxes), kH, static_cast<cuuint64_t>(kB)};
+    const cuuint64_t st[4] = {kD * 2, static_cast<cuuint64_t>(v.box_cols) * 2, static_cast<cuuint64_t>(kS) * kD * 2,
+                              static_cast<cuuint64_t>(kH) * kS * kD * 2};
+    const cuuint32_t bx[5] = {static_cast<cuuint32_t>(v.box_cols), static_cast<cuuint32_t>(v.box_rows),
+                              static_cast<cuuint32_t>(v.col_boxes), 1, 1};
+    std::copy(d, d + 5, dims), std::copy(st, st + 4, strides), std::copy(bx, bx + 5, box);
+  } else {
+    const cuuint64_t d[4] = {kD, kS, kH, static_cast<cuuint64_t>(kB)};
+    const cuuint64_t st[3] = {kD * 2, static_cast<cuuint64_t>(kS) * kD * 2, static_cast<cuuint64_t>(kH) * kS * kD * 2};
+    const cuuint32_t bx[4] = {static_cast<cuuint32_t>(v.box_cols), static_cast<cuuint32_t>(v.box_rows), 1, 1};
+    std::copy(d, d + 4, dims), std::copy(st, st + 3, strides), std::copy(bx, bx + 4, box);
+  }
+  const CUresult r = cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, data, dims, strides, box,
+                                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, v.swizzle, v.promo,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "%s: cuTensorMapEncodeTiled failed (%d)\n", v.name, static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
 }
 
 template <class F>
@@ -173,6 +216,8 @@ float median_ms(int reps, int4* flush, std::int64_t flush_n, F&& launch) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
+  if (argc > 2) kB = std::atoi(argv[2]);
+  std::printf("batch %d: %d blocks\n", kB, kB * kH);
   const std::int64_t bytes = static_cast<std::int64_t>(kB) * kH * kS * kD * 2;
   unsigned char *k, *v;
   int4* flush;
@@ -195,28 +240,22 @@ int main(int argc, char** argv) {
   });
   std::printf("%-44s %8.3f ms %6.3f TB/s\n", "read ceiling (16-byte loads)", ceil_ms, total / ceil_ms / 1e9);
 
-  constexpr auto P128 = CU_TENSOR_MAP_L2_PROMOTION_L2_128B, P256 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                 PNONE = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  constexpr auto P128 = CU_TENSOR_MAP_L2_PROMOTION_L2_128B, P256 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   constexpr auto SWNONE = CU_TENSOR_MAP_SWIZZLE_NONE, SW128 = CU_TENSOR_MAP_SWIZZLE_128B;
+  // Each variant twice, interleaved, so drift between them shows.
   const Variant variants[] = {
-      {"decode today: 136x64 box, 128B promo, 3 st", 136, 64, 1, SWNONE, P128, 3, 2, false, 0},
-      {"136x64, 256B promo", 136, 64, 1, SWNONE, P256, 3, 2, false, 0},
-      {"136x64, no promo", 136, 64, 1, SWNONE, PNONE, 3, 2, false, 0},
-      {"128x64 unpadded", 128, 64, 1, SWNONE, P128, 3, 2, false, 0},
-      {"128x64 unpadded, 256B promo", 128, 64, 1, SWNONE, P256, 3, 2, false, 0},
-      {"2 x 64x64 swizzle-128B", 64, 64, 2, SW128, P128, 3, 2, false, 0},
-      {"2 x 64x64 swizzle-128B, 256B promo", 64, 64, 2, SW128, P256, 3, 2, false, 0},
-      {"136x128 box, 2 stages", 136, 128, 1, SWNONE, P128, 2, 2, false, 0},
-      {"128x128 box, 2 stages", 128, 128, 1, SWNONE, P256, 2, 2, false, 0},
-      {"bulk 1-D 16 KiB tiles, 3 st", 128, 64, 1, SWNONE, P128, 3, 2, true, 0},
-      {"bulk 1-D 32 KiB tiles, 2 st", 128, 128, 1, SWNONE, P128, 2, 2, true, 0},
-      {"136x64, 6 stages, 1 blk/SM", 136, 64, 1, SWNONE, P128, 6, 1, false, 0},
-      {"136x64, 3 st, 1 blk/SM", 136, 64, 1, SWNONE, P128, 3, 1, false, 0},
-      {"136x64, 2 stages", 136, 64, 1, SWNONE, P128, 2, 2, false, 0},
-      {"136x64, 4 stages", 136, 64, 1, SWNONE, P128, 4, 2, false, 0},
-      {"decode today + 1500 cycles of work per tile", 136, 64, 1, SWNONE, P128, 3, 2, false, 1500},
-      {"decode today + 3000 cycles of work per tile", 136, 64, 1, SWNONE, P128, 3, 2, false, 3000},
-      {"bulk 16 KiB + 3000 cycles", 128, 64, 1, SWNONE, P128, 3, 2, true, 3000},
+      {"decode today: 2 x 64x64 swizzle-128B", 64, 64, 2, SW128, P128, 3, 2, false, 0},
+      {"today + 1500 cycles of work per tile", 64, 64, 2, SW128, P128, 3, 2, false, 1500},
+      {"1500 cycles, K released at 300", 64, 64, 2, SW128, P128, 3, 2, false, 1500, false, 300},
+      {"1000 cycles (joint release)", 64, 64, 2, SW128, P128, 3, 2, false, 1000},
+      {"2500 cycles (joint release)", 64, 64, 2, SW128, P128, 3, 2, false, 2500},
+      {"2500 cycles, K released at 500", 64, 64, 2, SW128, P128, 3, 2, false, 2500, false, 500},
+      {"decode today: 2 x 64x64 swizzle-128B", 64, 64, 2, SW128, P128, 3, 2, false, 0},
+      {"today + 1500 cycles of work per tile", 64, 64, 2, SW128, P128, 3, 2, false, 1500},
+      {"1500 cycles, K released at 300", 64, 64, 2, SW128, P128, 3, 2, false, 1500, false, 300},
+      {"1000 cycles (joint release)", 64, 64, 2, SW128, P128, 3, 2, false, 1000},
+      {"2500 cycles (joint release)", 64, 64, 2, SW128, P128, 3, 2, false, 2500},
+      {"2500 cycles, K released at 500", 64, 64, 2, SW128, P128, 3, 2, false, 2500, false, 500},
   };
   for (const Variant& var : variants) {
     Args a{};
@@ -231,6 +270,8 @@ int main(int argc, char** argv) {
     a.tiles = kS / var.box_rows;
     a.work = var.work;
     a.bulk = var.bulk;
+    a.one_box = var.one_box;
+    a.k_work = var.k_work;
     a.slot_bytes = var.box_rows * var.box_cols * 2 * var.col_boxes;
     const int ring = 2 * a.slot_bytes * var.stages + 1024;
     const int smem = std::max(ring, var.blocks_per_sm == 1 ? 120 << 10 : 100 << 10);
