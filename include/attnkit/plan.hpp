@@ -44,6 +44,8 @@ struct Target {
   double peak_read_bytes_per_s = 0;           // datasheet lead, for predicted time (0 = unknown)
   double peak_matmul_flops_per_s = 0;         // dense f16/bf16 matmul rate (0 = unknown)
   bool cpu_matrix_tiles = false;              // CPU: AMX-BF16 tiles the kernels will use (cpu_target)
+  bool cpu_intel_cores = false;               // CPU: Intel cores, whose prefetchers stream decode's K and V
+                                              // fastest in short turns (cpu_target)
 };
 Target cpu_target(int threads = 0);  // 0 = hardware concurrency
 // Datasheet targets, for planning GPU work on a machine without that GPU:

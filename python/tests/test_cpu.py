@@ -340,6 +340,17 @@ def test_plan_prints_as_table_and_converts_to_dict():
     assert cpu.problem == {**cpu.problem, "q_len": 100, "kv_len": 300, "causal": True, "dtype": "f32"}
 
 
+def test_cpu_target_reports_intel_cores_as_the_kernel_does():
+    try:
+        with open("/proc/cpuinfo") as f:
+            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), None)
+    except OSError:
+        vendor = None
+    if vendor is None:
+        pytest.skip("/proc/cpuinfo lists no vendor_id here")
+    assert attnkit.cpu_target(1).cpu_intel_cores == (vendor == "GenuineIntel")
+
+
 def test_cuda_availability_is_reported():
     assert isinstance(attnkit.cuda_built(), bool)
     count = attnkit.cuda_device_count()

@@ -24,16 +24,18 @@ constexpr std::uint64_t kAssumedL1Bytes = 32 << 10;
 constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
 // Every core with AMX tiles (Xeon Sapphire Rapids and later) has 2 MiB of L2.
 constexpr std::uint64_t kAmxL2Bytes = 2 << 20;
-// Decode tile of the bf16 and f16 bodies on AMX Xeons: with 16 keys per tile (and each body's L1
-// prefetch a fraction of it), two threads read b1 / b4 x 64k bf16 11% faster at group 4 and
-// 24-37% at groups 1-3 than with 256, f16 16-31%; 8 and 32-256 were slower (docs/perf-notes.md,
-// CPU round 15).
-constexpr std::uint64_t kAmx16BitDecodeTile = 16;
-// And of the f32 bodies: 8 keys (4 KiB of K at head_dim 128) for the row-block body (groups of 4k)
-// and 16 for the others, each with its L1 prefetch at a fraction of the tile: b1 / b4 x 64k 15-19%
-// faster at group 4, 12-14% at group 1 (CPU round 15).
-constexpr std::uint64_t kAmxF32RowBlockDecodeTile = 8;
-constexpr std::uint64_t kAmxF32DecodeTile = 16;
+// Decode tile of the bf16 and f16 bodies on Intel cores: with 16 keys per tile (and each body's
+// L1 prefetch a fraction of it), two threads of an AMX Xeon read b1 / b4 x 64k bf16 11% faster at
+// group 4 and 24-37% at groups 1-3 than with 256, f16 16-31%; 8 and 32-256 were slower
+// (docs/perf-notes.md, CPU round 15). The same host at its avx512 and avx2 levels gains as much or
+// more (CPU round 21), so the rule follows the cores, not the AMX level; Zen 4 read longer phases
+// faster (CPU round 12).
+constexpr std::uint64_t kIntel16BitDecodeTile = 16;
+// And of the f32 bodies: 8 keys (4 KiB of K at head_dim 128) for groups of 4k heads and 16 for the
+// others, each with its L1 prefetch at a fraction of the tile: b1 / b4 x 64k 15-19% faster at
+// group 4, 12-14% at group 1 (CPU round 15).
+constexpr std::uint64_t kIntelF32RowBlockDecodeTile = 8;
+constexpr std::uint64_t kIntelF32DecodeTile = 16;
 constexpr std::uint64_t kF32Bytes = 4;
 // One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
 constexpr std::uint32_t kVectorLanes = 16;
@@ -168,11 +170,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
   tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
-  if (t.cpu_matrix_tiles) {
-    tile = pr.kv_dtype != DType::kF32 ? kAmx16BitDecodeTile : group % 4 == 0 ? kAmxF32RowBlockDecodeTile
-                                                                              : kAmxF32DecodeTile;
+  if (t.cpu_intel_cores || t.cpu_matrix_tiles) {
+    tile = pr.kv_dtype != DType::kF32 ? kIntel16BitDecodeTile : group % 4 == 0 ? kIntelF32RowBlockDecodeTile
+                                                                                : kIntelF32DecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
-                      " keys: on an AMX Xeon the decode bodies stream K and V fastest in short turns (a tile's K, "
+                      " keys: on Intel cores the decode bodies stream K and V fastest in short turns (a tile's K, "
                       "then its V) rather than in phases of up to 256 rows");
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys, so the group's q, accumulators and tile scores (" +

@@ -139,6 +139,16 @@ bool amx_selected() {
   }
 }
 
+// Whether this host's cores are Intel's (cpuid's vendor string). Decode reads K and V in short
+// turns there, whatever instruction set the kernels use (docs/perf-notes.md, CPU round 21).
+bool intel_cores() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 Target cpu_target(int threads) {
@@ -150,6 +160,7 @@ Target cpu_target(int threads) {
   t.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
   t.cache_bytes = last_level_cache_bytes();
   t.cpu_matrix_tiles = amx_selected();
+  t.cpu_intel_cores = intel_cores();
   return t;
 }
 

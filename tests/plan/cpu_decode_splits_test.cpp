@@ -167,28 +167,33 @@ TEST(CpuDecodeSplits, ReasonsSayWhy) {
   EXPECT_TRUE(found) << "no reason line for the split choice";
 }
 
-// On AMX Xeons decode takes short tiles (16 keys for 16-bit K/V; f32 8 or 16); other CPUs keep the
-// L1-sized tile.
-TEST(CpuDecodeTile, AmxDecodeTakesShortTiles) {
+// On Intel cores decode takes short tiles (16 keys for 16-bit K/V; f32 8 or 16), whatever
+// instruction set runs (the AMX level implies Intel cores); other CPUs keep the L1-sized tile.
+TEST(CpuDecodeTile, IntelCoresTakeShortTiles) {
   Target amx = cpu(2);
   amx.cpu_matrix_tiles = true;
+  Target intel = cpu(2);
+  intel.cpu_intel_cores = true;
   DecodeProblem p = decode(1, 32, 8, 65536);  // bf16, group 4
-  const DecodePlan plan = plan_decode(p, amx);
-  EXPECT_EQ(plan.partition.tile_size, 16u) << describe(plan);
-  bool said = false;
-  for (const std::string& r : plan.reasons) said = said || (r.rfind("tile: 16", 0) == 0 && r.find("AMX") != std::string::npos);
-  EXPECT_TRUE(said) << describe(plan);
-  EXPECT_EQ(plan_decode(decode(1, 64, 8, 65536), amx).partition.tile_size, 16u);   // group 8
-  EXPECT_EQ(plan_decode(p, cpu(2)).partition.tile_size, 256u);                     // no AMX
-  EXPECT_EQ(plan_decode(decode(1, 32, 32, 65536), amx).partition.tile_size, 16u);   // group 1
+  for (const Target& t : {amx, intel}) {
+    const DecodePlan plan = plan_decode(p, t);
+    EXPECT_EQ(plan.partition.tile_size, 16u) << describe(plan);
+    bool said = false;
+    for (const std::string& r : plan.reasons) said = said || (r.rfind("tile: 16", 0) == 0 && r.find("Intel") != std::string::npos);
+    EXPECT_TRUE(said) << describe(plan);
+    EXPECT_EQ(plan_decode(decode(1, 64, 8, 65536), t).partition.tile_size, 16u);   // group 8
+    EXPECT_EQ(plan_decode(decode(1, 32, 32, 65536), t).partition.tile_size, 16u);  // group 1
+  }
+  EXPECT_EQ(plan_decode(p, cpu(2)).partition.tile_size, 256u);  // neither
   DecodeProblem f16 = p;
   f16.kv_dtype = f16.q_dtype = f16.out_dtype = DType::kF16;
-  EXPECT_EQ(plan_decode(f16, amx).partition.tile_size, 16u);
+  EXPECT_EQ(plan_decode(f16, intel).partition.tile_size, 16u);
   EXPECT_EQ(plan_decode(f16, cpu(2)).partition.tile_size, 256u);
-  DecodeProblem f32 = p;  // f32: 8 keys for the row-block body (group 4), 16 for group 1
+  DecodeProblem f32 = p;  // f32: 8 keys for groups of 4k heads, 16 for group 1
   f32.kv_dtype = f32.q_dtype = f32.out_dtype = DType::kF32;
   EXPECT_EQ(plan_decode(f32, amx).partition.tile_size, 8u);
+  EXPECT_EQ(plan_decode(f32, intel).partition.tile_size, 8u);
   f32.num_heads = f32.kv_heads;
-  EXPECT_EQ(plan_decode(f32, amx).partition.tile_size, 16u);
+  EXPECT_EQ(plan_decode(f32, intel).partition.tile_size, 16u);
   EXPECT_EQ(plan_decode(f32, cpu(2)).partition.tile_size, 256u);
 }

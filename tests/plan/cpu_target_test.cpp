@@ -50,3 +50,17 @@ TEST(CpuTarget, LastLevelCacheIsOneInstanceTimesAtMostEveryCpu) {
   // The thread count does not change the cache.
   EXPECT_EQ(cpu_target(1).cache_bytes, t.cache_bytes);
 }
+
+// cpu_target()'s Intel flag (cpuid's vendor) against the kernel's /proc/cpuinfo vendor_id.
+TEST(CpuTarget, IntelCoresMatchTheVendorTheKernelReports) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor;
+  while (std::getline(in, line)) {
+    if (line.rfind("vendor_id", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos) vendor = line.substr(line.find_first_not_of(" \t", colon + 1));
+    break;
+  }
+  if (vendor.empty()) GTEST_SKIP() << "/proc/cpuinfo lists no vendor_id here";
+  EXPECT_EQ(cpu_target(1).cpu_intel_cores, vendor == "GenuineIntel") << "vendor_id " << vendor;
+}
