@@ -36,6 +36,13 @@ constexpr std::int64_t kMinSplitsTried = 4;
 // per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
+// ...except where every SM holds its two tensor-core blocks for the whole call and each block
+// streams a long range: there two tiles per block read faster than three (bf16 d128, the same
+// plans with 2 / 3 stages, dev/decode_timeline.cu: b256 x 16k -2.7%, b128 x 16k -2.1%, b128 x 4k
+// -1.6%, b256 x 4k -1.0%, b64 x 4k-64k -0.3% to -0.5%), while short splits (b256 x 1k: 16 tiles,
+// +1.7%) and one block per SM (b16: +4% to +8%, b1 x 64k +3.5%) need the third
+// (docs/perf-notes.md, "Decode round 26").
+constexpr std::int64_t kMinTilesForTwoStages = 64;
 // K/V loads evict-first while the call's K/V bytes are at most this many L2s. Each K/V element is
 // read by one block, so its lines are not wanted again; loaded evict-first they replace each other
 // instead of the L2's other lines (under the bench's flush those are dirty: the old policy wrote
@@ -124,18 +131,12 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   const std::int64_t budget =
       std::min(geo::uses_mma(kv_bytes) ? kRingBudgetBytesMma : kRingBudgetBytesSimt,
                smem_block - geo::kStaticSharedBytes - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
-  const int stages = static_cast<int>(std::clamp<std::int64_t>(budget / stage_bytes, 2, geo::kMaxStages));
-  const std::int64_t smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
+  int stages = static_cast<int>(std::clamp<std::int64_t>(budget / stage_bytes, 2, geo::kMaxStages));
+  std::int64_t smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
   require(smem + geo::kStaticSharedBytes <= smem_block, ctx,
           "the block needs " + std::to_string(smem + geo::kStaticSharedBytes) + " bytes of shared memory, the target allows " +
               std::to_string(smem_block),
           "use a smaller head_dim or fewer query heads per KV head");
-  reasons.push_back("pipeline_stages " + std::to_string(stages) + ": a ring of " + std::to_string(stages) +
-                    " K/V tiles (contiguous caches: TMA boxes from a producer warp, the whole ring in flight, a 16-bit "
-                    "split's first tile as the warp's cp.async copies, which wait for no TMA descriptor; "
-                    "paged: the same for page-aligned tiles, else 16-byte copies stages - 1 tiles ahead) (" +
-                    std::to_string(stage_bytes / 1024) + " KiB each), " +
-                    std::to_string(smem / 1024) + " KiB shared memory per block");
 
   const std::int64_t per_sm = cuda_decode_blocks_per_sm(t, smem, static_cast<int>(threads / 32), hpw, capacity);
   const std::int64_t wave = per_sm * sm_count;
@@ -185,6 +186,25 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   splits = div_up(range, keys_per_split);
   reasons.push_back("sequence_splits " + std::to_string(splits) + " of " + std::to_string(keys_per_split) +
                     " keys: " + split_reason);
+  // A full wave of two tensor-core blocks per SM, each streaming a long range: two tiles in flight
+  // per block (kMinTilesForTwoStages says what was measured). Fewer stages only shrink the block,
+  // so the residency (two per SM, set by registers) holds.
+  std::string ring_reason;
+  const bool full_wave_streams = geo::uses_mma(kv_bytes) && cache == DecodeCache::kContiguous && per_sm == 2 &&
+                                 base * splits >= wave && keys_per_split / tile >= kMinTilesForTwoStages;
+  if (full_wave_streams && stages > 2) {
+    stages = 2;
+    smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
+    ring_reason = "; two, not the budget's three, since " + std::to_string(base * splits) +
+                  " blocks fill every SM's two slots and each streams " + std::to_string(keys_per_split / tile) +
+                  " tiles (long full-wave streams read 1-3% faster with two)";
+  }
+  reasons.push_back("pipeline_stages " + std::to_string(stages) + ": a ring of " + std::to_string(stages) +
+                    " K/V tiles (contiguous caches: TMA boxes from a producer warp, the whole ring in flight, a 16-bit "
+                    "split's first tile as the warp's cp.async copies, which wait for no TMA descriptor; "
+                    "paged: the same for page-aligned tiles, else 16-byte copies stages - 1 tiles ahead) (" +
+                    std::to_string(stage_bytes / 1024) + " KiB each), " + std::to_string(smem / 1024) +
+                    " KiB shared memory per block" + ring_reason);
   // Short splits of tensor-core plans run as one cluster per row and merge in distributed shared
   // memory: no merge launch and no workspace round trip after the last split (decode_geometry.hpp's
   // kMaxClusterSplits says where, docs/perf-notes.md, "Decode round 18", what it measured).

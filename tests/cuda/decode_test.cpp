@@ -274,6 +274,32 @@ TEST(DecodeCudaPaths, BothL2PoliciesMatchGolden) {
   }
 }
 
+// Full-wave long streams take a two-tile ring (cuda_decode_rules.cpp, kMinTilesForTwoStages): 33
+// sequences x 8 KV heads fill the H200's 132 SMs twice over, the longest 4100 keys (65 tiles), the
+// others of mixed lengths down to 1. The same plan with the budget's three tiles must agree.
+TEST(DecodeCudaPaths, TwoTileRingOfFullWaveStreamsMatchesGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  std::vector<int> lengths{4100};
+  for (int i = 1; i < 33; ++i) lengths.push_back(1 + (i * 997) % 4100);
+  const DecodeSpec s{"two_tile_ring_bf16", 32, 8, 128, DType::kBF16, DType::kBF16, DType::kBF16, lengths};
+  const Target gpu = cuda::target();
+  if (gpu.sm_count * 2 > 33 * 8) GTEST_SKIP() << gpu.sm_count << " SMs: 264 blocks do not fill two per SM here";
+  DecodeRun r = make_run(s);
+  const DecodePlan plan = plan_decode(r.problem, gpu);
+  ASSERT_EQ(plan.partition.pipeline_stages, 2u) << "the case is meant to take the two-tile ring\n" << to_table(plan);
+  const std::string note = s.name + " seed=" + std::to_string(r.seed);
+  const reference::Result golden = run_and_golden(r, plan);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " two tiles");
+  expect_lse_matches(r.lse, golden.lse, note + " two tiles", rel_l2_limit(s.kv, s.q, s.out));
+  DecodePlan three = plan;
+  three.partition.pipeline_stages = 3;
+  poison(r.out);
+  poison(r.lse);
+  run_and_golden(r, three);
+  expect_matches_golden(r.out, golden.out, s.kv, s.q, s.out, note + " three tiles");
+  expect_lse_matches(r.lse, golden.lse, note + " three tiles", rel_l2_limit(s.kv, s.q, s.out));
+}
+
 // Small cases for compute-sanitizer (memcheck, racecheck): each checks that its plan takes the path
 // it is meant for (`what`), then runs it against the golden.
 template <class TakesPath>

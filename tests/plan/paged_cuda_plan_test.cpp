@@ -31,10 +31,12 @@ TEST(PagedCudaPlan, PagedDecodeSplitsAtLeastAsFinelyAsContiguousAndStatesItsExac
       const auto paged = plan_paged_decode(p, known_target("h200"));
       const auto flat = plan_decode(p.as_decode(), known_target("h200"));
       EXPECT_EQ(paged.partition.family, KernelFamily::kSplitKvDecode);
-      // Same blocks and ring; keys split at least as finely (further for batches of mixed lengths).
+      // Same blocks, a ring at least as deep (the contiguous plan gives long full-wave streams two
+      // tiles, measured on contiguous caches only); keys split at least as finely (further for
+      // batches of mixed lengths).
       EXPECT_EQ(paged.partition.tile_size, flat.partition.tile_size);
       EXPECT_EQ(paged.partition.rows_per_block, flat.partition.rows_per_block);
-      EXPECT_EQ(paged.partition.pipeline_stages, flat.partition.pipeline_stages);
+      EXPECT_GE(paged.partition.pipeline_stages, flat.partition.pipeline_stages);
       EXPECT_GE(paged.partition.sequence_splits, flat.partition.sequence_splits) << batch;
       EXPECT_EQ(paged.partition.keys_per_split % paged.partition.tile_size, 0u);
       EXPECT_GE(static_cast<std::uint64_t>(paged.partition.keys_per_split) * paged.partition.sequence_splits, 4096u);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "attnkit/error.hpp"
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "plan/evidence.hpp"
@@ -170,6 +171,40 @@ TEST(PlanGpu, DecodeLoadsShortStreamsEvictFirst) {
   EXPECT_FALSE(passes.partition.kv_evict_first) << to_table(passes);
   h200.cache_bytes = 0;
   EXPECT_FALSE(plan(1, 1024, DType::kBF16).partition.kv_evict_first);
+}
+
+// Tensor-core decode blocks that fill both of every SM's slots and stream at least 64 tiles each
+// take a two-tile ring; short splits, part-full waves, f32 and paged pools keep the budget's ring
+// (perf-notes, decode round 26).
+TEST(PlanGpu, DecodeFullWaveLongStreamsTakeATwoTileRing) {
+  const Target h200 = known_target("h200");
+  auto plan = [&](std::int64_t batch, std::int64_t kv_len, DType dtype = DType::kBF16) {
+    DecodeProblem p;  // 32 query / 8 KV heads, head_dim 128
+    p.batch = batch;
+    p.kv_len = p.max_seq = kv_len;
+    p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+    return plan_decode(p, h200);
+  };
+  for (const auto& [batch, kv_len] : {std::pair{256, 16384}, {256, 4096}, {128, 4096}, {64, 65536}, {33, 4096}}) {
+    const DecodePlan d = plan(batch, kv_len);
+    EXPECT_EQ(d.partition.pipeline_stages, 2u) << to_table(d);
+    EXPECT_GE(d.partition.grid_blocks, 2u * 132) << to_table(d);
+    bool said = false;
+    for (const std::string& r : d.reasons) said = said || (r.rfind("pipeline_stages 2", 0) == 0 && r.find("full-wave") != std::string::npos);
+    EXPECT_TRUE(said) << to_table(d);
+  }
+  // 16 or 32 tiles per block; 256 or 128 blocks (part of a wave, or one block per SM).
+  for (const DecodePlan& d : {plan(256, 1024), plan(32, 16384), plan(16, 65536), plan(1, 65536), plan(64, 2048)}) {
+    EXPECT_GT(d.partition.pipeline_stages, 2u) << to_table(d);
+  }
+  // f32 (CUDA cores, three blocks per SM) keeps its own budget's ring, whatever it is.
+  for (const std::string& r : plan(256, 16384, DType::kF32).reasons) EXPECT_EQ(r.find("full-wave"), std::string::npos) << r;
+  EXPECT_EQ(plan(256, 16384, DType::kF16).partition.pipeline_stages, 2u);
+  PagedDecodeProblem paged;
+  paged.batch = 256;
+  paged.cache = {256 * 64 + 1, 64, 64, PageLayout::kHND};
+  paged.kv_len = 4096;
+  EXPECT_GT(plan_paged_decode(paged, h200).partition.pipeline_stages, 2u);
 }
 
 // CUDA-core (f32) decode blocks fill whole waves of resident blocks (three per SM on the H200's 132
