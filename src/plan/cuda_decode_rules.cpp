@@ -30,18 +30,17 @@ constexpr std::int64_t kMinTilesPerSplit = 2;
 // CUDA-core (f32) plans: split counts tried even where unsplit blocks fill four waves or more.
 constexpr std::int64_t kMinSplitsTried = 4;
 // The ring budget per block. Tensor-core blocks (16-bit K/V): three tiles of 64 keys x 128 dims,
-// two blocks per SM (registers allow no third); with TMA the whole ring is in flight, and 2, 3 or 4
-// stages measured within 1% of each other at large points (docs/perf-notes.md), so the ring is
-// not the limit. CUDA-core blocks (f32) are bound by instruction latency: two tiles, three blocks
-// per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
+// two blocks per SM (registers allow no third), the whole ring in flight (TMA); a block alone on
+// its SM or one that streams few tiles reads 1-8% slower with two or four (docs/perf-notes.md,
+// decode rounds 10 and 26). CUDA-core blocks (f32) are bound by instruction latency: two tiles,
+// three blocks per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
-// ...except where every SM holds its two tensor-core blocks for the whole call and each block
-// streams a long range: there two tiles per block read faster than three (bf16 d128, the same
-// plans with 2 / 3 stages, dev/decode_timeline.cu: b256 x 16k -2.7%, b128 x 16k -2.1%, b128 x 4k
-// -1.6%, b256 x 4k -1.0%, b64 x 4k-64k -0.3% to -0.5%), while short splits (b256 x 1k: 16 tiles,
-// +1.7%) and one block per SM (b16: +4% to +8%, b1 x 64k +3.5%) need the third
-// (docs/perf-notes.md, "Decode round 26").
+// Where every SM holds its two tensor-core blocks for the whole call and each block streams a
+// long range, two tiles per block read faster than three (bf16 d128, the same plans with 2 / 3
+// stages, dev/decode_timeline.cu: b256 x 16k -2.7%, b128 x 16k -2.1%, b128 x 4k -1.6%, b256 x 4k
+// -1.0%, b64 x 4k-64k -0.3% to -0.5%), while short splits (b256 x 1k: 16 tiles, +1.7%) and one
+// block per SM (b16: +4% to +8%, b1 x 64k +3.5%) need the third (decode round 26).
 constexpr std::int64_t kMinTilesForTwoStages = 64;
 // K/V loads evict-first while the call's K/V bytes are at most this many L2s. Each K/V element is
 // read by one block, so its lines are not wanted again; loaded evict-first they replace each other
