@@ -70,6 +70,12 @@ std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_byte
   return std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
 }
 
+bool cuda_decode_streams_full_waves(std::int64_t kv_bytes, std::int64_t blocks_per_sm, std::int64_t wave,
+                                    std::int64_t grid_blocks, std::int64_t tiles_per_split) {
+  return cuda_decode::uses_mma(kv_bytes) && blocks_per_sm == 2 && grid_blocks >= wave &&
+         tiles_per_split >= kMinTilesForTwoStages;
+}
+
 void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
                            WorkPartition& p, std::vector<std::string>& reasons, DecodeCache cache) {
   const char* ctx = "plan_decode (cuda)";
@@ -189,8 +195,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   // per block (kMinTilesForTwoStages says what was measured). Fewer stages only shrink the block,
   // so the residency (two per SM, set by registers) holds.
   std::string ring_reason;
-  const bool full_wave_streams = geo::uses_mma(kv_bytes) && cache == DecodeCache::kContiguous && per_sm == 2 &&
-                                 base * splits >= wave && keys_per_split / tile >= kMinTilesForTwoStages;
+  const bool full_wave_streams = cache == DecodeCache::kContiguous &&
+                                 cuda_decode_streams_full_waves(kv_bytes, per_sm, wave, base * splits, keys_per_split / tile);
   if (full_wave_streams && stages > 2) {
     stages = 2;
     smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);

@@ -30,6 +30,12 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
 // register budget, decode_geometry.hpp). Both decode planners count their waves with it.
 std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_bytes, int warps, int heads_per_warp,
                                        int capacity);
+// Whether a tensor-core decode cut keeps both of every SM's two block slots streaming long ranges
+// for the whole call (`wave` = resident blocks of the GPU): there a two-tile ring reads faster than
+// the budget's three (cuda_decode_rules.cpp, kMinTilesForTwoStages). The contiguous rules apply it
+// as they cut; the paged planner, whose splits change after, to its final cut of TMA page boxes.
+bool cuda_decode_streams_full_waves(std::int64_t kv_bytes, std::int64_t blocks_per_sm, std::int64_t wave,
+                                    std::int64_t grid_blocks, std::int64_t tiles_per_split);
 
 // The CPU has no e4m3 prefill: its planner and cpu::prefill both reject it with this Error.
 void require_cpu_prefill_dtype(DType dtype, const char* context);
