@@ -62,6 +62,33 @@ TEST(PagedDecodeCuda, UnsplitAndSplitPlansAgree) {
   }
 }
 
+// Page boxes of a full-wave long stream take the two-tile ring (paged_plan.cpp,
+// ring_for_full_wave_streams): 33 sequences x 8 KV heads fill the H200's two slots per SM, the
+// hint says the lengths are near-uniform (4100 keys, the last one 4033), pages of 16 rows.
+TEST(PagedDecodeCuda, TwoTileRingOfPageBoxesMatchesGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  const Target gpu = cuda::target();
+  if (gpu.sm_count * 2 > 33 * 8) GTEST_SKIP() << gpu.sm_count << " SMs: 264 blocks do not fill two per SM here";
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  PagedSetup s;
+  s.page_size = 16;
+  s.batch = 33;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.head_dim = 128;
+  s.dtype = DType::kBF16;
+  s.lengths.assign(33, 4100);
+  s.lengths.back() = 4033;
+  PagedCase c(s, rng);
+  PagedDecodeProblem problem = paged_decode_problem(c, 4100);
+  for (std::int32_t len : s.lengths) problem.expected_total_keys += len;
+  const auto plan = plan_paged_decode(problem, gpu);
+  ASSERT_TRUE(plan.page_boxes) << to_table(plan);
+  ASSERT_EQ(plan.partition.pipeline_stages, 2u) << "the case is meant to take the two-tile ring\n" << to_table(plan);
+  run_and_check_paged_decode(c, plan, rng, describe_case(s, seed) + " two tiles");
+}
+
 TEST(PagedDecodeCuda, WindowSoftcapAndEveryDtypeAndHeadDim) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   struct Variant {

@@ -31,8 +31,8 @@ TEST(PagedCudaPlan, PagedDecodeSplitsAtLeastAsFinelyAsContiguousAndStatesItsExac
       const auto paged = plan_paged_decode(p, known_target("h200"));
       const auto flat = plan_decode(p.as_decode(), known_target("h200"));
       EXPECT_EQ(paged.partition.family, KernelFamily::kSplitKvDecode);
-      // Same blocks, a ring at least as deep (the contiguous plan gives long full-wave streams two
-      // tiles, measured on contiguous caches only); keys split at least as finely (further for
+      // Same blocks, a ring at least as deep (long full-wave streams take two tiles, and the paged
+      // plan splits mixed lengths into shorter ones); keys split at least as finely (further for
       // batches of mixed lengths).
       EXPECT_EQ(paged.partition.tile_size, flat.partition.tile_size);
       EXPECT_EQ(paged.partition.rows_per_block, flat.partition.rows_per_block);

@@ -174,8 +174,8 @@ TEST(PlanGpu, DecodeLoadsShortStreamsEvictFirst) {
 }
 
 // Tensor-core decode blocks that fill both of every SM's slots and stream at least 64 tiles each
-// take a two-tile ring; short splits, part-full waves, f32 and paged pools keep the budget's ring
-// (perf-notes, decode round 26).
+// take a two-tile ring, contiguous or paged with TMA page boxes; short splits, part-full waves,
+// f32 and pages copied row by row keep the budget's ring (perf-notes, decode round 26).
 TEST(PlanGpu, DecodeFullWaveLongStreamsTakeATwoTileRing) {
   const Target h200 = known_target("h200");
   auto plan = [&](std::int64_t batch, std::int64_t kv_len, DType dtype = DType::kBF16) {
@@ -200,11 +200,29 @@ TEST(PlanGpu, DecodeFullWaveLongStreamsTakeATwoTileRing) {
   // f32 (CUDA cores, three blocks per SM) keeps its own budget's ring, whatever it is.
   for (const std::string& r : plan(256, 16384, DType::kF32).reasons) EXPECT_EQ(r.find("full-wave"), std::string::npos) << r;
   EXPECT_EQ(plan(256, 16384, DType::kF16).partition.pipeline_stages, 2u);
+  // Paged, uniform lengths (the hint keeps the contiguous cut): page boxes of 16 rows take two
+  // tiles; pages of 8 rows (no boxes) keep three; mixed lengths split into 32-tile blocks keep three.
   PagedDecodeProblem paged;
   paged.batch = 256;
-  paged.cache = {256 * 64 + 1, 64, 64, PageLayout::kHND};
-  paged.kv_len = 4096;
-  EXPECT_GT(plan_paged_decode(paged, h200).partition.pipeline_stages, 2u);
+  paged.cache = {256 * 1024 + 1, 16, 1024, PageLayout::kHND};
+  paged.kv_len = 16384;
+  paged.expected_total_keys = paged.batch * paged.kv_len;
+  const PagedDecodePlan boxes = plan_paged_decode(paged, h200);
+  EXPECT_TRUE(boxes.page_boxes);
+  EXPECT_EQ(boxes.partition.pipeline_stages, 2u) << to_table(boxes);
+  bool said = false;
+  for (const std::string& r : boxes.reasons) said = said || r.rfind("paged: pipeline_stages 2", 0) == 0;
+  EXPECT_TRUE(said) << to_table(boxes);
+  PagedDecodeProblem rows = paged;
+  rows.cache = {256 * 2048 + 1, 8, 2048, PageLayout::kHND};
+  const PagedDecodePlan by_rows = plan_paged_decode(rows, h200);
+  EXPECT_FALSE(by_rows.page_boxes);
+  EXPECT_GT(by_rows.partition.pipeline_stages, 2u) << to_table(by_rows);
+  PagedDecodeProblem mixed = paged;
+  mixed.kv_len = 4096;
+  mixed.cache.max_pages_per_seq = 256;
+  mixed.expected_total_keys = 0;  // unknown: split for mixed lengths
+  EXPECT_GT(plan_paged_decode(mixed, h200).partition.pipeline_stages, 2u);
 }
 
 // CUDA-core (f32) decode blocks fill whole waves of resident blocks (three per SM on the H200's 132
