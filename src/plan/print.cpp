@@ -76,6 +76,9 @@ void add_target(Rows& rows, const Target& t) {
   std::string text = to_string(t.backend) + " \"" + t.name + "\"";
   if (t.backend == Backend::kCpu) {
     text += ", " + std::to_string(t.threads) + " threads";
+    // The two facts the CPU rules key on besides sizes (decode tiles, AMX prefill tiles).
+    if (t.cpu_intel_cores) text += ", Intel cores";
+    if (t.cpu_matrix_tiles) text += ", AMX tiles";
   } else {
     text += ", " + std::to_string(t.sm_count) + " SMs, sm_" + std::to_string(t.cc_major) + std::to_string(t.cc_minor);
   }
@@ -146,7 +149,9 @@ json target_json(const Target& t) {
           {"shared_bytes_per_sm", t.shared_bytes_per_sm},
           {"max_threads_per_sm", t.max_threads_per_sm},
           {"peak_read_bytes_per_s", t.peak_read_bytes_per_s},
-          {"peak_matmul_flops_per_s", t.peak_matmul_flops_per_s}};
+          {"peak_matmul_flops_per_s", t.peak_matmul_flops_per_s},
+          {"cpu_intel_cores", t.cpu_intel_cores},
+          {"cpu_matrix_tiles", t.cpu_matrix_tiles}};
 }
 
 json partition_json(const WorkPartition& p) {
