@@ -35,6 +35,21 @@ template <class Tag>
 constexpr std::int64_t tag_bytes() {
   return __is_same(Tag, F32) ? 4 : 2;
 }
+// Vecs that widen 2W bf16 values at once (load_bf16_pair) take the decode's bf16 rows in pairs of
+// chunks where head_dim is known (kD > 0, a multiple of 2W).
+template <class T, class = void>
+struct HasBf16Pair : std::false_type {};
+template <class T>
+struct HasBf16Pair<T, std::void_t<decltype(T::load_bf16_pair(nullptr, std::declval<typename T::V&>(),
+                                                              std::declval<typename T::V&>()))>> : std::true_type {};
+template <class Tag, int kD>
+constexpr bool kPairChunks = __is_same(Tag, BF16) && HasBf16Pair<Vec>::value && kD > 0 && kD % (2 * W) == 0;
+template <class Tag, int kD>
+inline void load_chunk_pair(const void* base, std::int64_t offset, V& lo, V& hi) {
+  using PairVec = std::conditional_t<kPairChunks<Tag, kD>, Vec, void>;  // dependent: only pair Vecs see the call
+  PairVec::load_bf16_pair(static_cast<const std::uint16_t*>(base) + offset, lo, hi);
+}
+
 template <class Tag>
 inline V load_chunk(const void* base, std::int64_t offset, int n) {
   if constexpr (__is_same(Tag, F32)) {
@@ -149,14 +164,32 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
         prefetch_row<2, eb>(t.v, j0 + j + kk, t.key_end - 1, d);
       }
     }
+    // Pairs hold 2 x kKeys K vectors beside the W accumulators: only for a few keys per pass.
+    if constexpr (kPairChunks<Tag, kD> && kKeys <= 2) {
+#pragma GCC unroll 8
+      for (std::int64_t c = 0; c < d; c += 2 * W) {
+        V klo[kKeys], khi[kKeys];
+        for (int kk = 0; kk < kKeys; ++kk) {
+          load_chunk_pair<Tag, kD>(t.k.data, key_offset[kk] + c, klo[kk], khi[kk]);
+        }
+        for (int g = 0; g < GC; ++g) {
+          const V qlo = Vec::load(L.q + (g0 + g) * L.dp + c), qhi = Vec::load(L.q + (g0 + g) * L.dp + c + W);
+          for (int kk = 0; kk < kKeys; ++kk) {
+            acc[kk * GC + g] = Vec::acc_fma(qlo, klo[kk], acc[kk * GC + g]);
+            acc[kk * GC + g] = Vec::acc_fma(qhi, khi[kk], acc[kk * GC + g]);
+          }
+        }
+      }
+    } else {
 #pragma GCC unroll 16
-    for (std::int64_t c = 0; c < d; c += W) {
-      const int m = kD > 0 ? W : static_cast<int>(imin(W, d - c));
-      V qv[GC];
-      for (int g = 0; g < GC; ++g) qv[g] = Vec::load(L.q + (g0 + g) * L.dp + c);
-      for (int kk = 0; kk < kKeys; ++kk) {
-        const V kv = load_chunk<Tag>(t.k.data, key_offset[kk] + c, m);
-        for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::acc_fma(qv[g], kv, acc[kk * GC + g]);
+      for (std::int64_t c = 0; c < d; c += W) {
+        const int m = kD > 0 ? W : static_cast<int>(imin(W, d - c));
+        V qv[GC];
+        for (int g = 0; g < GC; ++g) qv[g] = Vec::load(L.q + (g0 + g) * L.dp + c);
+        for (int kk = 0; kk < kKeys; ++kk) {
+          const V kv = load_chunk<Tag>(t.k.data, key_offset[kk] + c, m);
+          for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::acc_fma(qv[g], kv, acc[kk * GC + g]);
+        }
       }
     }
     Vec::store(L.lanes, Vec::acc_transpose_sum(acc));
@@ -188,7 +221,13 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
       if (c0 == 0) prefetch_row<2, eb>(t.k, j0 + n + j, t.key_end - 1, d);
     }
     V vv[NV];
-    for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+    if constexpr (kPairChunks<Tag, kD> && NV % 2 == 0) {
+      for (int v = 0; v < NV; v += 2) {
+        load_chunk_pair<Tag, kD>(t.v.data, offset + v * W, vv[v], vv[v + 1]);
+      }
+    } else {
+      for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+    }
     for (int g = 0; g < GR; ++g) {
       const V pb = Vec::set1(L.scores[(g0 + g) * L.tp + j]);
       for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>  // the bodies' Vec traits (fast_body.hpp)
+#include <utility>
 
 #include "attnkit/dtype.hpp"
 
