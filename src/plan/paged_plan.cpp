@@ -91,9 +91,9 @@ void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DT
           "use a smaller head_dim or fewer query heads per KV head");
 }
 
-// Blocks of the paged kernel the GPU holds at once (its shared memory includes the page-row
+// Blocks of the paged kernel one SM holds at once (its shared memory includes the page-row
 // offsets; counted as the contiguous planner counts its own).
-std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
+std::int64_t resident_per_sm(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
   namespace geo = cuda_decode;
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
   const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
@@ -103,9 +103,13 @@ std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const 
                         geo::key_warps_of(p.warps_per_block, chunks)) +
       geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
   const int hpw = geo::heads_per_warp(p.rows_per_block, kv_bytes);
-  const std::int64_t per_sm = detail::cuda_decode_blocks_per_sm(t, smem, static_cast<int>(p.warps_per_block), hpw,
-                                                                geo::head_dim_capacity(pr.head_dim));
-  return per_sm * (t.sm_count > 0 ? t.sm_count : 132);
+  return detail::cuda_decode_blocks_per_sm(t, smem, static_cast<int>(p.warps_per_block), hpw,
+                                           geo::head_dim_capacity(pr.head_dim));
+}
+
+// ...and the whole GPU (one wave of resident blocks).
+std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
+  return resident_per_sm(pr, t, p) * (t.sm_count > 0 ? t.sm_count : 132);
 }
 
 // Sets the plan's key splits (base blocks per split: sequences x KV heads x passes).
@@ -172,10 +176,8 @@ void ring_for_full_wave_streams(const PagedDecodeProblem& pr, const Target& t, W
   if (p.pipeline_stages <= 2 || !geo::page_boxes_fit(static_cast<int>(p.tile_size), pr.cache.page_size, pr.options.window)) {
     return;
   }
-  const std::int64_t wave = resident_wave(pr, t, p);
-  const std::int64_t per_sm = wave / (t.sm_count > 0 ? t.sm_count : 132);
-  if (!detail::cuda_decode_streams_full_waves(kv_bytes, per_sm, wave, static_cast<std::int64_t>(p.grid_blocks),
-                                              p.tiles_per_split)) {
+  if (!detail::cuda_decode_streams_full_waves(kv_bytes, resident_per_sm(pr, t, p), resident_wave(pr, t, p),
+                                              static_cast<std::int64_t>(p.grid_blocks), p.tiles_per_split)) {
     return;
   }
   const std::uint32_t was = p.pipeline_stages;
