@@ -6,8 +6,9 @@
 // since its entry, and the event time of the whole call.
 //   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
 //     dev/decode_timeline.cu build/<cuda build>/libattnkit.a -Xcompiler=-fopenmp -lcuda -o decode_timeline
-//   ./decode_timeline [batch] [kv_len] [splits] [warm] [stages]  (32 query / 8 KV heads, head_dim 128;
-//   splits / stages: 0 = the plan's; warm: 1 = no flush). Also times, under the same protocol, the decode kernel without the
+//   ./decode_timeline [batch] [kv_len] [splits] [warm] [stages] [resident]  (32 query / 8 KV heads,
+//   head_dim 128; splits / stages: 0 = the plan's; warm: 1 = no flush; resident: blocks per SM the
+//   launch allows, -1 = the plan's, 0 = as many as fit). Also times, under the same protocol, the decode kernel without the
 //   merge and an empty kernel (the floor of an event-timed call), and prints the stamped kernel's
 //   registers and blocks per SM (the stamps cost registers: check it matches the library's).
 #include <cuda_runtime.h>
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   const int splits_override = argc > 3 ? std::atoi(argv[3]) : 0;
   const bool warm = argc > 4 && std::atoi(argv[4]) != 0;
   const int stages_override = argc > 5 ? std::atoi(argv[5]) : 0;
+  const int resident_override = argc > 6 ? std::atoi(argv[6]) : -1;
   DecodeProblem pr;
   pr.batch = batch;
   pr.num_heads = 32;
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     p.cluster_merge = p.splits > 1 && p.splits <= cuda_decode::kMaxClusterSplits;
   }
   if (stages_override > 0) p.stages = stages_override;  // a deeper (or shallower) ring, same tiles
+  p.resident_blocks = resident_override >= 0 ? resident_override : static_cast<int>(w.resident_blocks);
   p.shared_bytes = static_cast<int>(cuda_decode::shared_bytes(128, p.tile, p.stages, 2, p.rows_per_block, p.key_warps));
   p.q = q, p.q_dtype = DType::kBF16, p.q_stride_b = 32 * 128, p.q_stride_h = 128;
   p.k = k, p.v = v;
@@ -130,13 +133,16 @@ int main(int argc, char** argv) {
               p.splits, p.keys_per_split, p.tile, p.stages);
 
   {
-    auto kernel = cuda_decode::split_kv_decode_kernel<__nv_bfloat16, 128, cuda_decode::MmaEngine<__nv_bfloat16, 128>>;
+    auto kernel = cuda_decode::split_kv_decode_kernel<__nv_bfloat16, 128, cuda_decode::KeyRowsMmaEngine<__nv_bfloat16, 128>>;  // group 4: the key-rows engine
     cudaFuncAttributes attributes{};
     ok(cudaFuncGetAttributes(&attributes, kernel), "attributes");
-    ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.shared_bytes), "shared memory");
+    int shared_per_sm = 0;
+    ok(cudaDeviceGetAttribute(&shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0), "shared per SM");
+    const int launch_bytes =
+        static_cast<int>(cuda_decode::shared_bytes_for_residency(p.shared_bytes, p.resident_blocks, shared_per_sm));
+    ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, launch_bytes), "shared memory");
     int per_sm = 0;
-    ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (int)w.warps_per_block,
-                                                     p.shared_bytes),
+    ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (int)w.warps_per_block, launch_bytes),
        "occupancy");
     std::printf("stamped kernel: %d registers, %d blocks per SM\n", attributes.numRegs, per_sm);
     if (p.cluster_merge) {  // how many clusters of the plan's size the device holds at once

@@ -75,6 +75,7 @@ DecodeParams base_params(const DecodePlan& plan) {
   p.passes = static_cast<int>((pr.group_size() + w.rows_per_block - 1) / w.rows_per_block);
   p.cluster_merge = w.merge_cluster > 1;
   p.kv_evict_first = w.kv_evict_first;
+  p.resident_blocks = static_cast<int>(w.resident_blocks);
   p.shared_bytes = static_cast<int>(geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), p.tile, p.stages,
                                                       static_cast<std::int64_t>(dtype_size(pr.kv_dtype)),
                                                       p.rows_per_block, p.key_warps));

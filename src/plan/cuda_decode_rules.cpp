@@ -61,12 +61,12 @@ std::uint32_t u32(std::int64_t v) { return static_cast<std::uint32_t>(v); }
 }  // namespace
 
 std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_bytes, int warps, int heads_per_warp,
-                                       int capacity) {
+                                       int capacity, std::int64_t kv_bytes) {
   const std::int64_t smem_sm = t.shared_bytes_per_sm > 0 ? t.shared_bytes_per_sm : kDefaultSharedPerSm;
   const std::int64_t threads_sm = t.max_threads_per_sm > 0 ? t.max_threads_per_sm : kDefaultThreadsPerSm;
-  const std::int64_t by_smem = smem_sm / (shared_bytes + geo::kStaticSharedBytes + 1024);  // 1 KiB runtime reserve
+  const std::int64_t by_smem = geo::blocks_by_shared(shared_bytes, smem_sm);
   const std::int64_t by_threads = threads_sm / (32 * std::int64_t{warps});
-  const std::int64_t by_regs = geo::blocks_by_registers(warps, geo::register_budget(heads_per_warp, capacity));
+  const std::int64_t by_regs = geo::blocks_by_registers(warps, geo::register_budget(heads_per_warp, capacity, kv_bytes));
   return std::max<std::int64_t>(1, std::min({by_smem, by_threads, by_regs, std::int64_t{32}}));
 }
 
@@ -115,8 +115,12 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                                 : std::string{}));
   if (geo::uses_mma(kv_bytes)) {
     reasons.push_back("threads " + std::to_string(threads) + ": " + std::to_string(chunks) + " head chunk(s) of " +
-                      std::to_string(hpw) + " heads (the 16 rows of an mma.sync m16n8k16 tile; 16-bit K/V on tensor "
-                      "cores) x " + std::to_string(key_warps) + " key warps, and one producer warp issuing the K/V copies");
+                      std::to_string(hpw) +
+                      (hpw == geo::kKeyRowsHeads
+                           ? " heads (the 8 columns of an mma.sync m16n8k16 tile whose 16 rows are keys, half the MMAs "
+                             "of heads as rows for groups of up to 8; 16-bit K/V on tensor cores)"
+                           : " heads (the 16 rows of an mma.sync m16n8k16 tile; 16-bit K/V on tensor cores)") +
+                      " x " + std::to_string(key_warps) + " key warps, and one producer warp issuing the K/V copies");
     reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
                       std::to_string(geo::kMmaKeysPerWarp) + " keys (one P.V k-step each)");
   } else {
@@ -143,7 +147,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
               std::to_string(smem_block),
           "use a smaller head_dim or fewer query heads per KV head");
 
-  const std::int64_t per_sm = cuda_decode_blocks_per_sm(t, smem, static_cast<int>(threads / 32), hpw, capacity);
+  const std::int64_t per_sm = cuda_decode_blocks_per_sm(t, smem, static_cast<int>(threads / 32), hpw, capacity, kv_bytes);
   const std::int64_t wave = per_sm * sm_count;
 
   // Splits: the visible key range of the longest sequence (a window bounds it).
@@ -247,6 +251,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   p.grid_blocks = static_cast<std::uint64_t>(base) * static_cast<std::uint64_t>(splits);
   p.pipeline_stages = u32(stages);
   p.merge_cluster = cluster_merge ? u32(splits) : 0;
+  p.resident_blocks = u32(per_sm);
 
   // L2 policy of the K/V loads (kEvictFirstL2Multiple says why): only where each element is read by
   // one block (one pass; the passes of a larger group re-read the same K/V from L2), and not for
@@ -270,7 +275,10 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   reasons.push_back("grid_blocks " + std::to_string(p.grid_blocks) + " = batch " + std::to_string(pr.batch) +
                     " x kv_heads " + std::to_string(pr.kv_heads) + " x passes " + std::to_string(passes) +
                     " x splits " + std::to_string(splits) + " (" + std::to_string(per_sm) +
-                    " blocks resident per SM by shared memory / threads / registers)");
+                    " blocks resident per SM by shared memory / threads / registers" +
+                    (full_wave_streams ? ", kept by the launch's shared memory where the two-tile ring would let one more in"
+                                       : std::string{}) +
+                    ")");
 }
 
 }  // namespace attnkit::detail

@@ -103,6 +103,7 @@ void add_partition(Rows& rows, const WorkPartition& p) {
   }
   if (p.family == KernelFamily::kSplitKvDecode) {
     rows.emplace_back("K/V L2 policy", p.kv_evict_first ? "evict first" : "evict normal");
+    if (p.resident_blocks > 0) rows.emplace_back("blocks per SM", std::to_string(p.resident_blocks));
   }
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
@@ -177,7 +178,8 @@ json partition_json(const WorkPartition& p) {
           {"tail_pairs", p.tail_pairs},
           {"packed_heads", p.packed_heads},
           {"merge_cluster", p.merge_cluster},
-          {"kv_evict_first", p.kv_evict_first}};
+          {"kv_evict_first", p.kv_evict_first},
+          {"resident_blocks", p.resident_blocks}};
 }
 
 json evidence_json(const Evidence& e) {

@@ -29,7 +29,7 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
 // memory (`shared_bytes` of dynamic memory per block), threads, and registers (the kernel's
 // register budget, decode_geometry.hpp). Both decode planners count their waves with it.
 std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_bytes, int warps, int heads_per_warp,
-                                       int capacity);
+                                       int capacity, std::int64_t kv_bytes);
 // Whether a tensor-core decode cut keeps both of every SM's two block slots streaming long ranges
 // for the whole call (`wave` = resident blocks of the GPU): there a two-tile ring reads faster than
 // the budget's three (cuda_decode_rules.cpp, kMinTilesForTwoStages). The contiguous rules apply it

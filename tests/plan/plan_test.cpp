@@ -10,6 +10,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
+#include "cuda/decode/decode_geometry.hpp"
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "plan/evidence.hpp"
 
@@ -173,6 +174,49 @@ TEST(PlanGpu, DecodeLoadsShortStreamsEvictFirst) {
   EXPECT_FALSE(plan(1, 1024, DType::kBF16).partition.kv_evict_first);
 }
 
+// 16-bit K/V: groups of up to 8 heads take the key-rows tensor-core engine (8 heads per warp, keys as
+// the MMA's rows), larger ones the 16-row engine; the key-rows engine's smaller register budget
+// never costs a resident block.
+TEST(PlanGpu, DecodeSmallGroupsTakeTheKeyRowsEngine) {
+  namespace geo = cuda_decode;
+  const Target h200 = known_target("h200");
+  auto plan = [&](std::int64_t heads, std::int64_t head_dim) {
+    DecodeProblem p;
+    p.batch = 64;
+    p.num_heads = heads;
+    p.kv_heads = 8;
+    p.head_dim = head_dim;
+    p.kv_len = p.max_seq = 4096;
+    p.kv_dtype = p.q_dtype = p.out_dtype = DType::kBF16;
+    return plan_decode(p, h200);
+  };
+  auto says = [](const DecodePlan& d, const std::string& what) {
+    for (const std::string& r : d.reasons) {
+      if (r.rfind("threads", 0) == 0) return r.find(what) != std::string::npos;
+    }
+    return false;
+  };
+  for (const std::int64_t heads : {8, 16, 32, 48, 64}) {
+    const DecodePlan d = plan(heads, 128);
+    EXPECT_TRUE(says(d, "chunk(s) of 8 heads (the 8 columns of an mma.sync m16n8k16 tile whose 16 rows are keys")) << to_table(d);
+    EXPECT_EQ(d.partition.rows_per_block, static_cast<std::uint32_t>(heads / 8));
+    EXPECT_EQ(d.partition.warps_per_block, 5u);
+  }
+  for (const std::int64_t heads : {72, 128}) {
+    const DecodePlan d = plan(heads, 128);
+    EXPECT_TRUE(says(d, "chunk(s) of 16 heads (the 16 rows of an mma.sync")) << to_table(d);
+  }
+  EXPECT_EQ(geo::heads_per_warp(8, 2), geo::kKeyRowsHeads);
+  EXPECT_EQ(geo::heads_per_warp(9, 2), geo::kMmaRows);
+  EXPECT_EQ(geo::heads_per_warp(8, 4), 8);  // f32: the CUDA-core engine's 8 heads
+  EXPECT_TRUE(geo::engine_exists(2, 8) && geo::engine_exists(2, 16) && geo::engine_exists(4, 4) && geo::engine_exists(4, 8));
+  EXPECT_FALSE(geo::engine_exists(2, 4) || geo::engine_exists(4, 16));
+  for (const int cap : {64, 128, 256}) {
+    EXPECT_GE(geo::blocks_by_registers(5, geo::register_budget(geo::kKeyRowsHeads, cap, 2)),
+              geo::blocks_by_registers(5, geo::register_budget(geo::kMmaRows, cap, 2)));
+  }
+}
+
 // Tensor-core decode blocks that fill both of every SM's slots and stream at least 64 tiles each
 // take a two-tile ring, contiguous or paged with TMA page boxes; short splits, part-full waves,
 // f32 and pages copied row by row keep the budget's ring (perf-notes, decode round 26).
@@ -189,6 +233,14 @@ TEST(PlanGpu, DecodeFullWaveLongStreamsTakeATwoTileRing) {
     const DecodePlan d = plan(batch, kv_len);
     EXPECT_EQ(d.partition.pipeline_stages, 2u) << to_table(d);
     EXPECT_GE(d.partition.grid_blocks, 2u * 132) << to_table(d);
+    // The ring was measured at two blocks per SM: the launch's shared memory keeps a third out.
+    EXPECT_EQ(d.partition.resident_blocks, 2u) << to_table(d);
+    namespace geo = cuda_decode;
+    const std::int64_t two_slots = geo::shared_bytes(128, static_cast<int>(d.partition.tile_size), 2, 2,
+                                                     d.partition.rows_per_block, 4);
+    const std::int64_t per_sm = 228 << 10;
+    EXPECT_GT(geo::blocks_by_shared(two_slots, per_sm), 2);  // the ring alone would let three in
+    EXPECT_EQ(geo::blocks_by_shared(geo::shared_bytes_for_residency(two_slots, 2, per_sm), per_sm), 2);
     bool said = false;
     for (const std::string& r : d.reasons) said = said || (r.rfind("pipeline_stages 2", 0) == 0 && r.find("full-wave") != std::string::npos);
     EXPECT_TRUE(said) << to_table(d);
@@ -197,6 +249,9 @@ TEST(PlanGpu, DecodeFullWaveLongStreamsTakeATwoTileRing) {
   for (const DecodePlan& d : {plan(256, 1024), plan(32, 16384), plan(16, 65536), plan(1, 65536), plan(64, 2048)}) {
     EXPECT_GT(d.partition.pipeline_stages, 2u) << to_table(d);
   }
+  // A cap at or above what fits changes nothing.
+  EXPECT_EQ(cuda_decode::shared_bytes_for_residency(100000, 2, 228 << 10), 100000);
+  EXPECT_EQ(cuda_decode::shared_bytes_for_residency(50000, 0, 228 << 10), 50000);
   // f32 (CUDA cores, three blocks per SM) keeps its own budget's ring, whatever it is.
   for (const std::string& r : plan(256, 16384, DType::kF32).reasons) EXPECT_EQ(r.find("full-wave"), std::string::npos) << r;
   EXPECT_EQ(plan(256, 16384, DType::kF16).partition.pipeline_stages, 2u);
@@ -210,6 +265,7 @@ TEST(PlanGpu, DecodeFullWaveLongStreamsTakeATwoTileRing) {
   const PagedDecodePlan boxes = plan_paged_decode(paged, h200);
   EXPECT_TRUE(boxes.page_boxes);
   EXPECT_EQ(boxes.partition.pipeline_stages, 2u) << to_table(boxes);
+  EXPECT_EQ(boxes.partition.resident_blocks, 2u) << to_table(boxes);
   bool said = false;
   for (const std::string& r : boxes.reasons) said = said || r.rfind("paged: pipeline_stages 2", 0) == 0;
   EXPECT_TRUE(said) << to_table(boxes);

@@ -35,14 +35,23 @@ constexpr int head_dim_capacity(std::int64_t head_dim) { return head_dim <= 64 ?
 constexpr int threads_per_key(int capacity) { return capacity / kSliceElems; }
 constexpr int keys_per_warp_step(int capacity) { return 32 / threads_per_key(capacity); }
 
-// 16-bit K/V run on tensor cores (mma.sync m16n8k16): a warp's 16 MMA rows are query heads, so
-// one warp serves up to 16 heads of the group; f32 K/V run on CUDA cores (TF32 would break the f32
-// parity rule), a warp holding 4 heads (groups up to 4) or 8 in registers.
+// 16-bit K/V run on tensor cores (mma.sync m16n8k16). Groups of up to 8 heads take the key-rows
+// engine (engine_mma_key_rows.cuh: the MMA's 16 rows are keys, its 8 columns the warp's heads);
+// larger ones the 16-row engine (engine_mma.cuh: the MMA's rows are up to 16 heads). f32 K/V run
+// on CUDA cores (TF32 would break the f32 parity rule), a warp holding 4 heads (groups up to 4) or
+// 8 in registers.
 constexpr bool uses_mma(std::int64_t kv_elem_bytes) { return kv_elem_bytes == 2; }
 inline constexpr int kMmaRows = 16;
+inline constexpr int kKeyRowsHeads = 8;
 inline constexpr int kMmaKeysPerWarp = 16;  // keys a warp takes per tile (one P.V k-step)
 constexpr int heads_per_warp(std::int64_t rows_per_block, std::int64_t kv_elem_bytes) {
-  return uses_mma(kv_elem_bytes) ? kMmaRows : rows_per_block <= 4 ? 4 : 8;
+  if (uses_mma(kv_elem_bytes)) return rows_per_block <= kKeyRowsHeads ? kKeyRowsHeads : kMmaRows;
+  return rows_per_block <= 4 ? 4 : 8;
+}
+// Whether a (K/V element size, heads per warp) pair names a kernel instance's engine.
+constexpr bool engine_exists(std::int64_t kv_elem_bytes, int heads_per_warp_) {
+  return uses_mma(kv_elem_bytes) ? (heads_per_warp_ == kKeyRowsHeads || heads_per_warp_ == kMmaRows)
+                                 : (heads_per_warp_ == 4 || heads_per_warp_ == 8);
 }
 constexpr int head_chunks(std::int64_t rows_per_block, std::int64_t kv_elem_bytes) {
   const int hpw = heads_per_warp(rows_per_block, kv_elem_bytes);
@@ -50,11 +59,14 @@ constexpr int head_chunks(std::int64_t rows_per_block, std::int64_t kv_elem_byte
 }
 // Registers per thread each kernel instance may use (its __maxnreg__), by engine: the planners
 // count blocks per SM from it (blocks_by_registers), so a kernel cannot silently hold fewer blocks
-// than its plan assumes. Tensor cores: head_dim 64 and 128 keep three and two blocks of five warps
-// per SM (128 / 168); 256 needs all 255. CUDA cores: 4 heads per warp in 128 (three blocks), 8 in
-// 255. (Uncapped, the d128 paged copy ring and extend kernels took 173 / 178: one block per SM.)
-constexpr int register_budget(int heads_per_warp_, int capacity) {
-  if (heads_per_warp_ == kMmaRows) return capacity <= 64 ? 128 : capacity <= 128 ? 168 : 255;
+// than its plan assumes. 16-row tensor-core engine: head_dim 64 and 128 keep three and two blocks
+// of five warps per SM (128 / 168); 256 needs all 255. The key-rows engine holds half of q's and O's
+// fragments: 96 / 128 / 168 (four, three and two blocks of five warps). CUDA cores: 4 heads per
+// warp in 128 (three blocks), 8 in 255. (Uncapped, the d128 paged copy ring and extend kernels of
+// the 16-row engine took 173 / 178: one block per SM.)
+constexpr int register_budget(int heads_per_warp_, int capacity, std::int64_t kv_elem_bytes) {
+  if (uses_mma(kv_elem_bytes) && heads_per_warp_ == kKeyRowsHeads) return capacity <= 64 ? 96 : capacity <= 128 ? 128 : 168;
+  if (uses_mma(kv_elem_bytes)) return capacity <= 64 ? 128 : capacity <= 128 ? 168 : 255;
   return heads_per_warp_ <= 4 ? 128 : 255;
 }
 // An SM's registers are four files of 16K, one per scheduler, and a block's warps are spread over
@@ -132,6 +144,20 @@ constexpr bool page_boxes_fit(int tile, std::int64_t page_size, std::int64_t win
 
 // Static shared memory of the kernel: the full and empty mbarrier of each ring slot.
 inline constexpr std::int64_t kStaticSharedBytes = 2 * kMaxStages * 8;
+// Shared memory the CUDA runtime reserves per block (sm_80 and later).
+inline constexpr std::int64_t kRuntimeSharedBytes = 1024;
+// Blocks of `dynamic_bytes` that share one SM by shared memory.
+constexpr std::int64_t blocks_by_shared(std::int64_t dynamic_bytes, std::int64_t shared_per_sm) {
+  return shared_per_sm / (dynamic_bytes + kStaticSharedBytes + kRuntimeSharedBytes);
+}
+// Dynamic shared memory to launch with so that at most `resident` blocks share an SM (0: no cap):
+// a plan whose waves and ring depth count on `resident` blocks keeps that count where registers and
+// the block's own bytes would let one more in (the key-rows engine's two-tile ring at head_dim 128).
+constexpr std::int64_t shared_bytes_for_residency(std::int64_t dynamic_bytes, std::int64_t resident,
+                                                  std::int64_t shared_per_sm) {
+  if (resident <= 0 || blocks_by_shared(dynamic_bytes, shared_per_sm) <= resident) return dynamic_bytes;
+  return shared_per_sm / (resident + 1) - kStaticSharedBytes - kRuntimeSharedBytes + 1;
+}
 // The dynamic part starts with the ring, aligned up to 1024 bytes (TMA swizzled destinations).
 inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom (16-bit K/V)
 

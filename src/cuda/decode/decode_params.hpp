@@ -52,6 +52,9 @@ struct DecodeParams {
   // the first load of every block); launch_decode_instance fills them from splits, passes, kv_heads.
   cuda_common::FastDivider split_div, pass_div, kv_head_div;
   int shared_bytes = 0;
+  // The plan's resident_blocks: launch_decode_instance reserves shared memory so that no more
+  // blocks share an SM (0: as many as fit).
+  int resident_blocks = 0;
   // The plan's merge_cluster: the splits of a (sequence, KV head, pass) run as one cluster (rank =
   // split) and merge their states in distributed shared memory; no workspace, no merge launch.
   bool cluster_merge = false;

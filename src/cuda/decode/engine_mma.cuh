@@ -60,7 +60,7 @@ struct MmaEngine {
   static constexpr int kKSteps = kCap / 16;  // QK^T k-steps over head_dim
   static constexpr int kNBlocks = kCap / 8;  // P.V n-blocks over head_dim
   static constexpr unsigned kFull = 0xffffffffu;
-  static constexpr int kRegisters = register_budget(kMmaRows, kCap);  // the kernel's __maxnreg__
+  static constexpr int kRegisters = register_budget(kMmaRows, kCap, 2);  // the kernel's __maxnreg__
 
   std::uint32_t qa[kKSteps][4];
   float o[kNBlocks][4];

@@ -26,7 +26,7 @@ struct SimtEngine {
   static_assert(kTpk % kHpw == 0, "reduce-scatter needs at least one thread per head");
   // 4 heads per warp fit in 128 registers, so three blocks share an SM (this latency-bound engine
   // needs the warps; decode_geometry.hpp); 8 heads need up to 255.
-  static constexpr int kRegisters = register_budget(kHpw, kCap);  // the kernel's __maxnreg__
+  static constexpr int kRegisters = register_budget(kHpw, kCap, sizeof(T));  // the kernel's __maxnreg__
 
   float q[kHpw][kSliceElems], acc[kHpw][kSliceElems];
   float m = -INFINITY, l = 0.0f;  // the running max and sum of this thread's head, `head`

@@ -49,6 +49,7 @@
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/engine_mma.cuh"
+#include "cuda/decode/engine_mma_key_rows.cuh"
 #include "cuda/decode/engine_simt.cuh"
 #include "cuda/decode/rope.cuh"
 #include "cuda/decode/sequence_range.cuh"
@@ -644,11 +645,19 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
 // Host: launches one instantiation (its shared-memory limit raised once per device).
 template <class T, int kCap, int kHpw, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
 void launch_decode_instance(const DecodeParams& plan_params, cudaStream_t stream) {
-  using Engine = std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, SimtEngine<T, kCap, kHpw>>;
+  using Engine = std::conditional_t<sizeof(T) == 4, SimtEngine<T, kCap, kHpw>,
+                                    std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, KeyRowsMmaEngine<T, kCap>>>;
   auto kernel = split_kv_decode_kernel<T, kCap, Engine, kPaged, kExtend, kPageBoxes>;
   cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
                      "raising the kernel's shared-memory limit");
   DecodeParams p = plan_params;
+  if (p.resident_blocks > 0) {
+    int device = 0, shared_per_sm = 0;
+    cuda_common::check(cudaGetDevice(&device), "cuda::decode", "cudaGetDevice");
+    cuda_common::check(cudaDeviceGetAttribute(&shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+                       "cuda::decode", "reading the device's shared memory per SM");
+    p.shared_bytes = static_cast<int>(shared_bytes_for_residency(p.shared_bytes, p.resident_blocks, shared_per_sm));
+  }
   p.split_div = cuda_common::FastDivider(static_cast<std::uint32_t>(p.splits));
   p.pass_div = cuda_common::FastDivider(static_cast<std::uint32_t>(p.passes));
   p.kv_head_div = cuda_common::FastDivider(static_cast<std::uint32_t>(p.kv_heads));
@@ -692,9 +701,10 @@ template <class T, bool kPaged = false, bool kExtend = false, bool kPageBoxes = 
 void launch_decode_typed(const DecodeParams& p, cudaStream_t stream) {
   const int cap = head_dim_capacity(p.head_dim);
   const int hpw = heads_per_warp(p.rows_per_block, sizeof(T));
-  // 16-bit K/V: tensor-core engine only (16 heads per warp); f32: CUDA-core engine (4 or 8).
+  // 16-bit K/V: tensor-core engines (8 heads per warp: keys as MMA rows; 16: heads as MMA rows);
+  // f32: CUDA-core engine (4 or 8).
 #define ATTNKIT_DECODE_CASE(CAP, HPW)                                                      \
-  if constexpr ((sizeof(T) == 2) == (HPW == kMmaRows)) {                                   \
+  if constexpr (engine_exists(sizeof(T), HPW)) {                                           \
     if (cap == CAP && hpw == HPW) {                                                        \
       return launch_decode_instance<T, CAP, HPW, kPaged, kExtend, kPageBoxes>(p, stream); \
     }                                                                                      \

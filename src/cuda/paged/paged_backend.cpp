@@ -71,6 +71,7 @@ DecodeParams base_params(std::int64_t batch, std::int64_t num_heads, std::int64_
   p.stages = static_cast<int>(w.pipeline_stages);
   p.splits = static_cast<int>(w.sequence_splits);
   p.keys_per_split = static_cast<int>(w.keys_per_split);
+  p.resident_blocks = static_cast<int>(w.resident_blocks);
   p.passes = static_cast<int>((packed_rows + w.rows_per_block - 1) / w.rows_per_block);
   const int cap = geo::head_dim_capacity(head_dim);
   p.shared_bytes = static_cast<int>(geo::shared_bytes(cap, p.tile, p.stages, kv_bytes, p.rows_per_block, p.key_warps) +
