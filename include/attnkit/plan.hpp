@@ -109,9 +109,9 @@ struct WorkPartition {
   // Split-KV decode: the K/V loads ask L2 to evict their lines first (each element is read by one
   // block, and the call's K/V are few enough for the policy to pay: docs/architecture.md).
   bool kv_evict_first = false;
-  // Split-KV decode (GPU): blocks per SM the partition counts on (its waves and ring depth were
-  // chosen for that many); the launch reserves shared memory so that no more share an SM. 0: as
-  // many as fit.
+  // Split-KV decode (GPU): blocks per SM the partition counts on where a smaller block would let
+  // more in (the two-tile ring, measured at two per SM); the launch reserves shared memory so that
+  // no more share an SM. 0: as many as fit.
   std::uint32_t resident_blocks = 0;
 };
 

@@ -201,7 +201,8 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   std::string ring_reason;
   const bool full_wave_streams = cache == DecodeCache::kContiguous &&
                                  cuda_decode_streams_full_waves(kv_bytes, per_sm, wave, base * splits, keys_per_split / tile);
-  if (full_wave_streams && stages > 2) {
+  const bool ring_shrunk = full_wave_streams && stages > 2;
+  if (ring_shrunk) {
     stages = 2;
     smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
     ring_reason = "; two, not the budget's three, since " + std::to_string(base * splits) +
@@ -251,7 +252,11 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   p.grid_blocks = static_cast<std::uint64_t>(base) * static_cast<std::uint64_t>(splits);
   p.pipeline_stages = u32(stages);
   p.merge_cluster = cluster_merge ? u32(splits) : 0;
-  p.resident_blocks = u32(per_sm);
+  // The two-tile ring was measured at two blocks per SM; the smaller block could let a third in
+  // (the key-rows engine's registers allow it), so the launch keeps the count. Other plans leave
+  // residency to the hardware, as before: where the planner's count is lower than what fits (the
+  // f32 engine's 255-register budget for groups above 4), a cap would change them unmeasured.
+  p.resident_blocks = ring_shrunk ? u32(per_sm) : 0;
 
   // L2 policy of the K/V loads (kEvictFirstL2Multiple says why): only where each element is read by
   // one block (one pass; the passes of a larger group re-read the same K/V from L2), and not for
@@ -276,7 +281,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                     " x kv_heads " + std::to_string(pr.kv_heads) + " x passes " + std::to_string(passes) +
                     " x splits " + std::to_string(splits) + " (" + std::to_string(per_sm) +
                     " blocks resident per SM by shared memory / threads / registers" +
-                    (full_wave_streams ? ", kept by the launch's shared memory where the two-tile ring would let one more in"
+                    (ring_shrunk ? ", kept by the launch's shared memory where the two-tile ring would let one more in"
                                        : std::string{}) +
                     ")");
 }

@@ -93,21 +93,18 @@ void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DT
 
 // Blocks of the paged kernel one SM holds at once (its shared memory includes the page-row
 // offsets; counted as the contiguous planner counts its own).
-std::int64_t resident_per_sm(DType kv_dtype, std::int64_t head_dim, const Target& t, const WorkPartition& p) {
+std::int64_t resident_per_sm(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
   namespace geo = cuda_decode;
-  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
+  const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
   const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
   const std::int64_t smem =
-      geo::shared_bytes(geo::head_dim_capacity(head_dim), static_cast<int>(p.tile_size),
+      geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), static_cast<int>(p.tile_size),
                         static_cast<int>(p.pipeline_stages), kv_bytes, p.rows_per_block,
                         geo::key_warps_of(p.warps_per_block, chunks)) +
       geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block);
   const int hpw = geo::heads_per_warp(p.rows_per_block, kv_bytes);
   return detail::cuda_decode_blocks_per_sm(t, smem, static_cast<int>(p.warps_per_block), hpw,
-                                           geo::head_dim_capacity(head_dim), kv_bytes);
-}
-std::int64_t resident_per_sm(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
-  return resident_per_sm(pr.kv_dtype, pr.head_dim, t, p);
+                                           geo::head_dim_capacity(pr.head_dim), kv_bytes);
 }
 
 // ...and the whole GPU (one wave of resident blocks).
@@ -184,6 +181,9 @@ void ring_for_full_wave_streams(const PagedDecodeProblem& pr, const Target& t, W
     return;
   }
   const std::uint32_t was = p.pipeline_stages;
+  // The residency the splits counted on: the smaller ring could let one more block in, and the
+  // launch reserves shared memory against that.
+  p.resident_blocks = static_cast<std::uint32_t>(resident_per_sm(pr, t, p));
   p.pipeline_stages = 2;
   const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
   const std::int64_t smem = geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), static_cast<int>(p.tile_size), 2,
@@ -278,7 +278,6 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
                     " passes), each row masked to its own causal key range; passes and splits past a sequence's "
                     "q_len_b and length exit at once");
   require_paged_shared_fits(p, e.head_dim, e.kv_dtype, target, "plan_extend");
-  p.resident_blocks = static_cast<std::uint32_t>(resident_per_sm(e.kv_dtype, e.head_dim, target, p));
 }
 
 }  // namespace
@@ -302,9 +301,6 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   if (target.backend == Backend::kCuda) {
     split_for_short_pages(plan, target, plan.partition, plan.reasons);
     split_for_ragged_batches(problem, target, plan.partition, plan.reasons);
-    // The residency the splits counted on; the two-tile ring below keeps it (a smaller ring could
-    // let one more block in: the launch reserves shared memory against that).
-    plan.partition.resident_blocks = static_cast<std::uint32_t>(resident_per_sm(problem, target, plan.partition));
     ring_for_full_wave_streams(problem, target, plan.partition, plan.reasons);
   }
   plan.evidence = detail::compute_decode_evidence(d, plan.partition, target);
