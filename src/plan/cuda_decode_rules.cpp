@@ -29,12 +29,12 @@ namespace geo = attnkit::cuda_decode;
 constexpr std::int64_t kMinTilesPerSplit = 2;
 // CUDA-core (f32) plans: split counts tried even where unsplit blocks fill four waves or more.
 constexpr std::int64_t kMinSplitsTried = 4;
-// The ring budget per block. Tensor-core blocks (16-bit K/V): three tiles of 64 keys x 128 dims,
-// two blocks per SM (registers allow no third), the whole ring in flight (TMA); a block alone on
-// its SM or one that streams few tiles reads 1-8% slower with two or four (docs/perf-notes.md,
-// decode rounds 10 and 26). CUDA-core blocks (f32) are bound by instruction latency: two tiles,
+// The ring budget per block. Tensor-core blocks (16-bit K/V): 96 KiB, two blocks per SM, the whole
+// ring in flight (TMA): three tiles of 64 keys x 128 dims (a block alone on its SM or one that
+// streams few tiles reads 1-8% slower with two or four; docs/perf-notes.md, decode rounds 10 and
+// 26), six at head_dim 64 (112 KiB gave seven and one block per SM: 6-35% slower, round 28). CUDA-core blocks (f32) are bound by instruction latency: two tiles,
 // three blocks per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
-constexpr std::int64_t kRingBudgetBytesMma = 112 << 10;
+constexpr std::int64_t kRingBudgetBytesMma = 96 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
 // Where every SM holds its two tensor-core blocks for the whole call and each block streams a
 // long range, two tiles per block read faster than three (bf16 d128, the same plans with 2 / 3
@@ -42,6 +42,8 @@ constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
 // -1.0%, b64 x 4k-64k -0.3% to -0.5%), while short splits (b256 x 1k: 16 tiles, +1.7%) and one
 // block per SM (b16: +4% to +8%, b1 x 64k +3.5%) need the third (decode round 26).
 constexpr std::int64_t kMinTilesForTwoStages = 64;
+// ...measured with 32 KiB tiles (head_dim 128): 128 KiB in flight per SM. Smaller tiles keep more.
+constexpr std::int64_t kTwoTileRingStageBytes = 32 << 10;
 // K/V loads evict-first while the call's K/V bytes are at most this many L2s. Each K/V element is
 // read by one block, so its lines are not wanted again; loaded evict-first they replace each other
 // instead of the L2's other lines (under the bench's flush those are dirty: the old policy wrote
@@ -71,9 +73,9 @@ std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_byte
 }
 
 bool cuda_decode_streams_full_waves(std::int64_t kv_bytes, std::int64_t blocks_per_sm, std::int64_t wave,
-                                    std::int64_t grid_blocks, std::int64_t tiles_per_split) {
+                                    std::int64_t grid_blocks, std::int64_t tiles_per_split, std::int64_t stage_bytes) {
   return cuda_decode::uses_mma(kv_bytes) && blocks_per_sm == 2 && grid_blocks >= wave &&
-         tiles_per_split >= kMinTilesForTwoStages;
+         tiles_per_split >= kMinTilesForTwoStages && stage_bytes >= kTwoTileRingStageBytes;
 }
 
 void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
@@ -200,7 +202,7 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
   // so the residency (two per SM, set by registers) holds.
   std::string ring_reason;
   const bool full_wave_streams = cache == DecodeCache::kContiguous &&
-                                 cuda_decode_streams_full_waves(kv_bytes, per_sm, wave, base * splits, keys_per_split / tile);
+                                 cuda_decode_streams_full_waves(kv_bytes, per_sm, wave, base * splits, keys_per_split / tile, stage_bytes);
   const bool ring_shrunk = full_wave_streams && stages > 2;
   if (ring_shrunk) {
     stages = 2;

@@ -177,7 +177,9 @@ void ring_for_full_wave_streams(const PagedDecodeProblem& pr, const Target& t, W
     return;
   }
   if (!detail::cuda_decode_streams_full_waves(kv_bytes, resident_per_sm(pr, t, p), resident_wave(pr, t, p),
-                                              static_cast<std::int64_t>(p.grid_blocks), p.tiles_per_split)) {
+                                              static_cast<std::int64_t>(p.grid_blocks), p.tiles_per_split,
+                                              geo::ring_bytes(geo::head_dim_capacity(pr.head_dim),
+                                                              static_cast<int>(p.tile_size), 1, kv_bytes))) {
     return;
   }
   const std::uint32_t was = p.pipeline_stages;

@@ -35,7 +35,7 @@ std::int64_t cuda_decode_blocks_per_sm(const Target& t, std::int64_t shared_byte
 // the budget's three (cuda_decode_rules.cpp, kMinTilesForTwoStages). The contiguous rules apply it
 // as they cut; the paged planner, whose splits change after, to its final cut of TMA page boxes.
 bool cuda_decode_streams_full_waves(std::int64_t kv_bytes, std::int64_t blocks_per_sm, std::int64_t wave,
-                                    std::int64_t grid_blocks, std::int64_t tiles_per_split);
+                                    std::int64_t grid_blocks, std::int64_t tiles_per_split, std::int64_t stage_bytes);
 
 // The CPU has no e4m3 prefill: its planner and cpu::prefill both reject it with this Error.
 void require_cpu_prefill_dtype(DType dtype, const char* context);

@@ -135,7 +135,7 @@ TEST(PlanGpu, DecodeMergesShortSplitsInClusters) {
   EXPECT_EQ(plan(8, 1024, 128, DType::kBF16).partition.merge_cluster, 2u);
   // More than 8 splits, long splits, CUDA-core (f32) plans, a grid near the wave: the merge kernel.
   for (const DecodePlan& p : {plan(1, 4096, 128, DType::kBF16), plan(4, 16384, 128, DType::kBF16),
-                              plan(1, 1024, 128, DType::kF32), plan(4, 2048, 64, DType::kBF16)}) {
+                              plan(1, 1024, 128, DType::kF32), plan(4, 2048, 256, DType::kBF16)}) {
     EXPECT_GT(p.partition.sequence_splits, 1u) << to_table(p);
     EXPECT_EQ(p.partition.merge_cluster, 0u) << to_table(p);
     EXPECT_GT(p.evidence.workspace_bytes, 0u) << to_table(p);
