@@ -31,6 +31,14 @@ constexpr std::uint64_t kAmxL2Bytes = 2 << 20;
 // more (CPU round 21), so the rule follows the cores, not the AMX level; Zen 4 read longer phases
 // faster (CPU round 12).
 constexpr std::uint64_t kIntel16BitDecodeTile = 16;
+// ...and 8 keys where the rows are wider than 128 columns and the group is 4k heads (the row-block
+// bodies), on the AMX level: again 4 KiB of K per turn. Two threads of the AMX Xeon, b4 x 64k at
+// head_dim 256, 16 -> 8 keys: group 4 bf16 -5%, f16 -12%; group 8 f16 -15%, bf16 even; multi-head
+// +12-14% (kept at 16). Its avx512 level gained 15% at group 4 but its avx2 level lost 8%, and the
+// target does not say which vector level the kernels run below AMX, so only the AMX level takes it
+// (CPU round 23).
+constexpr std::uint64_t kIntelWideRowDecodeTile = 8;
+constexpr std::int64_t kIntelWideRowColumns = 128;
 // And of the f32 bodies: 8 keys (4 KiB of K at head_dim 128) for groups of 4k heads and 16 for the
 // others, each with its L1 prefetch at a fraction of the tile: b1 / b4 x 64k 15-19% faster at
 // group 4, 12-14% at group 1 (CPU round 15).
@@ -171,11 +179,16 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
   tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
   if (t.cpu_intel_cores || t.cpu_matrix_tiles) {
-    tile = pr.kv_dtype != DType::kF32 ? kIntel16BitDecodeTile : group % 4 == 0 ? kIntelF32RowBlockDecodeTile
-                                                                                : kIntelF32DecodeTile;
+    const bool wide_rows = pr.kv_dtype != DType::kF32 && t.cpu_matrix_tiles && group % 4 == 0 &&
+                           pr.head_dim > kIntelWideRowColumns;
+    tile = wide_rows                      ? kIntelWideRowDecodeTile
+           : pr.kv_dtype != DType::kF32   ? kIntel16BitDecodeTile
+           : group % 4 == 0               ? kIntelF32RowBlockDecodeTile
+                                          : kIntelF32DecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
                       " keys: on Intel cores the decode bodies stream K and V fastest in short turns (a tile's K, "
-                      "then its V) rather than in phases of up to 256 rows");
+                      "then its V) rather than in phases of up to 256 rows" +
+                      (wide_rows ? std::string(" (8 keys of rows wider than 128 columns: 4 KiB of K per turn)") : std::string{}));
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys, so the group's q, accumulators and tile scores (" +
                       std::to_string((fixed + group * tile * kF32Bytes) >> 10) +

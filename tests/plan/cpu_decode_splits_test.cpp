@@ -196,4 +196,13 @@ TEST(CpuDecodeTile, IntelCoresTakeShortTiles) {
   f32.num_heads = f32.kv_heads;
   EXPECT_EQ(plan_decode(f32, intel).partition.tile_size, 16u);
   EXPECT_EQ(plan_decode(f32, cpu(2)).partition.tile_size, 256u);
+  // 16-bit rows wider than 128 columns in groups of 4k heads: 8 keys on the AMX level only.
+  DecodeProblem wide = p;
+  wide.head_dim = 256;
+  EXPECT_EQ(plan_decode(wide, amx).partition.tile_size, 8u);
+  EXPECT_EQ(plan_decode(wide, intel).partition.tile_size, 16u);
+  wide.kv_dtype = wide.q_dtype = wide.out_dtype = DType::kF16;
+  EXPECT_EQ(plan_decode(wide, amx).partition.tile_size, 8u);
+  wide.num_heads = wide.kv_heads;  // multi-head: 16
+  EXPECT_EQ(plan_decode(wide, amx).partition.tile_size, 16u);
 }
