@@ -87,4 +87,16 @@ struct AmxTileUnits {
   }
 };
 
+// The amx level's decode entry. A bf16 row-block task whose tiles are shorter than the score tile
+// (the plan's 8-key tiles of rows wider than 128 columns) would score with vdpbf16ps, a quarter of
+// the FMA rate on these cores, so it takes the f32-arithmetic row-block body (bf16 widened, FMAs),
+// as the avx512 level does: b4 x 64k at head_dim 256 (CPU round 24).
+inline void decode_amx(const DecodeTask& t) {
+  if (uses_rows4(t) && t.tile < AmxTileUnits::kKeys) {
+    decode_or_rows4(t);
+    return;
+  }
+  decode_bf16_or_rows4<AmxTileUnits>(t);
+}
+
 }  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS

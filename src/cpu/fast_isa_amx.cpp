@@ -58,7 +58,7 @@ const FastBodies& fast_bodies_amx() {
     FastBodies b = fast_bodies_avx512bf16();
     b.name = "amx";
     b.decode_scratch_floats = isa_amx::decode_scratch_floats_with_rows4;
-    b.decode = isa_amx::decode_bf16_or_rows4<isa_amx::AmxTileUnits>;
+    b.decode = isa_amx::decode_amx;
     b.prefill_scratch_floats = isa_amx::prefill_scratch_floats_amx;
     b.prefill = prefill_amx;
     return b;
