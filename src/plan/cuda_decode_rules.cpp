@@ -32,8 +32,9 @@ constexpr std::int64_t kMinSplitsTried = 4;
 // The ring budget per block. Tensor-core blocks (16-bit K/V): 96 KiB, two blocks per SM, the whole
 // ring in flight (TMA): three tiles of 64 keys x 128 dims (a block alone on its SM or one that
 // streams few tiles reads 1-8% slower with two or four; docs/perf-notes.md, decode rounds 10 and
-// 26), six at head_dim 64 (112 KiB gave seven and one block per SM: 6-35% slower, round 28). CUDA-core blocks (f32) are bound by instruction latency: two tiles,
-// three blocks per SM (f32 at 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
+// 26), six at head_dim 64 (112 KiB gave seven and one block per SM: 6-35% slower, round 28).
+// CUDA-core blocks (f32) are bound by instruction latency: two tiles, three blocks per SM (f32 at
+// 2 blocks/SM ran 2.9 TB/s, at 3 blocks/SM 3.3-3.8 before TMA).
 constexpr std::int64_t kRingBudgetBytesMma = 96 << 10;
 constexpr std::int64_t kRingBudgetBytesSimt = 96 << 10;
 // Where every SM holds its two tensor-core blocks for the whole call and each block streams a

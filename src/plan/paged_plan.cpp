@@ -108,8 +108,9 @@ std::int64_t resident_per_sm(const PagedDecodeProblem& pr, const Target& t, cons
 }
 
 // ...and the whole GPU (one wave of resident blocks).
+std::int64_t wave_of(std::int64_t per_sm, const Target& t) { return per_sm * (t.sm_count > 0 ? t.sm_count : 132); }
 std::int64_t resident_wave(const PagedDecodeProblem& pr, const Target& t, const WorkPartition& p) {
-  return resident_per_sm(pr, t, p) * (t.sm_count > 0 ? t.sm_count : 132);
+  return wave_of(resident_per_sm(pr, t, p), t);
 }
 
 // Sets the plan's key splits (base blocks per split: sequences x KV heads x passes).
@@ -176,7 +177,8 @@ void ring_for_full_wave_streams(const PagedDecodeProblem& pr, const Target& t, W
   if (p.pipeline_stages <= 2 || !geo::page_boxes_fit(static_cast<int>(p.tile_size), pr.cache.page_size, pr.options.window)) {
     return;
   }
-  if (!detail::cuda_decode_streams_full_waves(kv_bytes, resident_per_sm(pr, t, p), resident_wave(pr, t, p),
+  const std::int64_t per_sm = resident_per_sm(pr, t, p);
+  if (!detail::cuda_decode_streams_full_waves(kv_bytes, per_sm, wave_of(per_sm, t),
                                               static_cast<std::int64_t>(p.grid_blocks), p.tiles_per_split,
                                               geo::ring_bytes(geo::head_dim_capacity(pr.head_dim),
                                                               static_cast<int>(p.tile_size), 1, kv_bytes))) {
@@ -185,7 +187,7 @@ void ring_for_full_wave_streams(const PagedDecodeProblem& pr, const Target& t, W
   const std::uint32_t was = p.pipeline_stages;
   // The residency the splits counted on: the smaller ring could let one more block in, and the
   // launch reserves shared memory against that.
-  p.resident_blocks = static_cast<std::uint32_t>(resident_per_sm(pr, t, p));
+  p.resident_blocks = static_cast<std::uint32_t>(per_sm);
   p.pipeline_stages = 2;
   const int chunks = geo::head_chunks(p.rows_per_block, kv_bytes);
   const std::int64_t smem = geo::shared_bytes(geo::head_dim_capacity(pr.head_dim), static_cast<int>(p.tile_size), 2,
