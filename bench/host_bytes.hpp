@@ -26,8 +26,9 @@ struct HostBytes {
     const std::size_t align = huge_pages ? kHugePage : 64;
     const std::size_t allocated = std::max(align, (n + align - 1) / align * align);
     memory.reset(static_cast<std::uint8_t*>(std::aligned_alloc(align, allocated)));
-    require(memory != nullptr, "bench", "cannot allocate " + std::to_string(n >> 20) + " MiB",
-            "free memory, or bench smaller shapes (a smaller --ceiling-mib for the read probe)");
+    if (memory == nullptr)
+      fail("bench", "cannot allocate " + std::to_string(n >> 20) + " MiB",
+           "free memory, or bench smaller shapes (a smaller --ceiling-mib for the read probe)");
     if (huge_pages) cpu::advise_huge_pages(memory.get(), allocated);
   }
   std::uint8_t* data() const { return memory.get(); }

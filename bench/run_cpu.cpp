@@ -196,8 +196,8 @@ Row ceiling_row(const std::string& name, double value) {
 }  // namespace
 
 std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options) {
-  require(options.repetitions >= 1 && options.warmup >= 0, "bench::run_cpu",
-          "repetitions must be >= 1 and warmup >= 0", "pass --reps N with N >= 1");
+  if (!(options.repetitions >= 1 && options.warmup >= 0))
+    fail("bench::run_cpu", "repetitions must be >= 1 and warmup >= 0", "pass --reps N with N >= 1");
   const Target target = cpu_target(options.threads);
   if (options.progress) options.progress("measuring the read-bandwidth and FMA ceilings");
   const double read_ceiling = cpu_read_ceiling(options);
@@ -224,8 +224,8 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
     row.impl = "attnkit";
     row.timing = "wall";
     try {
-      require(c.op == "decode" || c.op == "prefill", "bench::run_cpu", "unknown op '" + c.op + "'",
-              "use op \"decode\" or \"prefill\"");
+      if (!(c.op == "decode" || c.op == "prefill"))
+        fail("bench::run_cpu", "unknown op '" + c.op + "'", "use op \"decode\" or \"prefill\"");
       if (c.op == "decode") {
         run_decode(row, c, target, options);
       } else {

@@ -181,15 +181,17 @@ nlohmann::json row_json(const bench::Row& r) {
 
 // Rejects bad flags before any measurement (a case the planner cannot take is reported per row).
 void validate_flags(const BenchFlags& f, const std::vector<bench::Case>& cases) {
-  require(f.reps >= 0, "attnkit bench", "--reps " + std::to_string(f.reps) + " is negative",
-          "pass --reps N with N >= 1 (or leave it out for the default)");
-  require(f.warmup >= 0, "attnkit bench", "--warmup " + std::to_string(f.warmup) + " is negative",
-          "pass --warmup N with N >= 0");
-  require(f.ceiling_mib >= 0, "attnkit bench", "--ceiling-mib is negative", "pass a size in MiB, or leave it out");
+  if (f.reps < 0)
+    fail("attnkit bench", "--reps " + std::to_string(f.reps) + " is negative",
+         "pass --reps N with N >= 1 (or leave it out for the default)");
+  if (f.warmup < 0)
+    fail("attnkit bench", "--warmup " + std::to_string(f.warmup) + " is negative", "pass --warmup N with N >= 0");
+  if (f.ceiling_mib < 0) fail("attnkit bench", "--ceiling-mib is negative", "pass a size in MiB, or leave it out");
   for (const bench::Case& c : cases) {
     if (c.op == "decode") {
-      require(!is_fp8(c.dtype), "attnkit bench", "--dtype e4m3 with decode: only prefill takes e4m3 inputs",
-              "pass --op prefill with --dtype e4m3");
+      if (is_fp8(c.dtype))
+        fail("attnkit bench", "--dtype e4m3 with decode: only prefill takes e4m3 inputs",
+             "pass --op prefill with --dtype e4m3");
       DecodeProblem p;
       p.batch = c.batch;
       p.num_heads = c.num_heads;
@@ -220,10 +222,12 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
   std::string backend = f.backend;
   if (backend.empty()) backend = have_cuda ? "cuda" : "cpu";
   if (backend == "cuda") {
-    require(cuda::built(), "attnkit bench --backend cuda", "built without CUDA",
-            "rebuild with -DATTNKIT_CUDA=ON on a machine with nvcc, or pass --backend cpu");
-    require(have_cuda, "attnkit bench --backend cuda", "no CUDA device is visible",
-            "run on a machine with an NVIDIA GPU, or pass --backend cpu");
+    if (!cuda::built())
+      fail("attnkit bench --backend cuda", "built without CUDA",
+           "rebuild with -DATTNKIT_CUDA=ON on a machine with nvcc, or pass --backend cpu");
+    if (!have_cuda)
+      fail("attnkit bench --backend cuda", "no CUDA device is visible",
+           "run on a machine with an NVIDIA GPU, or pass --backend cpu");
   }
   const std::vector<bench::Case> cases = make_cases(f);
   validate_flags(f, cases);

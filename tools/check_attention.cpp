@@ -215,9 +215,9 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
       return is_fp8(pr.dtype) ? plan_prefill(pr, t) : plan_prefill(pr, t, f);
     };
     if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
-    require(plan.partition.family == family, "attnkit check",
-            "the e4m3 plan names " + to_string(plan.partition.family) + ", not " + to_string(family),
-            "plan e4m3 prefill with the Hopper family");
+    if (plan.partition.family != family)
+      fail("attnkit check", "the e4m3 plan names " + to_string(plan.partition.family) + ", not " + to_string(family),
+           "plan e4m3 prefill with the Hopper family");
 
     HostTensor q(dtype, {s.batch, s.heads, s.q_len, s.head_dim});
     HostTensor k(dtype, {s.batch, s.kv_heads, s.kv_len, s.head_dim});

@@ -91,16 +91,17 @@ void run_check(const CheckFlags& flags, int& exit_code) {
   CheckFlags f = flags;
   if (f.seed == 0) f.seed = testing::fresh_seed();
   const bool e4m3 = std::find(f.dtypes.begin(), f.dtypes.end(), "e4m3") != f.dtypes.end();
-  require(!e4m3 || f.op == "all" || f.op == "prefill", "attnkit check",
-          "--dtype e4m3 with --op " + f.op + ": only prefill takes e4m3 inputs",
-          "pass --op prefill (or all) with --dtype e4m3");
+  if (e4m3 && f.op != "all" && f.op != "prefill")
+    fail("attnkit check", "--dtype e4m3 with --op " + f.op + ": only prefill takes e4m3 inputs",
+         "pass --op prefill (or all) with --dtype e4m3");
   const bool want_cpu = f.backend == "all" || f.backend == "cpu";
   const bool have_cuda = cuda::built() && cuda::device_count() > 0;
   if (f.backend == "cuda") {
-    require(have_cuda, "attnkit check --backend cuda",
-            cuda::built() ? "no CUDA device is visible" : "attnkit was built without CUDA",
-            cuda::built() ? "run on a machine with an NVIDIA GPU (nvidia-smi lists it)"
-                          : "rebuild with -DATTNKIT_CUDA=ON on a machine with the CUDA toolkit");
+    if (!have_cuda)
+      fail("attnkit check --backend cuda",
+           cuda::built() ? "no CUDA device is visible" : "attnkit was built without CUDA",
+           cuda::built() ? "run on a machine with an NVIDIA GPU (nvidia-smi lists it)"
+                         : "rebuild with -DATTNKIT_CUDA=ON on a machine with the CUDA toolkit");
   }
   std::printf("# attnkit check%s, seed %" PRIu64 " (replay: --seed %" PRIu64 ")\n", f.quick ? " --quick" : "", f.seed,
               f.seed);

@@ -28,9 +28,9 @@ struct PlanFlags {
 };
 
 std::uint32_t to_u32(std::int64_t value, const char* name) {
-  require(value > 0 && value <= std::numeric_limits<std::uint32_t>::max(), "attnkit plan --seed-*",
-          std::string(name) + "=" + std::to_string(value) + " is out of range",
-          std::string("pass ") + name + " in 1..4294967295");
+  if (!(value > 0 && value <= std::numeric_limits<std::uint32_t>::max()))
+    fail("attnkit plan --seed-*", std::string(name) + "=" + std::to_string(value) + " is out of range",
+         std::string("pass ") + name + " in 1..4294967295");
   return static_cast<std::uint32_t>(value);
 }
 
@@ -46,9 +46,9 @@ void print(const std::string& table, const std::string& json, bool as_json) {
 }
 
 void run_seed_plan(const PlanFlags& f) {
-  require(!(f.seed_scalar && f.seed_tiled), "attnkit plan", "--seed-scalar and --seed-tiled both given",
-          "pass one of them");
-  require(f.seq_len > 0, "attnkit plan --seed-*", "--seq-len is missing", "pass --seq-len N (N >= 1)");
+  if (f.seed_scalar && f.seed_tiled)
+    fail("attnkit plan", "--seed-scalar and --seed-tiled both given", "pass one of them");
+  if (f.seq_len <= 0) fail("attnkit plan --seed-*", "--seq-len is missing", "pass --seq-len N (N >= 1)");
   const std::uint32_t seq_len = to_u32(f.seq_len, "--seq-len");
   const std::uint32_t head_dim = to_u32(f.shape.head_dim, "--head-dim");
   const FlashAttentionWorkPlan plan =
@@ -62,11 +62,12 @@ void run_plan(const PlanFlags& f) {
     run_seed_plan(f);
     return;
   }
-  require(f.seq_len == 0, "attnkit plan", "--seq-len belongs to --seed-scalar/--seed-tiled",
-          "use --kv-len (and --q-len) for decode/prefill plans, or add --seed-scalar");
+  if (f.seq_len != 0)
+    fail("attnkit plan", "--seq-len belongs to --seed-scalar/--seed-tiled",
+         "use --kv-len (and --q-len) for decode/prefill plans, or add --seed-scalar");
   const std::optional<KernelFamily> family = parse_family(f.target.family);
-  require(!family || f.shape.op == "decode" || f.shape.op == "prefill", "attnkit plan",
-          "--family applies to --op decode and prefill", "drop --family for --op " + f.shape.op);
+  if (family && f.shape.op != "decode" && f.shape.op != "prefill")
+    fail("attnkit plan", "--family applies to --op decode and prefill", "drop --family for --op " + f.shape.op);
   if (f.shape.op == "sharded-decode") {
     const ShardedDecodePlan plan = plan_sharded_decode(sharded_decode_problem(f.shape), sharded_targets(f.target, f.serving));
     print(to_table(plan), to_json(plan), f.json);

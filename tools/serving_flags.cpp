@@ -9,8 +9,9 @@ namespace attnkit::cli {
 namespace {
 
 PagedCacheSpec cache_spec(const ShapeFlags& shape, std::int64_t batch, std::int64_t kv_len, const ServingFlags& s) {
-  require(s.page_size > 0, "attnkit plan", "--page-size " + std::to_string(s.page_size) + " is not positive",
-          "pass --page-size N with N >= 1 (16 is common)");
+  if (s.page_size <= 0)
+    fail("attnkit plan", "--page-size " + std::to_string(s.page_size) + " is not positive",
+         "pass --page-size N with N >= 1 (16 is common)");
   PagedCacheSpec c;
   c.page_size = s.page_size;
   c.layout = s.layout == "nhd" ? PageLayout::kNHD : PageLayout::kHND;
@@ -80,12 +81,14 @@ ShardedDecodeProblem sharded_decode_problem(const ShapeFlags& shape) {
 }
 
 std::vector<Target> sharded_targets(const TargetFlags& t, const ServingFlags& s) {
-  require(s.gpus >= 1 && s.gpus <= 64, "attnkit plan --op sharded-decode",
-          "--gpus " + std::to_string(s.gpus) + " is outside 1..64", "pass the GPUs of one host, e.g. --gpus 8");
+  if (!(s.gpus >= 1 && s.gpus <= 64))
+    fail("attnkit plan --op sharded-decode", "--gpus " + std::to_string(s.gpus) + " is outside 1..64",
+         "pass the GPUs of one host, e.g. --gpus 8");
   const Target target = resolve_target(t);
-  require(target.backend == Backend::kCuda, "attnkit plan --op sharded-decode",
-          "context-parallel decode shards over GPUs, and the target is " + to_string(target.backend),
-          "pass --device h200 (or h100) to plan for GPUs without having them, or --backend cuda on a GPU host");
+  if (target.backend != Backend::kCuda)
+    fail("attnkit plan --op sharded-decode",
+         "context-parallel decode shards over GPUs, and the target is " + to_string(target.backend),
+         "pass --device h200 (or h100) to plan for GPUs without having them, or --backend cuda on a GPU host");
   return std::vector<Target>(static_cast<std::size_t>(s.gpus), target);
 }
 

@@ -95,8 +95,8 @@ DecodeProblem decode_problem(const ShapeFlags& flags) {
 
 PrefillProblem prefill_problem(const ShapeFlags& flags) {
   const ShapeFlags f = with_preset(flags);
-  require(f.max_seq_opt == nullptr || f.max_seq_opt->count() == 0, "attnkit prefill",
-          "--max-seq describes a decode cache", "drop --max-seq, or pass --op decode");
+  if (!(f.max_seq_opt == nullptr || f.max_seq_opt->count() == 0))
+    fail("attnkit prefill", "--max-seq describes a decode cache", "drop --max-seq, or pass --op decode");
   PrefillProblem p;
   p.batch = f.batch;
   p.num_heads = f.heads;
@@ -117,17 +117,17 @@ Target resolve_target(const TargetFlags& t) {
   const bool device_is_cpu = t.device == "cpu";
   if (!t.device.empty()) {
     const std::string implied = device_is_cpu ? "cpu" : "cuda";
-    require(t.backend.empty() || t.backend == implied, "attnkit --device",
-            "--device " + t.device + " is a " + implied + " target but --backend is " + t.backend,
-            "drop --backend, or pass a --device of that backend");
+    if (!(t.backend.empty() || t.backend == implied))
+      fail("attnkit --device", "--device " + t.device + " is a " + implied + " target but --backend is " + t.backend,
+           "drop --backend, or pass a --device of that backend");
     if (device_is_cpu) return cpu_target(t.threads);
     Target target = known_target(t.device);
     return target;
   }
   if (t.backend.empty() || t.backend == "cpu") return cpu_target(t.threads);
-  require(cuda::built() && cuda::device_count() > 0, "attnkit --backend cuda",
-          cuda::built() ? "no CUDA device is visible" : "attnkit was built without CUDA",
-          "pass --device h200 (or h100) to plan for a known GPU without having one");
+  if (!(cuda::built() && cuda::device_count() > 0))
+    fail("attnkit --backend cuda", cuda::built() ? "no CUDA device is visible" : "attnkit was built without CUDA",
+         "pass --device h200 (or h100) to plan for a known GPU without having one");
   return cuda::target();
 }
 

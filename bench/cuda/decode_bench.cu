@@ -177,7 +177,8 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
 }  // namespace
 
 double cuda_read_ceiling(const Options& options) {
-  require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
+  if (!(cuda::built() && cuda::device_count() > 0))
+    fail(kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
   DeviceBuffer data(kCeilingBytes), sink(16), flush(kFlushBytes);
   check(cudaMemset(data.data, 1, kCeilingBytes), "cudaMemset");
   int device = 0, sms = 0;
@@ -194,7 +195,8 @@ double cuda_read_ceiling(const Options& options) {
 }
 
 std::vector<Row> run_cuda(const std::vector<Case>& cases, const Options& options) {
-  require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
+  if (!(cuda::built() && cuda::device_count() > 0))
+    fail(kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
   std::vector<Row> rows;
   std::vector<Case> prefill_cases;
   bool any_decode = false;

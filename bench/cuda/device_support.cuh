@@ -25,8 +25,9 @@ inline constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
 inline constexpr double kWarmupSeconds = 0.25;  // minimum warm-up per timed call (time_events)
 
 inline void check(cudaError_t err, const char* context, const char* what) {
-  require(err == cudaSuccess, context, std::string(what) + ": " + cudaGetErrorString(err),
-          "check that a CUDA device is present and has enough free memory");
+  if (err != cudaSuccess)
+    fail(context, std::string(what) + ": " + cudaGetErrorString(err),
+         "check that a CUDA device is present and has enough free memory");
 }
 
 // Device memory freed on scope exit.

@@ -235,10 +235,12 @@ int main(int argc, char** argv) {
     for (const char* p = text; *p != '\0';) {
       char* end = nullptr;
       const long long v = std::strtoll(p, &end, 10);
-      require(end != p && v > 0, kContext, std::string("bad list '") + text + "'", "pass positive integers like 1,16,64");
+      if (!(end != p && v > 0))
+        fail(kContext, std::string("bad list '") + text + "'", "pass positive integers like 1,16,64");
       out.push_back(v);
       p = *end == ',' ? end + 1 : end;
-      require(*end == ',' || *end == '\0', kContext, std::string("bad list '") + text + "'", "separate numbers with commas");
+      if (!(*end == ',' || *end == '\0'))
+        fail(kContext, std::string("bad list '") + text + "'", "separate numbers with commas");
     }
     return out;
   };
@@ -268,7 +270,7 @@ int main(int argc, char** argv) {
         lens = numbers(next());
       } else if (std::strcmp(argv[i], "--dtype") == 0 && value) {
         const std::string d = next();
-        require(d == "bf16" || d == "f32" || d == "both", kContext, "--dtype " + d, "pass bf16, f32 or both");
+        if (!(d == "bf16" || d == "f32" || d == "both")) fail(kContext, "--dtype " + d, "pass bf16, f32 or both");
         dtypes = d == "bf16" ? std::vector<DType>{DType::kBF16} : d == "f32" ? std::vector<DType>{DType::kF32} : dtypes;
       } else if (std::strcmp(argv[i], "--split-variants") == 0 && value) {
         for (std::int64_t n : numbers(next())) split_variants.push_back(static_cast<std::uint32_t>(n));
@@ -279,13 +281,14 @@ int main(int argc, char** argv) {
         return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
       }
     }
-    require(heads.query % heads.kv == 0, kContext, "--heads must be a multiple of --kv-heads", "pass e.g. --heads 64 --kv-heads 8");
+    if (heads.query % heads.kv != 0)
+      fail(kContext, "--heads must be a multiple of --kv-heads", "pass e.g. --heads 64 --kv-heads 8");
   } catch (const std::exception& e) {
     std::cerr << e.what() << std::endl << usage << std::endl;
     return 2;
   }
   try {
-    require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run on a GPU machine");
+    if (!(cuda::built() && cuda::device_count() > 0)) fail(kContext, "no CUDA device", "run on a GPU machine");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     const double ceiling = cuda_read_ceiling(options);

@@ -30,8 +30,9 @@ using Buffer = device::Buffer;
 
 void fill(void* data, DType t, std::int64_t n, std::uint32_t seed) { device::fill_random(data, t, n, seed); }
 void check(cublasStatus_t st, const char* what) {
-  require(st == CUBLAS_STATUS_SUCCESS, kContext, std::string(what) + " failed (cuBLAS status " + std::to_string(st) + ")",
-          "check the cuBLAS installation and the device");
+  if (st != CUBLAS_STATUS_SUCCESS)
+    fail(kContext, std::string(what) + " failed (cuBLAS status " + std::to_string(st) + ")",
+         "check the cuBLAS installation and the device");
 }
 
 // Times `run` (which enqueues work on the default stream) under the protocol.
@@ -101,7 +102,8 @@ double cuda_e4m3_gemm_ceiling(const Options& options, int size) {
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   check(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heuristic, &found), "heuristic");
-  require(found > 0, kContext, "cuBLASLt has no e4m3 GEMM algorithm here", "run on a Hopper GPU (sm_90) with CUDA 12+");
+  if (found <= 0)
+    fail(kContext, "cuBLASLt has no e4m3 GEMM algorithm here", "run on a Hopper GPU (sm_90) with CUDA 12+");
   const float alpha = 1.0f, beta = 0.0f;
   Options o = options;
   o.repetitions = std::min(options.repetitions, 20);
@@ -150,7 +152,8 @@ std::vector<Row> run_cuda_prefill(const std::vector<Case>& cases, const Options&
 
 std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const Options& options,
                                          const KernelFamily* family, const std::string& impl, double gemm) {
-  require(cuda::built() && cuda::device_count() > 0, kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
+  if (!(cuda::built() && cuda::device_count() > 0))
+    fail(kContext, "no CUDA device", "run the CUDA benchmark on a GPU machine");
   std::vector<Row> rows;
   // A GEMM ceiling as a row of its own (8192^3).
   auto ceiling_row = [](const char* impl, const char* name, double rate) {

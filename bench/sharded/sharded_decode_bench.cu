@@ -285,8 +285,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const int available = cuda::device_count();
-    require(available > 0, kCtx, "no CUDA device", "run on a machine with GPUs");
-    require(cuda::nccl_built(), kCtx, "attnkit was built without NCCL", "install NCCL and rebuild");
+    if (available <= 0) fail(kCtx, "no CUDA device", "run on a machine with GPUs");
+    if (!cuda::nccl_built()) fail(kCtx, "attnkit was built without NCCL", "install NCCL and rebuild");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     json rows = json::array();

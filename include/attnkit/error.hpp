@@ -12,11 +12,9 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws Error("<context>: <problem>. Fix: <fix>").
+// Throws Error("<context>: <problem>. Fix: <fix>"). Checks call it as `if (bad) fail(...)`, so the
+// message is built only when the check fails: every call's validation runs them, and building the
+// messages eagerly cost ~22 us per call (a 64-key CPU decode on a Zen 2 core: 28.5 -> 5.9 us).
 [[noreturn]] void fail(const std::string& context, const std::string& problem, const std::string& fix);
-
-inline void require(bool ok, const std::string& context, const std::string& problem, const std::string& fix) {
-  if (!ok) fail(context, problem, fix);
-}
 
 }  // namespace attnkit

@@ -29,14 +29,17 @@ F64Array numpy_f64(std::vector<double>&& values, std::initializer_list<std::int6
     shape[rank++] = static_cast<std::size_t>(s);
     expected *= static_cast<std::size_t>(s);
   }
-  require(expected == owned->size(), "reference", "the golden returned " + std::to_string(owned->size()) +
-          " values for a shape of " + std::to_string(expected), "report this as a bug in attnkit::reference");
+  if (expected != owned->size())
+    fail("reference",
+         "the golden returned " + std::to_string(owned->size()) + " values for a shape of " + std::to_string(expected),
+         "report this as a bug in attnkit::reference");
   return F64Array(owned->data(), rank, shape, owner);
 }
 
 void require_host(const TensorView& v, const char* name) {
-  require(v.device == DeviceKind::kCpu, "reference", std::string(name) + " is on CUDA",
-          "the golden reads host memory: copy the inputs to the CPU first");
+  if (v.device != DeviceKind::kCpu)
+    fail("reference", std::string(name) + " is on CUDA",
+         "the golden reads host memory: copy the inputs to the CPU first");
 }
 
 void require_host_cache(const PagedKvCache& c) {

@@ -28,14 +28,17 @@ F64Array numpy_f64(std::vector<double>&& values, const TensorView& like, int ran
     shape[i] = static_cast<std::size_t>(like.shape[i]);
     expected *= shape[i];
   }
-  require(expected == owned->size(), "reference", "the golden returned " + std::to_string(owned->size()) +
-          " values for a shape of " + std::to_string(expected), "report this as a bug in attnkit::reference");
+  if (expected != owned->size())
+    fail("reference",
+         "the golden returned " + std::to_string(owned->size()) + " values for a shape of " + std::to_string(expected),
+         "report this as a bug in attnkit::reference");
   return F64Array(owned->data(), static_cast<std::size_t>(rank), shape, owner);
 }
 
 void require_host(const TensorView& v, const char* name) {
-  require(v.device == DeviceKind::kCpu, "reference", std::string(name) + " is on CUDA",
-          "the golden reads host memory: copy the inputs to the CPU first");
+  if (v.device != DeviceKind::kCpu)
+    fail("reference", std::string(name) + " is on CUDA",
+         "the golden reads host memory: copy the inputs to the CPU first");
 }
 
 }  // namespace

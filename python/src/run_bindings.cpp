@@ -29,17 +29,17 @@ RopeSpec rope_spec(const std::string& style, float theta, const OptIn& cos_table
   RopeSpec spec;
   spec.style = parse_rope_style(style);
   spec.theta = theta;
-  require(cos_table.has_value() == sin_table.has_value(), "rope", "only one of cos_table / sin_table was given",
-          "pass both tables or neither");
+  if (cos_table.has_value() != sin_table.has_value())
+    fail("rope", "only one of cos_table / sin_table was given", "pass both tables or neither");
   if (cos_table) {
     const TensorView c = view_of(*cos_table, "cos_table");
     const TensorView s = view_of(*sin_table, "sin_table");
     for (const TensorView* t : {&c, &s}) {
-      require(t->dtype == DType::kF32 && t->rank == 2 && t->is_contiguous(), "rope",
-              "a table is " + t->describe() + ", not a contiguous f32 [positions, head_dim/2] array",
-              "pass contiguous float32 tables of shape [positions, head_dim/2]");
+      if (!(t->dtype == DType::kF32 && t->rank == 2 && t->is_contiguous()))
+        fail("rope", "a table is " + t->describe() + ", not a contiguous f32 [positions, head_dim/2] array",
+             "pass contiguous float32 tables of shape [positions, head_dim/2]");
     }
-    require(c.shape == s.shape, "rope", "cos_table and sin_table differ in shape", "pass tables of one shape");
+    if (c.shape != s.shape) fail("rope", "cos_table and sin_table differ in shape", "pass tables of one shape");
     spec.cos_table = c.as<const float>();
     spec.sin_table = s.as<const float>();
     spec.table_positions = c.shape[0];
@@ -126,8 +126,9 @@ void bind_runs(nb::module_& m) {
         const TensorView xv = view_of(x, "x");
         const TensorView pv = view_of(positions, "positions");
         const RopeSpec spec = rope_spec(style, theta, cos_table, sin_table);
-        require(!on_cuda(xv), "apply_rope", "x is a CUDA tensor and the CUDA backend has no stand-alone RoPE",
-                "use fused_rope_append_decode on CUDA, or apply RoPE to a CPU tensor");
+        if (on_cuda(xv))
+          fail("apply_rope", "x is a CUDA tensor and the CUDA backend has no stand-alone RoPE",
+               "use fused_rope_append_decode on CUDA, or apply RoPE to a CPU tensor");
         nb::gil_scoped_release release;
         cpu::apply_rope(xv, pv, spec);
       },
@@ -169,8 +170,9 @@ void bind_runs(nb::module_& m) {
         t.lse_partial = view_of(lse_partial, "lse_partial");
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
-        require(!on_cuda(t.out), "merge_states", "out is a CUDA tensor and the CUDA backend has no stand-alone merge",
-                "merge CPU tensors here (the CUDA kernels merge their own splits)");
+        if (on_cuda(t.out))
+          fail("merge_states", "out is a CUDA tensor and the CUDA backend has no stand-alone merge",
+               "merge CPU tensors here (the CUDA kernels merge their own splits)");
         nb::gil_scoped_release release;
         cpu::merge_states(t);
       },
@@ -179,8 +181,9 @@ void bind_runs(nb::module_& m) {
   m.def(
       "advise_huge_pages",
       [](const OutArray& x) {
-        require(x.device_type() == nb::device::cpu::value, "advise_huge_pages", "the array is not in host memory",
-                "pass a CPU tensor (a KV cache the CPU backend reads)");
+        if (x.device_type() != nb::device::cpu::value)
+          fail("advise_huge_pages", "the array is not in host memory",
+               "pass a CPU tensor (a KV cache the CPU backend reads)");
         return cpu::advise_huge_pages(x.data(), x.nbytes());
       },
       "x"_a);

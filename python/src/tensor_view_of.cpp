@@ -52,9 +52,9 @@ template <class Array>
 TensorView view_of_array(const Array& array, const char* name, bool bytes_as_e4m3 = false) {
   TensorView v;
   const int rank = static_cast<int>(array.ndim());
-  require(rank <= TensorView::kMaxRank, name,
-          "rank " + std::to_string(rank) + " is above " + std::to_string(TensorView::kMaxRank),
-          "pass the tensor in the documented shape");
+  if (rank > TensorView::kMaxRank)
+    fail(name, "rank " + std::to_string(rank) + " is above " + std::to_string(TensorView::kMaxRank),
+         "pass the tensor in the documented shape");
   v.data = const_cast<void*>(static_cast<const void*>(array.data()));
   v.dtype = dtype_of(array.dtype(), name, bytes_as_e4m3);
   v.rank = rank;
@@ -73,9 +73,9 @@ TensorView view_of_array(const Array& array, const char* name, bool bytes_as_e4m
          "pass a CPU or CUDA tensor (numpy, torch or cupy)");
   }
   // The kernels load whole elements; numpy can export a view at any byte offset (np.frombuffer).
-  require(reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) == 0, name,
-          "the data pointer is not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements",
-          "pass an array from an aligned allocation (a copy is one: numpy x.copy(), torch x.clone())");
+  if (!(reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) == 0))
+    fail(name, "the data pointer is not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements",
+         "pass an array from an aligned allocation (a copy is one: numpy x.copy(), torch x.clone())");
   // A zero-element array may carry a null pointer; the views use null for "not given".
   if (v.data == nullptr && v.numel() == 0) {
     static char empty_marker;

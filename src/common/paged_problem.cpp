@@ -23,15 +23,17 @@ void validate_spec(const char* ctx, const PagedCacheSpec& c, std::int64_t kv_hea
   require_positive(ctx, "num_pages", c.num_pages);
   require_positive(ctx, "page_size", c.page_size);
   require_positive(ctx, "max_pages_per_seq", c.max_pages_per_seq);
-  require(c.layout == PageLayout::kHND || c.layout == PageLayout::kNHD, ctx, "the page layout is unknown",
-          "pass PageLayout::kHND or PageLayout::kNHD");
+  if (!(c.layout == PageLayout::kHND || c.layout == PageLayout::kNHD))
+    fail(ctx, "the page layout is unknown", "pass PageLayout::kHND or PageLayout::kNHD");
   // Page indices and positions are i32 in the tensors.
-  require(c.num_pages <= kMaxI32, ctx, "num_pages=" + std::to_string(c.num_pages) + " does not fit in i32",
-          "use at most 2^31-1 pages (larger pages, or several pools)");
-  require(c.max_pages_per_seq <= kMaxI32 / c.page_size, ctx,
-          "max_pages_per_seq * page_size = " + std::to_string(c.max_pages_per_seq) + " * " +
-              std::to_string(c.page_size) + " does not fit in i32 positions",
-          "address at most 2^31-1 keys per sequence");
+  if (c.num_pages > kMaxI32)
+    fail(ctx, "num_pages=" + std::to_string(c.num_pages) + " does not fit in i32",
+         "use at most 2^31-1 pages (larger pages, or several pools)");
+  if (c.max_pages_per_seq > kMaxI32 / c.page_size)
+    fail(ctx,
+         "max_pages_per_seq * page_size = " + std::to_string(c.max_pages_per_seq) + " * " +
+             std::to_string(c.page_size) + " does not fit in i32 positions",
+         "address at most 2^31-1 keys per sequence");
   checked_product(ctx, {c.num_pages, c.page_size, kv_heads, head_dim});
 }
 
@@ -55,10 +57,13 @@ DecodeProblem base_decode(std::int64_t batch, std::int64_t num_heads, std::int64
 
 void validate_kv_len(const char* ctx, std::int64_t kv_len, const PagedCacheSpec& c) {
   require_positive(ctx, "kv_len", kv_len);
-  require(kv_len <= c.capacity(), ctx,
-          "kv_len=" + std::to_string(kv_len) + " is above what a page-table row addresses (max_pages_per_seq * "
-              "page_size = " + std::to_string(c.capacity()) + ")",
-          "widen the page table (max_pages_per_seq >= ceil(kv_len / page_size)) or plan a shorter kv_len");
+  if (kv_len > c.capacity())
+    fail(ctx,
+         "kv_len=" + std::to_string(kv_len) +
+             " is above what a page-table row addresses (max_pages_per_seq * "
+             "page_size = " +
+             std::to_string(c.capacity()) + ")",
+         "widen the page table (max_pages_per_seq >= ceil(kv_len / page_size)) or plan a shorter kv_len");
 }
 
 }  // namespace
@@ -84,10 +89,11 @@ void PagedDecodeProblem::validate() const {
   validate_kv_len(ctx, kv_len, cache);
   as_decode().validate();  // heads, head_dim, dtypes, options: the decode rules
   checked_product(ctx, {batch, cache.max_pages_per_seq});
-  require(expected_total_keys >= 0 && expected_total_keys <= checked_product(ctx, {batch, kv_len}), ctx,
-          "expected_total_keys=" + std::to_string(expected_total_keys) + " is outside 0..batch*kv_len=" +
-              std::to_string(batch * kv_len),
-          "pass the sum of the lengths you expect to run with, or 0 when unknown");
+  if (!(expected_total_keys >= 0 && expected_total_keys <= checked_product(ctx, {batch, kv_len})))
+    fail(ctx,
+         "expected_total_keys=" + std::to_string(expected_total_keys) +
+             " is outside 0..batch*kv_len=" + std::to_string(batch * kv_len),
+         "pass the sum of the lengths you expect to run with, or 0 when unknown");
 }
 
 void ExtendProblem::validate() const {
@@ -99,16 +105,18 @@ void ExtendProblem::validate() const {
   validate_spec(ctx, cache, kv_heads, head_dim);
   validate_kv_len(ctx, kv_len, cache);
   require_positive(ctx, "max_q_len", max_q_len);
-  require(max_q_len <= kv_len, ctx,
-          "max_q_len=" + std::to_string(max_q_len) + " is above kv_len=" + std::to_string(kv_len),
-          "new query rows are the last keys of their sequence: plan max_q_len <= kv_len");
-  require(max_total_q >= 0, ctx, "max_total_q=" + std::to_string(max_total_q) + " is negative",
-          "pass the packed query rows the plan covers, or 0 for batch * max_q_len");
+  if (max_q_len > kv_len)
+    fail(ctx, "max_q_len=" + std::to_string(max_q_len) + " is above kv_len=" + std::to_string(kv_len),
+         "new query rows are the last keys of their sequence: plan max_q_len <= kv_len");
+  if (max_total_q < 0)
+    fail(ctx, "max_total_q=" + std::to_string(max_total_q) + " is negative",
+         "pass the packed query rows the plan covers, or 0 for batch * max_q_len");
   checked_product(ctx, {batch, max_q_len});
-  require(total_q_bound() <= batch * max_q_len && total_q_bound() <= kMaxI32, ctx,
-          "max_total_q=" + std::to_string(max_total_q) + " is above batch * max_q_len = " +
-              std::to_string(batch * max_q_len) + " (or 2^31-1)",
-          "pass max_total_q <= batch * max_q_len");
+  if (!(total_q_bound() <= batch * max_q_len && total_q_bound() <= kMaxI32))
+    fail(ctx,
+         "max_total_q=" + std::to_string(max_total_q) +
+             " is above batch * max_q_len = " + std::to_string(batch * max_q_len) + " (or 2^31-1)",
+         "pass max_total_q <= batch * max_q_len");
   base_decode(batch, num_heads, kv_heads, head_dim, cache, kv_len, kv_dtype, q_dtype, out_dtype, options).validate();
   checked_product(ctx, {total_q_bound(), num_heads, head_dim});
   checked_product(ctx, {batch, cache.max_pages_per_seq});

@@ -21,9 +21,9 @@ constexpr std::int64_t kMaxHeadDim = 256;
 constexpr std::int64_t kMaxSequence = (std::int64_t{1} << 31) - 1;
 
 void require_sequence_fits(const char* context, const char* name, std::int64_t value) {
-  require(value <= kMaxSequence, context,
-          std::string(name) + "=" + std::to_string(value) + " is above the 2^31-1 tokens one sequence may hold",
-          "shard longer contexts across calls (split the keys and merge the partial states with their LSE)");
+  if (value > kMaxSequence)
+    fail(context, std::string(name) + "=" + std::to_string(value) + " is above the 2^31-1 tokens one sequence may hold",
+         "shard longer contexts across calls (split the keys and merge the partial states with their LSE)");
 }
 
 void validate_common(const char* context, std::int64_t num_heads, std::int64_t kv_heads,
@@ -31,23 +31,25 @@ void validate_common(const char* context, std::int64_t num_heads, std::int64_t k
   require_positive(context, "num_heads", num_heads);
   require_positive(context, "kv_heads", kv_heads);
   require_positive(context, "head_dim", head_dim);
-  require(num_heads % kv_heads == 0, context,
-          "num_heads=" + std::to_string(num_heads) + " is not divisible by kv_heads=" + std::to_string(kv_heads),
-          "choose kv_heads as a divisor of num_heads (grouped-query: num_heads / kv_heads query heads share a KV head)");
-  require(head_dim % 8 == 0 && head_dim <= kMaxHeadDim, context,
-          "head_dim=" + std::to_string(head_dim) + " is not a multiple of 8 in 8..256",
-          "use a head_dim that is a multiple of 8, at most 256 (e.g. 64, 128)");
-  require(options.window >= 0, context, "window=" + std::to_string(options.window) + " is negative",
-          "pass window=0 for no sliding window, or the number of keys each query sees");
-  require(std::isfinite(options.scale) && options.scale >= 0.0f, context, "scale is negative or not finite",
-          "pass scale > 0, or 0 for 1/sqrt(head_dim)");
-  require(std::isfinite(options.softcap) && options.softcap >= 0.0f, context,
-          "softcap is negative or not finite", "pass softcap > 0, or 0 for no soft-cap");
+  if (num_heads % kv_heads != 0)
+    fail(context,
+         "num_heads=" + std::to_string(num_heads) + " is not divisible by kv_heads=" + std::to_string(kv_heads),
+         "choose kv_heads as a divisor of num_heads (grouped-query: num_heads / kv_heads query heads share a KV head)");
+  if (!(head_dim % 8 == 0 && head_dim <= kMaxHeadDim))
+    fail(context, "head_dim=" + std::to_string(head_dim) + " is not a multiple of 8 in 8..256",
+         "use a head_dim that is a multiple of 8, at most 256 (e.g. 64, 128)");
+  if (options.window < 0)
+    fail(context, "window=" + std::to_string(options.window) + " is negative",
+         "pass window=0 for no sliding window, or the number of keys each query sees");
+  if (!(std::isfinite(options.scale) && options.scale >= 0.0f))
+    fail(context, "scale is negative or not finite", "pass scale > 0, or 0 for 1/sqrt(head_dim)");
+  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0f))
+    fail(context, "softcap is negative or not finite", "pass softcap > 0, or 0 for no soft-cap");
 }
 
 void require_storage(const char* context, const char* name, DType t) {
-  require(is_storage_dtype(t), context, std::string(name) + " is " + std::string(dtype_name(t)),
-          "use f32, f16 or bf16");
+  if (!is_storage_dtype(t))
+    fail(context, std::string(name) + " is " + std::string(dtype_name(t)), "use f32, f16 or bf16");
 }
 
 }  // namespace
@@ -67,9 +69,9 @@ void DecodeProblem::validate() const {
   require_positive(ctx, "max_seq", max_seq);
   require_positive(ctx, "kv_len", kv_len);
   require_sequence_fits(ctx, "max_seq", max_seq);
-  require(kv_len <= max_seq, ctx,
-          "kv_len=" + std::to_string(kv_len) + " is above max_seq=" + std::to_string(max_seq),
-          "plan for kv_len <= max_seq (the cache holds max_seq keys per sequence)");
+  if (kv_len > max_seq)
+    fail(ctx, "kv_len=" + std::to_string(kv_len) + " is above max_seq=" + std::to_string(max_seq),
+         "plan for kv_len <= max_seq (the cache holds max_seq keys per sequence)");
   require_storage(ctx, "kv_dtype", kv_dtype);
   require_storage(ctx, "q_dtype", q_dtype);
   require_storage(ctx, "out_dtype", out_dtype);
@@ -85,14 +87,15 @@ void PrefillProblem::validate() const {
   require_positive(ctx, "kv_len", kv_len);
   require_sequence_fits(ctx, "q_len", q_len);
   require_sequence_fits(ctx, "kv_len", kv_len);
-  require(!causal || q_len <= kv_len, ctx,
-          "causal with q_len=" + std::to_string(q_len) + " > kv_len=" + std::to_string(kv_len),
-          "causal attention is bottom-right aligned and needs q_len <= kv_len; pass causal=false or more keys");
+  if (causal && q_len > kv_len)
+    fail(ctx, "causal with q_len=" + std::to_string(q_len) + " > kv_len=" + std::to_string(kv_len),
+         "causal attention is bottom-right aligned and needs q_len <= kv_len; pass causal=false or more keys");
   // e4m3 is a prefill input dtype (per-tensor scales in PrefillTensors::scales), never an output.
-  require(is_storage_dtype(dtype) || is_fp8(dtype), ctx, "dtype is " + std::string(dtype_name(dtype)),
-          "use f32, f16, bf16 or e4m3");
-  require(!is_fp8(out_dtype), ctx, "out_dtype is e4m3, which is an input-only dtype",
-          "use out_dtype f32, f16 or bf16 (bf16 is the usual choice for e4m3 inputs)");
+  if (!(is_storage_dtype(dtype) || is_fp8(dtype)))
+    fail(ctx, "dtype is " + std::string(dtype_name(dtype)), "use f32, f16, bf16 or e4m3");
+  if (is_fp8(out_dtype))
+    fail(ctx, "out_dtype is e4m3, which is an input-only dtype",
+         "use out_dtype f32, f16 or bf16 (bf16 is the usual choice for e4m3 inputs)");
   require_storage(ctx, "out_dtype", out_dtype);
   checked_product(ctx, {batch, num_heads, q_len, head_dim});
   checked_product(ctx, {batch, kv_heads, kv_len, head_dim});

@@ -12,8 +12,9 @@ namespace attnkit::detail {
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
 
 inline void require_positive(const char* context, const char* name, std::int64_t value) {
-  require(value > 0, context, std::string(name) + "=" + std::to_string(value) + " is not positive",
-          std::string("pass ") + name + " >= 1");
+  if (value <= 0)
+    fail(context, std::string(name) + "=" + std::to_string(value) + " is not positive",
+         std::string("pass ") + name + " >= 1");
 }
 
 // Multiplies non-negative factors; fails with `problem` and `fix` when the product leaves the range.

@@ -6,9 +6,9 @@ namespace attnkit {
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                                   DeviceKind device, int device_index) {
-  require(shape.size() <= static_cast<std::size_t>(kMaxRank), "TensorView",
-          "rank " + std::to_string(shape.size()) + " is above the maximum of 5",
-          "describe the tensor with at most 5 dimensions");
+  if (!(shape.size() <= static_cast<std::size_t>(kMaxRank)))
+    fail("TensorView", "rank " + std::to_string(shape.size()) + " is above the maximum of 5",
+         "describe the tensor with at most 5 dimensions");
   TensorView v;
   v.data = data;
   v.dtype = dtype;

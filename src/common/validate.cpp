@@ -45,46 +45,47 @@ template <class DTypeOk>
 void check_tensor(const char* context, const TensorView& t, const Expect& e, DTypeOk dtype_ok,
                   const std::string& dtype_text, DeviceKind device) {
   const std::string name = e.name;
-  require(t.data != nullptr, context, name + " has a null data pointer",
-          "pass a " + dtype_text + shape_string(e.shape) + " tensor with allocated memory");
+  if (t.data == nullptr)
+    fail(context, name + " has a null data pointer",
+         "pass a " + dtype_text + shape_string(e.shape) + " tensor with allocated memory");
   const int rank = static_cast<int>(e.shape.size());
-  require(t.rank == rank, context,
-          name + " has rank " + std::to_string(t.rank) + " (" + t.describe() + "), expected rank " +
-              std::to_string(rank) + " " + shape_string(e.shape),
-          "pass " + name + " with shape " + shape_string(e.shape));
+  if (t.rank != rank)
+    fail(context,
+         name + " has rank " + std::to_string(t.rank) + " (" + t.describe() + "), expected rank " +
+             std::to_string(rank) + " " + shape_string(e.shape),
+         "pass " + name + " with shape " + shape_string(e.shape));
   int d = 0;
   for (std::int64_t want : e.shape) {
-    require(t.shape[d] == want, context,
-            name + " has shape " + t.describe() + ", expected " + shape_string(e.shape),
-            "pass " + name + " with shape " + shape_string(e.shape) + " (the problem's sizes)");
+    if (t.shape[d] != want)
+      fail(context, name + " has shape " + t.describe() + ", expected " + shape_string(e.shape),
+           "pass " + name + " with shape " + shape_string(e.shape) + " (the problem's sizes)");
     ++d;
   }
-  require(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0, context,
-          name + " points to an address not aligned to its " + std::to_string(dtype_size(t.dtype)) + "-byte elements",
-          "pass " + name + " from an allocation aligned to its element size (any allocator's memory is)");
-  require(dtype_ok(t.dtype), context,
-          name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " + dtype_text,
-          "convert " + name + " to " + dtype_text + " or change the problem's dtype to match");
-  require(t.device == device, context,
-          name + " lives on " + device_name(t.device) + " but the kernel runs on " + device_name(device),
-          "copy " + name + " to " + device_name(device) + " memory or call the " + device_name(t.device) +
-              " backend");
-  require(rank == 0 || t.strides[rank - 1] == 1, context,
-          name + " has stride " + std::to_string(rank ? t.strides[rank - 1] : 0) +
-              " in its last dimension",
-          "make the last dimension of " + name + " contiguous (stride 1), e.g. with .contiguous()");
+  if (!(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0))
+    fail(context,
+         name + " points to an address not aligned to its " + std::to_string(dtype_size(t.dtype)) + "-byte elements",
+         "pass " + name + " from an allocation aligned to its element size (any allocator's memory is)");
+  if (!dtype_ok(t.dtype))
+    fail(context, name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " + dtype_text,
+         "convert " + name + " to " + dtype_text + " or change the problem's dtype to match");
+  if (t.device != device)
+    fail(context, name + " lives on " + device_name(t.device) + " but the kernel runs on " + device_name(device),
+         "copy " + name + " to " + device_name(device) + " memory or call the " + device_name(t.device) + " backend");
+  if (!(rank == 0 || t.strides[rank - 1] == 1))
+    fail(context, name + " has stride " + std::to_string(rank ? t.strides[rank - 1] : 0) + " in its last dimension",
+         "make the last dimension of " + name + " contiguous (stride 1), e.g. with .contiguous()");
   std::int64_t span = 0;
   const bool no_elements = t.numel() == 0;
   for (int i = 0; i < rank; ++i) {
     // A dimension of extent 1 (or an empty tensor) never steps, so its stride is free.
     if (no_elements || t.shape[i] == 1) continue;
-    require(t.strides[i] > 0, context,
-            name + " has stride " + std::to_string(t.strides[i]) + " in dimension " + std::to_string(i),
-            "pass positive strides (in elements); broadcasting and reversed views are not supported");
+    if (t.strides[i] <= 0)
+      fail(context, name + " has stride " + std::to_string(t.strides[i]) + " in dimension " + std::to_string(i),
+           "pass positive strides (in elements); broadcasting and reversed views are not supported");
     if (t.shape[i] > 0) {
-      require(t.strides[i] <= kMaxElements / t.shape[i] && span <= kMaxElements - t.strides[i] * t.shape[i],
-              context, name + " strides overflow the addressable range",
-              "pass strides whose span fits in 2^62 elements");
+      if (!(t.strides[i] <= kMaxElements / t.shape[i] && span <= kMaxElements - t.strides[i] * t.shape[i]))
+        fail(context, name + " strides overflow the addressable range",
+             "pass strides whose span fits in 2^62 elements");
       span += t.strides[i] * (t.shape[i] - 1);
     }
   }
@@ -110,10 +111,11 @@ void check_same_gpu(const char* context, std::initializer_list<std::pair<const c
       index = t->device_index;
       first = name;
     } else {
-      require(t->device_index == index, context,
-              std::string(name) + " is on cuda:" + std::to_string(t->device_index) + " but " + first +
-                  " is on cuda:" + std::to_string(index),
-              "put every tensor of one call on the same GPU");
+      if (t->device_index != index)
+        fail(context,
+             std::string(name) + " is on cuda:" + std::to_string(t->device_index) + " but " + first +
+                 " is on cuda:" + std::to_string(index),
+             "put every tensor of one call on the same GPU");
     }
   }
 }
@@ -127,29 +129,31 @@ void validate_positions_host(const TensorView& positions, std::int64_t batch, st
   if (positions.device != DeviceKind::kCpu) return;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t p = read_i32(positions, b);
-    require(p >= 0 && p < max_seq, context,
-            "positions[" + std::to_string(b) + "]=" + std::to_string(p) + " is outside the cache [0, max_seq=" +
-                std::to_string(max_seq) + ")",
-            "pass positions in 0..max_seq-1, or allocate a larger cache");
-    require(p + 1 <= max_attend, context,
-            "positions[" + std::to_string(b) + "]=" + std::to_string(p) + " needs " + std::to_string(p + 1) +
-                " keys but the plan covers kv_len=" + std::to_string(max_attend),
-            "plan with kv_len >= position + 1 (e.g. kv_len = max_seq)");
+    if (!(p >= 0 && p < max_seq))
+      fail(context,
+           "positions[" + std::to_string(b) + "]=" + std::to_string(p) +
+               " is outside the cache [0, max_seq=" + std::to_string(max_seq) + ")",
+           "pass positions in 0..max_seq-1, or allocate a larger cache");
+    if (p + 1 > max_attend)
+      fail(context,
+           "positions[" + std::to_string(b) + "]=" + std::to_string(p) + " needs " + std::to_string(p + 1) +
+               " keys but the plan covers kv_len=" + std::to_string(max_attend),
+           "plan with kv_len >= position + 1 (e.g. kv_len = max_seq)");
   }
 }
 
 void validate_rope_spec(const RopeSpec& rope, std::int64_t head_dim, const char* context) {
-  require(head_dim % 2 == 0, context, "head_dim=" + std::to_string(head_dim) + " is odd",
-          "RoPE rotates pairs: use an even head_dim");
-  require((rope.cos_table == nullptr) == (rope.sin_table == nullptr), context,
-          "only one of the RoPE cos/sin tables is given", "pass both cos_table and sin_table, or neither");
+  if (head_dim % 2 != 0)
+    fail(context, "head_dim=" + std::to_string(head_dim) + " is odd", "RoPE rotates pairs: use an even head_dim");
+  if (!((rope.cos_table == nullptr) == (rope.sin_table == nullptr)))
+    fail(context, "only one of the RoPE cos/sin tables is given", "pass both cos_table and sin_table, or neither");
   if (rope.cos_table) {
-    require(rope.table_positions > 0, context,
-            "RoPE tables given with table_positions=" + std::to_string(rope.table_positions),
-            "set table_positions to the number of rows of the cos/sin tables");
+    if (rope.table_positions <= 0)
+      fail(context, "RoPE tables given with table_positions=" + std::to_string(rope.table_positions),
+           "set table_positions to the number of rows of the cos/sin tables");
   } else {
-    require(std::isfinite(rope.theta) && rope.theta > 0.0f, context, "RoPE theta is not positive and finite",
-            "pass theta > 0 (e.g. 10000) or caller cos/sin tables");
+    if (!(std::isfinite(rope.theta) && rope.theta > 0.0f))
+      fail(context, "RoPE theta is not positive and finite", "pass theta > 0 (e.g. 10000) or caller cos/sin tables");
   }
 }
 
@@ -158,13 +162,15 @@ void validate_rope_positions_host(const TensorView& positions, std::int64_t batc
   if (positions.device != DeviceKind::kCpu) return;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t p = read_i32(positions, b);
-    require(p >= 0, context, "positions[" + std::to_string(b) + "]=" + std::to_string(p) + " is negative",
-            "pass positions >= 0");
+    if (p < 0)
+      fail(context, "positions[" + std::to_string(b) + "]=" + std::to_string(p) + " is negative",
+           "pass positions >= 0");
     if (rope.cos_table) {
-      require(p < rope.table_positions, context,
-              "positions[" + std::to_string(b) + "]=" + std::to_string(p) +
-                  " is beyond the RoPE tables (table_positions=" + std::to_string(rope.table_positions) + ")",
-              "extend the cos/sin tables to cover every position, or use theta");
+      if (p >= rope.table_positions)
+        fail(context,
+             "positions[" + std::to_string(b) + "]=" + std::to_string(p) +
+                 " is beyond the RoPE tables (table_positions=" + std::to_string(rope.table_positions) + ")",
+             "extend the cos/sin tables to cover every position, or use theta");
     }
   }
 }
@@ -185,32 +191,36 @@ void validate_cu_seqlens_host(const PrefillProblem& p, const PrefillTensors& t, 
   for (const Side& s : {Side{"cu_seqlens_q", &t.cu_seqlens_q, total_q, p.q_len, "q_len"},
                         Side{"cu_seqlens_k", &t.cu_seqlens_k, total_k, p.kv_len, "kv_len"}}) {
     const std::string n = s.name;
-    require(read_i32(*s.cu, 0) == 0, ctx, n + "[0]=" + std::to_string(read_i32(*s.cu, 0)) + " is not 0",
-            "start the prefix offsets at 0");
+    if (read_i32(*s.cu, 0) != 0)
+      fail(ctx, n + "[0]=" + std::to_string(read_i32(*s.cu, 0)) + " is not 0", "start the prefix offsets at 0");
     for (std::int64_t b = 0; b < p.batch; ++b) {
       const std::int64_t lo = read_i32(*s.cu, b), hi = read_i32(*s.cu, b + 1);
-      require(hi >= lo, ctx, n + " decreases at sequence " + std::to_string(b) + " (" + std::to_string(lo) +
-                                 " -> " + std::to_string(hi) + ")",
-              "pass non-decreasing prefix offsets (cumulative sequence lengths)");
-      require(hi - lo <= s.bound, ctx,
-              "sequence " + std::to_string(b) + " has " + std::to_string(hi - lo) + " rows in " + n +
-                  ", above the problem's " + s.bound_name + "=" + std::to_string(s.bound),
-              std::string("plan with ") + s.bound_name + " >= the longest sequence");
+      if (hi < lo)
+        fail(ctx,
+             n + " decreases at sequence " + std::to_string(b) + " (" + std::to_string(lo) + " -> " +
+                 std::to_string(hi) + ")",
+             "pass non-decreasing prefix offsets (cumulative sequence lengths)");
+      if (hi - lo > s.bound)
+        fail(ctx,
+             "sequence " + std::to_string(b) + " has " + std::to_string(hi - lo) + " rows in " + n +
+                 ", above the problem's " + s.bound_name + "=" + std::to_string(s.bound),
+             std::string("plan with ") + s.bound_name + " >= the longest sequence");
     }
     const std::int64_t last = read_i32(*s.cu, p.batch);
-    require(last == s.total, ctx,
-            n + "[batch]=" + std::to_string(last) + " but the tensors hold " + std::to_string(s.total) + " rows",
-            "make the last prefix offset equal the packed row count of the tensors");
+    if (last != s.total)
+      fail(ctx, n + "[batch]=" + std::to_string(last) + " but the tensors hold " + std::to_string(s.total) + " rows",
+           "make the last prefix offset equal the packed row count of the tensors");
   }
   if (p.causal) {
     for (std::int64_t b = 0; b < p.batch; ++b) {
       const std::int64_t lq = read_i32(t.cu_seqlens_q, b + 1) - read_i32(t.cu_seqlens_q, b);
       const std::int64_t lk = read_i32(t.cu_seqlens_k, b + 1) - read_i32(t.cu_seqlens_k, b);
-      require(lq <= lk, ctx,
-              "causal sequence " + std::to_string(b) + " has " + std::to_string(lq) + " queries but only " +
-                  std::to_string(lk) + " keys",
-              "causal attention is bottom-right aligned and needs q rows <= keys per sequence; pass "
-              "causal=false or more keys");
+      if (lq > lk)
+        fail(ctx,
+             "causal sequence " + std::to_string(b) + " has " + std::to_string(lq) + " queries but only " +
+                 std::to_string(lk) + " keys",
+             "causal attention is bottom-right aligned and needs q rows <= keys per sequence; pass "
+             "causal=false or more keys");
     }
   }
 }
@@ -219,17 +229,18 @@ void validate_cu_seqlens_host(const PrefillProblem& p, const PrefillTensors& t, 
 
 void validate_lengths_host(const TensorView& lengths, std::int64_t batch, std::int64_t max_len,
                            const char* context) {
-  require(lengths.device == DeviceKind::kCpu && lengths.data != nullptr, context,
-          "lengths are not a host tensor", "pass host lengths for host-side checks");
-  require(lengths.dtype == DType::kI32 && lengths.rank == 1 && lengths.shape[0] == batch, context,
-          "lengths is " + lengths.describe() + ", expected i32[" + std::to_string(batch) + "]",
-          "pass one i32 length per sequence");
+  if (!(lengths.device == DeviceKind::kCpu && lengths.data != nullptr))
+    fail(context, "lengths are not a host tensor", "pass host lengths for host-side checks");
+  if (!(lengths.dtype == DType::kI32 && lengths.rank == 1 && lengths.shape[0] == batch))
+    fail(context, "lengths is " + lengths.describe() + ", expected i32[" + std::to_string(batch) + "]",
+         "pass one i32 length per sequence");
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t len = read_i32(lengths, b);
-    require(len >= 0 && len <= max_len, context,
-            "lengths[" + std::to_string(b) + "]=" + std::to_string(len) + " is outside 0..kv_len=" +
-                std::to_string(max_len),
-            "plan with kv_len >= the longest sequence (and <= max_seq), or pass valid lengths");
+    if (!(len >= 0 && len <= max_len))
+      fail(context,
+           "lengths[" + std::to_string(b) + "]=" + std::to_string(len) +
+               " is outside 0..kv_len=" + std::to_string(max_len),
+           "plan with kv_len >= the longest sequence (and <= max_seq), or pass valid lengths");
   }
 }
 
@@ -252,12 +263,13 @@ void validate_fp8_scales(const PrefillProblem& p, const Fp8Scales& scales, const
   const std::pair<const char*, float> named[] = {{"q", scales.q}, {"k", scales.k}, {"v", scales.v}};
   for (const auto& [name, value] : named) {
     const std::string field = std::string("scales.") + name + "=" + std::to_string(value);
-    require(std::isfinite(value) && value > 0.0f, context, field + " is not a finite number > 0",
-            "pass the per-tensor dequantization scale (real value = stored e4m3 value x scale), e.g. "
-            "max|x| / 448 from the quantizer; 1 when the values were stored unscaled");
-    require(is_fp8(p.dtype) || value == 1.0f, context,
-            field + " with " + std::string(dtype_name(p.dtype)) + " inputs",
-            "scales apply to e4m3 inputs; leave them at 1 for f16/bf16/f32");
+    if (!(std::isfinite(value) && value > 0.0f))
+      fail(context, field + " is not a finite number > 0",
+           "pass the per-tensor dequantization scale (real value = stored e4m3 value x scale), e.g. "
+           "max|x| / 448 from the quantizer; 1 when the values were stored unscaled");
+    if (!(is_fp8(p.dtype) || value == 1.0f))
+      fail(context, field + " with " + std::string(dtype_name(p.dtype)) + " inputs",
+           "scales apply to e4m3 inputs; leave them at 1 for f16/bf16/f32");
   }
 }
 
@@ -274,18 +286,19 @@ void validate_prefill(const PrefillProblem& p, const PrefillTensors& t, DeviceKi
     check_exact(ctx, t.out, {"out", {B, H, p.q_len, D}}, p.out_dtype, device);
     check_exact(ctx, t.lse, {"lse", {B, H, p.q_len}, true}, DType::kF32, device);
   } else {
-    require(!t.cu_seqlens_q.empty() && !t.cu_seqlens_k.empty(), ctx,
-            "only one of cu_seqlens_q / cu_seqlens_k is given",
-            "pass both prefix-offset tensors for a ragged batch, or neither");
+    if (t.cu_seqlens_q.empty() || t.cu_seqlens_k.empty())
+      fail(ctx, "only one of cu_seqlens_q / cu_seqlens_k is given",
+           "pass both prefix-offset tensors for a ragged batch, or neither");
     check_exact(ctx, t.cu_seqlens_q, {"cu_seqlens_q", {B + 1}}, DType::kI32, device);
     check_exact(ctx, t.cu_seqlens_k, {"cu_seqlens_k", {B + 1}}, DType::kI32, device);
     // Packed rows: the totals come from the tensors and are checked against the offsets.
-    require(t.q.rank == 4 && t.k.rank == 4, ctx,
-            "ragged q and k must be [1, heads, total_rows, head_dim], got q " + t.q.describe() + " and k " +
-                t.k.describe(),
-            "pack the sequences along dimension 2 of rank-4 tensors with a leading 1");
+    if (!(t.q.rank == 4 && t.k.rank == 4))
+      fail(ctx,
+           "ragged q and k must be [1, heads, total_rows, head_dim], got q " + t.q.describe() + " and k " +
+               t.k.describe(),
+           "pack the sequences along dimension 2 of rank-4 tensors with a leading 1");
     const std::int64_t total_q = t.q.shape[2], total_k = t.k.shape[2];
-    require(total_q >= 0 && total_k >= 0, ctx, "ragged row counts are negative", "pass non-negative shapes");
+    if (!(total_q >= 0 && total_k >= 0)) fail(ctx, "ragged row counts are negative", "pass non-negative shapes");
     checked_product(ctx, "ragged q", {H, total_q, D});
     checked_product(ctx, "ragged k", {G, total_k, D});
     check_exact(ctx, t.q, {"q", {1, H, total_q, D}}, p.dtype, device);
@@ -301,20 +314,21 @@ void validate_prefill(const PrefillProblem& p, const PrefillTensors& t, DeviceKi
 
 void validate_append(const AppendTensors& t, DeviceKind device) {
   const char* ctx = "append_kv";
-  require(!t.k_new.empty() || !t.v_new.empty(), ctx, "neither k_new nor v_new is given",
-          "pass k_new (with k_cache), v_new (with v_cache), or both");
+  if (t.k_new.empty() && t.v_new.empty())
+    fail(ctx, "neither k_new nor v_new is given", "pass k_new (with k_cache), v_new (with v_cache), or both");
   // The cache that is written fixes the sizes; both caches must agree when both are written.
   const TensorView& cache = !t.k_new.empty() ? t.k_cache : t.v_cache;
   const char* cache_name = !t.k_new.empty() ? "k_cache" : "v_cache";
-  require(cache.data != nullptr, ctx, std::string(cache_name) + " has a null data pointer",
-          "pass the cache the new token is written into");
-  require(cache.rank == 4, ctx, std::string(cache_name) + " is " + cache.describe() +
-                                    ", expected [batch, kv_heads, max_seq, head_dim]",
-          "pass the cache as a rank-4 view");
+  if (cache.data == nullptr)
+    fail(ctx, std::string(cache_name) + " has a null data pointer", "pass the cache the new token is written into");
+  if (cache.rank != 4)
+    fail(ctx, std::string(cache_name) + " is " + cache.describe() + ", expected [batch, kv_heads, max_seq, head_dim]",
+         "pass the cache as a rank-4 view");
   const std::int64_t B = cache.shape[0], G = cache.shape[1], S = cache.shape[2], D = cache.shape[3];
   for (std::int64_t v : {B, G, S, D}) {
-    require(v > 0, ctx, std::string(cache_name) + " has an empty dimension (" + cache.describe() + ")",
-            "pass a cache with batch, kv_heads, max_seq and head_dim >= 1");
+    if (v <= 0)
+      fail(ctx, std::string(cache_name) + " has an empty dimension (" + cache.describe() + ")",
+           "pass a cache with batch, kv_heads, max_seq and head_dim >= 1");
   }
   checked_product(ctx, "the cache", {B, G, S, D});
   if (!t.k_new.empty()) {
@@ -333,11 +347,10 @@ void validate_append(const AppendTensors& t, DeviceKind device) {
 
 void validate_rope(const TensorView& x, const TensorView& positions, const RopeSpec& rope, DeviceKind device) {
   const char* ctx = "apply_rope";
-  require(x.rank == 3, ctx, "x is " + x.describe() + ", expected [batch, heads, head_dim]",
-          "pass x as a rank-3 view");
+  if (x.rank != 3) fail(ctx, "x is " + x.describe() + ", expected [batch, heads, head_dim]", "pass x as a rank-3 view");
   const std::int64_t B = x.shape[0], H = x.shape[1], D = x.shape[2];
   for (std::int64_t v : {B, H, D}) {
-    require(v > 0, ctx, "x has an empty dimension (" + x.describe() + ")", "pass batch, heads, head_dim >= 1");
+    if (v <= 0) fail(ctx, "x has an empty dimension (" + x.describe() + ")", "pass batch, heads, head_dim >= 1");
   }
   checked_product(ctx, "x", {B, H, D});
   check_storage(ctx, x, {"x", {B, H, D}}, device);
@@ -370,12 +383,13 @@ void validate_fused(const DecodeProblem& p, const FusedDecodeTensors& t, const R
 
 void validate_merge(const MergeTensors& t, DeviceKind device) {
   const char* ctx = "merge_states";
-  require(t.out_partial.data != nullptr && t.out_partial.rank == 3, ctx,
-          "out_partial is " + t.out_partial.describe() + ", expected f32[splits, rows, head_dim]",
-          "pass the split outputs as a rank-3 f32 tensor");
+  if (!(t.out_partial.data != nullptr && t.out_partial.rank == 3))
+    fail(ctx, "out_partial is " + t.out_partial.describe() + ", expected f32[splits, rows, head_dim]",
+         "pass the split outputs as a rank-3 f32 tensor");
   const std::int64_t S = t.out_partial.shape[0], R = t.out_partial.shape[1], D = t.out_partial.shape[2];
-  require(S > 0 && R > 0 && D > 0, ctx, "out_partial has an empty dimension (" + t.out_partial.describe() + ")",
-          "pass splits, rows and head_dim >= 1");
+  if (!(S > 0 && R > 0 && D > 0))
+    fail(ctx, "out_partial has an empty dimension (" + t.out_partial.describe() + ")",
+         "pass splits, rows and head_dim >= 1");
   checked_product(ctx, "out_partial", {S, R, D});
   check_exact(ctx, t.out_partial, {"out_partial", {S, R, D}}, DType::kF32, device);
   check_exact(ctx, t.lse_partial, {"lse_partial", {S, R}}, DType::kF32, device);
@@ -388,14 +402,15 @@ void validate_merge(const MergeTensors& t, DeviceKind device) {
 void validate_workspace(const Workspace& ws, std::uint64_t needed_bytes, DeviceKind device) {
   if (needed_bytes == 0) return;
   const char* ctx = "workspace";
-  require(ws.data != nullptr, ctx, "the plan needs " + std::to_string(needed_bytes) + " bytes but none were given",
-          "allocate plan.evidence.workspace_bytes bytes on the run's device and pass them");
-  require(ws.bytes >= needed_bytes, ctx,
-          std::to_string(ws.bytes) + " bytes given, the plan needs " + std::to_string(needed_bytes),
-          "allocate at least plan.evidence.workspace_bytes bytes");
-  require(ws.device == device, ctx,
-          "the workspace is on " + device_name(ws.device) + " but the kernel runs on " + device_name(device),
-          "allocate the workspace on the run's device");
+  if (ws.data == nullptr)
+    fail(ctx, "the plan needs " + std::to_string(needed_bytes) + " bytes but none were given",
+         "allocate plan.evidence.workspace_bytes bytes on the run's device and pass them");
+  if (ws.bytes < needed_bytes)
+    fail(ctx, std::to_string(ws.bytes) + " bytes given, the plan needs " + std::to_string(needed_bytes),
+         "allocate at least plan.evidence.workspace_bytes bytes");
+  if (ws.device != device)
+    fail(ctx, "the workspace is on " + device_name(ws.device) + " but the kernel runs on " + device_name(device),
+         "allocate the workspace on the run's device");
 }
 
 }  // namespace attnkit

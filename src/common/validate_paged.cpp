@@ -33,34 +33,38 @@ void check(const char* ctx, const std::string& name, const TensorView& t, const 
            DType dtype, DeviceKind device, bool optional = false) {
   if (optional && t.empty()) return;
   const std::string want = std::string(dtype_name(dtype)) + shape_string(shape);
-  require(t.data != nullptr, ctx, name + " has a null data pointer", "pass a " + want + " tensor with allocated memory");
-  require(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0, ctx,
-          name + " points to an address not aligned to its " + std::to_string(dtype_size(t.dtype)) + "-byte elements",
-          "pass " + name + " from an allocation aligned to its element size (any allocator's memory is)");
-  require(t.rank == static_cast<int>(shape.size()), ctx,
-          name + " is " + t.describe() + ", expected rank " + std::to_string(shape.size()) + " " + shape_string(shape),
-          "pass " + name + " as " + want);
+  if (t.data == nullptr)
+    fail(ctx, name + " has a null data pointer", "pass a " + want + " tensor with allocated memory");
+  if (!(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0))
+    fail(ctx,
+         name + " points to an address not aligned to its " + std::to_string(dtype_size(t.dtype)) + "-byte elements",
+         "pass " + name + " from an allocation aligned to its element size (any allocator's memory is)");
+  if (!(t.rank == static_cast<int>(shape.size())))
+    fail(ctx,
+         name + " is " + t.describe() + ", expected rank " + std::to_string(shape.size()) + " " + shape_string(shape),
+         "pass " + name + " as " + want);
   for (std::size_t d = 0; d < shape.size(); ++d) {
-    require(t.shape[d] == shape[d], ctx, name + " is " + t.describe() + ", expected " + shape_string(shape),
-            "pass " + name + " with shape " + shape_string(shape) + " (the problem's sizes)");
+    if (t.shape[d] != shape[d])
+      fail(ctx, name + " is " + t.describe() + ", expected " + shape_string(shape),
+           "pass " + name + " with shape " + shape_string(shape) + " (the problem's sizes)");
   }
-  require(t.dtype == dtype, ctx, name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
-                                     std::string(dtype_name(dtype)),
-          "convert " + name + " or change the problem's dtype to match");
-  require(t.device == device, ctx, name + " lives on " + device_name(t.device) + " but the kernel runs on " +
-                                       device_name(device),
-          "copy " + name + " to " + device_name(device) + " memory or call the " + device_name(t.device) + " backend");
+  if (t.dtype != dtype)
+    fail(ctx, name + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " + std::string(dtype_name(dtype)),
+         "convert " + name + " or change the problem's dtype to match");
+  if (t.device != device)
+    fail(ctx, name + " lives on " + device_name(t.device) + " but the kernel runs on " + device_name(device),
+         "copy " + name + " to " + device_name(device) + " memory or call the " + device_name(t.device) + " backend");
   const int rank = t.rank;
-  require(rank == 0 || t.strides[rank - 1] == 1 || t.shape[rank - 1] <= 1, ctx,
-          name + " is not contiguous in its last dimension", "make the last dimension of " + name + " contiguous");
+  if (!(rank == 0 || t.strides[rank - 1] == 1 || t.shape[rank - 1] <= 1))
+    fail(ctx, name + " is not contiguous in its last dimension", "make the last dimension of " + name + " contiguous");
   std::int64_t span = 0;
   for (int i = 0; i < rank; ++i) {
     if (t.numel() == 0 || t.shape[i] == 1) continue;
-    require(t.strides[i] > 0, ctx, name + " has stride " + std::to_string(t.strides[i]) + " in dimension " +
-                                       std::to_string(i),
-            "pass positive strides (in elements)");
-    require(t.strides[i] <= kMaxElements / t.shape[i] && span <= kMaxElements - t.strides[i] * t.shape[i], ctx,
-            name + " strides overflow the addressable range", "pass strides whose span fits in 2^62 elements");
+    if (t.strides[i] <= 0)
+      fail(ctx, name + " has stride " + std::to_string(t.strides[i]) + " in dimension " + std::to_string(i),
+           "pass positive strides (in elements)");
+    if (!(t.strides[i] <= kMaxElements / t.shape[i] && span <= kMaxElements - t.strides[i] * t.shape[i]))
+      fail(ctx, name + " strides overflow the addressable range", "pass strides whose span fits in 2^62 elements");
     span += t.strides[i] * (t.shape[i] - 1);
   }
 }
@@ -77,8 +81,9 @@ void check_same_gpu(const char* ctx, std::initializer_list<std::pair<const char*
   for (auto [name, t] : ts) {
     if (t->empty() || t->device != DeviceKind::kCuda) continue;
     if (index < 0) index = t->device_index;
-    require(t->device_index == index, ctx, std::string(name) + " is on another GPU than the rest of the call",
-            "put every tensor of one call on the same GPU");
+    if (t->device_index != index)
+      fail(ctx, std::string(name) + " is on another GPU than the rest of the call",
+           "put every tensor of one call on the same GPU");
   }
 }
 
@@ -96,42 +101,47 @@ std::vector<std::int64_t> pool_shape(const PagedCacheSpec& c, std::int64_t kv_he
 void check_page(const char* ctx, const PagedCacheSpec& c, const TensorView& table, std::int64_t b, std::int64_t pos,
                 std::int64_t len, const char* what) {
   const std::int64_t slot = pos / c.page_size;
-  require(slot < c.max_pages_per_seq, ctx,
-          "page table is shorter than sequence " + std::to_string(b) + ": " + what + " " + std::to_string(len) +
-              " keys need " + std::to_string((len + c.page_size - 1) / c.page_size) + " pages but a row holds " +
-              std::to_string(c.max_pages_per_seq) + " (of " + std::to_string(c.page_size) + " keys)",
-          "widen the page table (max_pages_per_seq) or shorten the sequence");
+  if (slot >= c.max_pages_per_seq)
+    fail(ctx,
+         "page table is shorter than sequence " + std::to_string(b) + ": " + what + " " + std::to_string(len) +
+             " keys need " + std::to_string((len + c.page_size - 1) / c.page_size) + " pages but a row holds " +
+             std::to_string(c.max_pages_per_seq) + " (of " + std::to_string(c.page_size) + " keys)",
+         "widen the page table (max_pages_per_seq) or shorten the sequence");
   const std::int64_t page = at2(table, b, slot);
-  require(page >= 0, ctx,
-          "sequence " + std::to_string(b) + " is longer than its pages: " + what + " " + std::to_string(len) +
-              " keys reach page_table[" + std::to_string(b) + "][" + std::to_string(slot) + "]=" +
-              std::to_string(page) + " (no page assigned)",
-          "assign a page to every ceil(length / page_size) entry of the row before the call");
-  require(page < c.num_pages, ctx,
-          "page_table[" + std::to_string(b) + "][" + std::to_string(slot) + "]=" + std::to_string(page) +
-              " is out of range (the pool has " + std::to_string(c.num_pages) + " pages)",
-          "pass page indices in 0..num_pages-1");
+  if (page < 0)
+    fail(ctx,
+         "sequence " + std::to_string(b) + " is longer than its pages: " + what + " " + std::to_string(len) +
+             " keys reach page_table[" + std::to_string(b) + "][" + std::to_string(slot) + "]=" + std::to_string(page) +
+             " (no page assigned)",
+         "assign a page to every ceil(length / page_size) entry of the row before the call");
+  if (page >= c.num_pages)
+    fail(ctx,
+         "page_table[" + std::to_string(b) + "][" + std::to_string(slot) + "]=" + std::to_string(page) +
+             " is out of range (the pool has " + std::to_string(c.num_pages) + " pages)",
+         "pass page indices in 0..num_pages-1");
 }
 
 // cu_seqlens: i32 [batch + 1], starts at 0, no negative or decreasing entry, last <= rows.
 void check_offsets_host(const char* ctx, const char* name, const TensorView& cu, std::int64_t batch, std::int64_t rows) {
   for (std::int64_t b = 0; b <= batch; ++b) {
-    require(at(cu, b) >= 0, ctx, std::string(name) + "[" + std::to_string(b) + "]=" + std::to_string(at(cu, b)) +
-                                     " is negative",
-            "pass prefix offsets (cumulative row counts) starting at 0");
+    if (at(cu, b) < 0)
+      fail(ctx, std::string(name) + "[" + std::to_string(b) + "]=" + std::to_string(at(cu, b)) + " is negative",
+           "pass prefix offsets (cumulative row counts) starting at 0");
   }
-  require(at(cu, 0) == 0, ctx, std::string(name) + "[0]=" + std::to_string(at(cu, 0)) + " is not 0",
-          "start the prefix offsets at 0");
+  if (at(cu, 0) != 0)
+    fail(ctx, std::string(name) + "[0]=" + std::to_string(at(cu, 0)) + " is not 0", "start the prefix offsets at 0");
   for (std::int64_t b = 0; b < batch; ++b) {
-    require(at(cu, b + 1) >= at(cu, b), ctx,
-            std::string(name) + " decreases at sequence " + std::to_string(b) + " (" + std::to_string(at(cu, b)) +
-                " -> " + std::to_string(at(cu, b + 1)) + ")",
-            "pass non-decreasing prefix offsets (cumulative sequence lengths)");
+    if (at(cu, b + 1) < at(cu, b))
+      fail(ctx,
+           std::string(name) + " decreases at sequence " + std::to_string(b) + " (" + std::to_string(at(cu, b)) +
+               " -> " + std::to_string(at(cu, b + 1)) + ")",
+           "pass non-decreasing prefix offsets (cumulative sequence lengths)");
   }
-  require(at(cu, batch) <= rows, ctx,
-          std::string(name) + "[batch]=" + std::to_string(at(cu, batch)) + " is beyond the " + std::to_string(rows) +
-              " rows of the tensors",
-          "make the last prefix offset at most the packed row count of the tensors");
+  if (at(cu, batch) > rows)
+    fail(ctx,
+         std::string(name) + "[batch]=" + std::to_string(at(cu, batch)) + " is beyond the " + std::to_string(rows) +
+             " rows of the tensors",
+         "make the last prefix offset at most the packed row count of the tensors");
 }
 
 void check_cache_tensors(const char* ctx, const PagedCacheSpec& c, std::int64_t batch, std::int64_t kv_heads,
@@ -147,26 +157,28 @@ void check_cache_tensors(const char* ctx, const PagedCacheSpec& c, std::int64_t 
 
 void validate_paged_indices_host(const PagedCacheSpec& c, const TensorView& table, const TensorView& lengths,
                                  std::int64_t batch, std::int64_t max_len, const char* ctx) {
-  require(table.device == DeviceKind::kCpu && lengths.device == DeviceKind::kCpu && table.data && lengths.data, ctx,
-          "the page table or lengths are not host tensors", "pass host copies for host-side checks");
-  require(table.dtype == DType::kI32 && table.rank == 2 && table.shape[0] == batch &&
-              table.shape[1] == c.max_pages_per_seq,
-          ctx, "page_table is " + table.describe() + ", expected i32[" + std::to_string(batch) + ", " +
-                   std::to_string(c.max_pages_per_seq) + "]",
-          "pass one row of max_pages_per_seq i32 page indices per sequence");
-  require(lengths.dtype == DType::kI32 && lengths.rank == 1 && lengths.shape[0] == batch, ctx,
-          "lengths is " + lengths.describe() + ", expected i32[" + std::to_string(batch) + "]",
-          "pass one i32 length per sequence");
+  if (!(table.device == DeviceKind::kCpu && lengths.device == DeviceKind::kCpu && table.data && lengths.data))
+    fail(ctx, "the page table or lengths are not host tensors", "pass host copies for host-side checks");
+  if (!(table.dtype == DType::kI32 && table.rank == 2 && table.shape[0] == batch &&
+        table.shape[1] == c.max_pages_per_seq))
+    fail(ctx,
+         "page_table is " + table.describe() + ", expected i32[" + std::to_string(batch) + ", " +
+             std::to_string(c.max_pages_per_seq) + "]",
+         "pass one row of max_pages_per_seq i32 page indices per sequence");
+  if (!(lengths.dtype == DType::kI32 && lengths.rank == 1 && lengths.shape[0] == batch))
+    fail(ctx, "lengths is " + lengths.describe() + ", expected i32[" + std::to_string(batch) + "]",
+         "pass one i32 length per sequence");
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t len = at(lengths, b);
-    require(len >= 0, ctx, "lengths[" + std::to_string(b) + "]=" + std::to_string(len) + " is negative",
-            "pass lengths >= 0");
+    if (len < 0)
+      fail(ctx, "lengths[" + std::to_string(b) + "]=" + std::to_string(len) + " is negative", "pass lengths >= 0");
     // Table first: a row too short for the sequence is the more specific diagnosis.
     if (len > 0) check_page(ctx, c, table, b, len - 1, len, "its");
-    require(len <= max_len, ctx,
-            "lengths[" + std::to_string(b) + "]=" + std::to_string(len) + " is above the plan's kv_len=" +
-                std::to_string(max_len),
-            "plan with kv_len >= the longest sequence, or pass valid lengths");
+    if (len > max_len)
+      fail(ctx,
+           "lengths[" + std::to_string(b) + "]=" + std::to_string(len) +
+               " is above the plan's kv_len=" + std::to_string(max_len),
+           "plan with kv_len >= the longest sequence, or pass valid lengths");
     for (std::int64_t pos = 0; pos < len; pos += c.page_size) check_page(ctx, c, table, b, pos, len, "its");
   }
 }
@@ -191,12 +203,14 @@ void validate_extend(const ExtendProblem& p, const ExtendTensors& t, DeviceKind 
   p.validate();
   const char* ctx = "extend";
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
-  require(t.q.rank == 3 && t.q.data != nullptr, ctx, "q is " + t.q.describe() + ", expected [rows, num_heads, head_dim]",
-          "pack the new query tokens of every sequence along dimension 0 of a rank-3 tensor");
+  if (!(t.q.rank == 3 && t.q.data != nullptr))
+    fail(ctx, "q is " + t.q.describe() + ", expected [rows, num_heads, head_dim]",
+         "pack the new query tokens of every sequence along dimension 0 of a rank-3 tensor");
   const std::int64_t rows = t.q.shape[0];
-  require(rows >= 0 && rows <= p.total_q_bound(), ctx,
-          "q has " + std::to_string(rows) + " rows but the plan covers max_total_q=" + std::to_string(p.total_q_bound()),
-          "plan with max_total_q >= the packed query rows (or pass fewer rows)");
+  if (!(rows >= 0 && rows <= p.total_q_bound()))
+    fail(ctx,
+         "q has " + std::to_string(rows) + " rows but the plan covers max_total_q=" + std::to_string(p.total_q_bound()),
+         "plan with max_total_q >= the packed query rows (or pass fewer rows)");
   check(ctx, "q", t.q, {rows, H, D}, p.q_dtype, device);
   check(ctx, "cu_seqlens_q", t.cu_seqlens_q, {B + 1}, DType::kI32, device);
   check_cache_tensors(ctx, p.cache, B, p.kv_heads, D, p.kv_dtype, t.cache, device);
@@ -210,35 +224,38 @@ void validate_extend(const ExtendProblem& p, const ExtendTensors& t, DeviceKind 
   validate_paged_indices_host(p.cache, t.cache.page_table, t.cache.lengths, B, p.kv_len, ctx);
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t q_len = at(t.cu_seqlens_q, b + 1) - at(t.cu_seqlens_q, b), len = at(t.cache.lengths, b);
-    require(q_len <= p.max_q_len, ctx,
-            "sequence " + std::to_string(b) + " has " + std::to_string(q_len) + " query rows, above the plan's max_q_len=" +
-                std::to_string(p.max_q_len),
-            "plan with max_q_len >= the longest run of new tokens");
-    require(q_len <= len, ctx,
-            "sequence " + std::to_string(b) + " has " + std::to_string(q_len) + " query rows but only " +
-                std::to_string(len) + " keys",
-            "the new tokens are the last keys of their sequence: append them to the cache (paged_append_kv) and "
-            "count them in lengths");
+    if (q_len > p.max_q_len)
+      fail(ctx,
+           "sequence " + std::to_string(b) + " has " + std::to_string(q_len) +
+               " query rows, above the plan's max_q_len=" + std::to_string(p.max_q_len),
+           "plan with max_q_len >= the longest run of new tokens");
+    if (q_len > len)
+      fail(ctx,
+           "sequence " + std::to_string(b) + " has " + std::to_string(q_len) + " query rows but only " +
+               std::to_string(len) + " keys",
+           "the new tokens are the last keys of their sequence: append them to the cache (paged_append_kv) and "
+           "count them in lengths");
   }
 }
 
 void validate_paged_append(const PagedCacheSpec& c, const PagedAppendTensors& t, DeviceKind device) {
   const char* ctx = "paged_append_kv";
-  require(!t.k_new.empty() || !t.v_new.empty(), ctx, "neither k_new nor v_new is given",
-          "pass k_new (with k_pages), v_new (with v_pages), or both");
-  require(c.num_pages > 0 && c.page_size > 0 && c.max_pages_per_seq > 0, ctx,
-          "the cache spec has a non-positive num_pages, page_size or max_pages_per_seq",
-          "describe the pool with positive sizes");
+  if (t.k_new.empty() && t.v_new.empty())
+    fail(ctx, "neither k_new nor v_new is given", "pass k_new (with k_pages), v_new (with v_pages), or both");
+  if (!(c.num_pages > 0 && c.page_size > 0 && c.max_pages_per_seq > 0))
+    fail(ctx, "the cache spec has a non-positive num_pages, page_size or max_pages_per_seq",
+         "describe the pool with positive sizes");
   const TensorView& src = !t.k_new.empty() ? t.k_new : t.v_new;
   const TensorView& pool = !t.k_new.empty() ? t.k_pages : t.v_pages;
-  require(src.rank == 3 && src.data != nullptr && pool.rank == 4 && pool.data != nullptr, ctx,
-          "new rows " + src.describe() + " / pages " + pool.describe() +
-              " are not [rows, kv_heads, head_dim] / a rank-4 page pool",
-          "pass the new tokens token-major and the pool in its layout's shape");
+  if (!(src.rank == 3 && src.data != nullptr && pool.rank == 4 && pool.data != nullptr))
+    fail(ctx,
+         "new rows " + src.describe() + " / pages " + pool.describe() +
+             " are not [rows, kv_heads, head_dim] / a rank-4 page pool",
+         "pass the new tokens token-major and the pool in its layout's shape");
   const std::int64_t rows = src.shape[0], G = src.shape[1], D = src.shape[2];
-  require(rows >= 0 && G > 0 && D > 0, ctx, "new rows have an empty head or head_dim dimension",
-          "pass kv_heads and head_dim >= 1");
-  require(is_storage_dtype(pool.dtype), ctx, "the page pool dtype is i32", "use f32, f16 or bf16 pages");
+  if (!(rows >= 0 && G > 0 && D > 0))
+    fail(ctx, "new rows have an empty head or head_dim dimension", "pass kv_heads and head_dim >= 1");
+  if (!is_storage_dtype(pool.dtype)) fail(ctx, "the page pool dtype is i32", "use f32, f16 or bf16 pages");
   const auto shape = pool_shape(c, G, D);
   if (!t.k_new.empty()) {
     check(ctx, "k_pages", t.k_pages, shape, pool.dtype, device);
@@ -248,11 +265,11 @@ void validate_paged_append(const PagedCacheSpec& c, const PagedAppendTensors& t,
     check(ctx, "v_pages", t.v_pages, shape, pool.dtype, device);
     check(ctx, "v_new", t.v_new, {rows, G, D}, pool.dtype, device);
   }
-  require(t.page_table.rank == 2 && t.page_table.data != nullptr, ctx,
-          "page_table is " + t.page_table.describe() + ", expected i32[batch, max_pages_per_seq]",
-          "pass one row of page indices per sequence");
+  if (!(t.page_table.rank == 2 && t.page_table.data != nullptr))
+    fail(ctx, "page_table is " + t.page_table.describe() + ", expected i32[batch, max_pages_per_seq]",
+         "pass one row of page indices per sequence");
   const std::int64_t B = t.page_table.shape[0];
-  require(B > 0, ctx, "page_table has no rows", "pass one row per sequence");
+  if (B <= 0) fail(ctx, "page_table has no rows", "pass one row per sequence");
   check(ctx, "page_table", t.page_table, {B, c.max_pages_per_seq}, DType::kI32, device);
   check(ctx, "cu_seqlens_new", t.cu_seqlens_new, {B + 1}, DType::kI32, device);
   check(ctx, "start_positions", t.start_positions, {B}, DType::kI32, device);
@@ -265,8 +282,9 @@ void validate_paged_append(const PagedCacheSpec& c, const PagedAppendTensors& t,
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t start = at(t.start_positions, b);
     const std::int64_t n = at(t.cu_seqlens_new, b + 1) - at(t.cu_seqlens_new, b);
-    require(start >= 0, ctx, "start_positions[" + std::to_string(b) + "]=" + std::to_string(start) + " is negative",
-            "pass the position of each sequence's first new token (its length before the append)");
+    if (start < 0)
+      fail(ctx, "start_positions[" + std::to_string(b) + "]=" + std::to_string(start) + " is negative",
+           "pass the position of each sequence's first new token (its length before the append)");
     if (n == 0) continue;
     const std::int64_t end = start + n;
     check_page(ctx, c, t.page_table, b, end - 1, end, "after the append its");  // table long enough, first
@@ -279,11 +297,12 @@ void validate_paged_append(const PagedCacheSpec& c, const PagedAppendTensors& t,
   }
   std::sort(slots.begin(), slots.end());
   const auto dup = std::adjacent_find(slots.begin(), slots.end());
-  require(dup == slots.end(), ctx,
-          "two new tokens would be written to the same slot (page " +
-              std::to_string(dup == slots.end() ? 0 : *dup / c.page_size) + ", slot " +
-              std::to_string(dup == slots.end() ? 0 : *dup % c.page_size) + ")",
-          "give each sequence its own pages for the positions it appends (copy a shared page before writing it)");
+  if (dup != slots.end())
+    fail(ctx,
+         "two new tokens would be written to the same slot (page " +
+             std::to_string(dup == slots.end() ? 0 : *dup / c.page_size) + ", slot " +
+             std::to_string(dup == slots.end() ? 0 : *dup % c.page_size) + ")",
+         "give each sequence its own pages for the positions it appends (copy a shared page before writing it)");
 }
 
 }  // namespace attnkit

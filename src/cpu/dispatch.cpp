@@ -12,10 +12,10 @@ namespace attnkit::cpu {
 namespace {
 
 void require_cpu_plan(const Target& target, const char* context) {
-  require(target.backend == Backend::kCpu, context,
-          std::string("the plan was made for the ") +
-              (target.backend == Backend::kCuda ? "cuda" : "cpu") + " backend",
-          "plan with cpu_target() to run on the CPU, or call the matching backend");
+  if (target.backend != Backend::kCpu)
+    fail(context,
+         std::string("the plan was made for the ") + (target.backend == Backend::kCuda ? "cuda" : "cpu") + " backend",
+         "plan with cpu_target() to run on the CPU, or call the matching backend");
 }
 
 }  // namespace

@@ -97,9 +97,10 @@ Isa selected_isa() {
     fail("cpu kernels", "ATTNKIT_CPU_ISA=" + name + " is not an instruction set attnkit knows",
          "set ATTNKIT_CPU_ISA to scalar, avx2, avx512, avx512bf16 or amx, or unset it to use the best this CPU has");
   }
-  require(isa_supported(isa), "cpu kernels", "ATTNKIT_CPU_ISA=" + name + " but this CPU does not support it",
-          "unset ATTNKIT_CPU_ISA or pick one of the supported sets (best here: " + std::string(isa_name(best_isa())) +
-              ")");
+  if (!isa_supported(isa))
+    fail("cpu kernels", "ATTNKIT_CPU_ISA=" + name + " but this CPU does not support it",
+         "unset ATTNKIT_CPU_ISA or pick one of the supported sets (best here: " + std::string(isa_name(best_isa())) +
+             ")");
   return isa;
 }
 

@@ -62,9 +62,9 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
   const DecodeProblem& p = plan.problem;
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
-  require(part.rows_per_block == G && part.sequence_splits >= 1 && part.keys_per_split >= 1 && part.tile_size >= 1,
-          "cpu::decode", "the plan's split_kv_decode partition does not pack the GQA group of " + std::to_string(G),
-          "plan with plan_decode(problem, cpu_target())");
+  if (!(part.rows_per_block == G && part.sequence_splits >= 1 && part.keys_per_split >= 1 && part.tile_size >= 1))
+    fail("cpu::decode", "the plan's split_kv_decode partition does not pack the GQA group of " + std::to_string(G),
+         "plan with plan_decode(problem, cpu_target())");
   const FastBodies& bodies = selected_fast_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split, tile = part.tile_size;
   const std::int64_t rows = p.batch * H;
@@ -78,13 +78,13 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
     const std::size_t floats = static_cast<std::size_t>(splits * rows * (d + 1));
     // cpu::decode has checked the workspace against the plan; this guards the layout used here
     // (the plan's (head_dim + 2) floats per state row leave room for the counters).
-    require(workspace.data != nullptr &&
-                workspace.bytes >= floats * sizeof(float) + static_cast<std::size_t>(units) * sizeof(std::int32_t),
-            "cpu::decode", "the workspace is smaller than the split states need",
-            "pass plan.evidence.workspace_bytes bytes of workspace");
-    require(reinterpret_cast<std::uintptr_t>(workspace.data) % alignof(float) == 0, "cpu::decode",
-            "the workspace is not aligned to 4 bytes (it holds f32 split states)",
-            "pass a workspace from malloc, new or a std::vector (any of them is aligned enough)");
+    if (!(workspace.data != nullptr &&
+          workspace.bytes >= floats * sizeof(float) + static_cast<std::size_t>(units) * sizeof(std::int32_t)))
+      fail("cpu::decode", "the workspace is smaller than the split states need",
+           "pass plan.evidence.workspace_bytes bytes of workspace");
+    if (!(reinterpret_cast<std::uintptr_t>(workspace.data) % alignof(float) == 0))
+      fail("cpu::decode", "the workspace is not aligned to 4 bytes (it holds f32 split states)",
+           "pass a workspace from malloc, new or a std::vector (any of them is aligned enough)");
     state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * rows * d;
     splits_done = reinterpret_cast<std::int32_t*>(state_lse + splits * rows);
@@ -169,9 +169,9 @@ void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
   const PrefillProblem& p = plan.problem;
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, KH = p.kv_heads;
-  require(part.sequence_splits == 1 && part.rows_per_block >= 1 && part.tile_size >= 1, "cpu::prefill",
-          "the plan's cooperative_tiled partition splits keys, which the CPU prefill kernel does not do",
-          "plan with plan_prefill(problem, cpu_target())");
+  if (!(part.sequence_splits == 1 && part.rows_per_block >= 1 && part.tile_size >= 1))
+    fail("cpu::prefill", "the plan's cooperative_tiled partition splits keys, which the CPU prefill kernel does not do",
+         "plan with plan_prefill(problem, cpu_target())");
   const FastBodies& bodies = selected_fast_bodies();
   const std::int64_t block_rows = part.rows_per_block, tile = part.tile_size;
   const bool ragged = !t.cu_seqlens_q.empty();

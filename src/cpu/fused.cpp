@@ -20,8 +20,8 @@ namespace attnkit::cpu {
 void fused_rope_append_decode(const DecodePlan& plan, const FusedDecodeTensors& t, const RopeSpec& rope,
                               Workspace workspace) {
   const char* ctx = "cpu::fused_rope_append_decode";
-  require(plan.target.backend == Backend::kCpu, ctx, "the plan was made for the cuda backend",
-          "plan with cpu_target() to run on the CPU");
+  if (plan.target.backend != Backend::kCpu)
+    fail(ctx, "the plan was made for the cuda backend", "plan with cpu_target() to run on the CPU");
   validate_fused(plan.problem, t, rope, DeviceKind::kCpu);
   validate_workspace(workspace, plan.evidence.workspace_bytes, DeviceKind::kCpu);
 

@@ -27,8 +27,9 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void require_cpu_plan(const Target& target, const char* context) {
-  require(target.backend == Backend::kCpu, context, "the plan was made for the cuda backend",
-          "plan with cpu_target() to run on the CPU, or call cuda::paged_decode");
+  if (target.backend != Backend::kCpu)
+    fail(context, "the plan was made for the cuda backend",
+         "plan with cpu_target() to run on the CPU, or call cuda::paged_decode");
 }
 
 }  // namespace
@@ -41,10 +42,10 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   const PagedDecodeProblem& p = plan.problem;
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
-  require(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
-              part.keys_per_split >= 1 && part.tile_size >= 1 && plan.gather_keys >= part.tile_size,
-          ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G),
-          "plan with plan_paged_decode(problem, cpu_target())");
+  if (!(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
+        part.keys_per_split >= 1 && part.tile_size >= 1 && plan.gather_keys >= part.tile_size))
+    fail(ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G),
+         "plan with plan_paged_decode(problem, cpu_target())");
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
   const std::int64_t tile = part.tile_size, chunk = plan.gather_keys;
@@ -54,8 +55,8 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   float* state_lse = nullptr;
   if (splits > 1) {
     const std::size_t floats = static_cast<std::size_t>(splits * rows * (d + 1));
-    require(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float), ctx,
-            "the workspace is smaller than the split states need", "pass plan.bounds.workspace_bytes bytes");
+    if (!(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float)))
+      fail(ctx, "the workspace is smaller than the split states need", "pass plan.bounds.workspace_bytes bytes");
     state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * rows * d;
   }

@@ -37,17 +37,18 @@ struct RowBlock {
 
 void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace) {
   const char* ctx = "cpu::extend";
-  require(plan.target.backend == Backend::kCpu, ctx, "the plan was made for the cuda backend",
-          "plan with cpu_target() to run on the CPU, or call cuda::extend");
+  if (plan.target.backend != Backend::kCpu)
+    fail(ctx, "the plan was made for the cuda backend",
+         "plan with cpu_target() to run on the CPU, or call cuda::extend");
   validate_extend(plan.problem, t, DeviceKind::kCpu);
   validate_workspace(workspace, plan.evidence.workspace_bytes, DeviceKind::kCpu);
   const ExtendProblem& p = plan.problem;
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
-  require(part.family == KernelFamily::kCooperativeTiled && part.rows_per_block >= 1 && part.tile_size >= 1 &&
-              part.sequence_splits >= 1 && part.keys_per_split >= 1 && plan.gather_keys >= part.tile_size,
-          ctx, "the plan's partition is not a CPU cooperative_tiled extend partition",
-          "plan with plan_extend(problem, cpu_target())");
+  if (!(part.family == KernelFamily::kCooperativeTiled && part.rows_per_block >= 1 && part.tile_size >= 1 &&
+        part.sequence_splits >= 1 && part.keys_per_split >= 1 && plan.gather_keys >= part.tile_size))
+    fail(ctx, "the plan's partition is not a CPU cooperative_tiled extend partition",
+         "plan with plan_extend(problem, cpu_target())");
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t R = part.rows_per_block, tile = part.tile_size, chunk = plan.gather_keys;
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
@@ -58,8 +59,8 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
   float* state_lse = nullptr;
   if (splits > 1) {
     const std::size_t floats = static_cast<std::size_t>(splits * state_rows * (d + 1));
-    require(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float), ctx,
-            "the workspace is smaller than the split states need", "pass plan.bounds.workspace_bytes bytes");
+    if (!(workspace.data != nullptr && workspace.bytes >= floats * sizeof(float)))
+      fail(ctx, "the workspace is smaller than the split states need", "pass plan.bounds.workspace_bytes bytes");
     state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * state_rows * d;
   }

@@ -34,11 +34,12 @@ std::int64_t read_i32(const TensorView& t, std::int64_t i) {
 }
 
 void require_host_input(const char* context, const char* name, const TensorView& t, int rank) {
-  require(t.data != nullptr && t.device == DeviceKind::kCpu, context,
-          std::string(name) + " is not a host tensor (" + t.describe() + ")",
-          "copy the inputs to host memory before calling the reference");
-  require(t.rank == rank, context, std::string(name) + " has rank " + std::to_string(t.rank),
-          "pass the shapes documented in tensors.hpp");
+  if (!(t.data != nullptr && t.device == DeviceKind::kCpu))
+    fail(context, std::string(name) + " is not a host tensor (" + t.describe() + ")",
+         "copy the inputs to host memory before calling the reference");
+  if (t.rank != rank)
+    fail(context, std::string(name) + " has rank " + std::to_string(t.rank),
+         "pass the shapes documented in tensors.hpp");
 }
 
 // One query row against its keys [begin, end) of one KV head. `key_at(j)` and `value_at(j, d)`
@@ -85,8 +86,8 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
   std::vector<double> q(static_cast<std::size_t>(D));
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t len = read_i32(t.lengths, b);
-    require(len >= 0 && len <= p.max_seq, ctx, "lengths[" + std::to_string(b) + "] is outside 0..max_seq",
-            "pass valid lengths");
+    if (!(len >= 0 && len <= p.max_seq))
+      fail(ctx, "lengths[" + std::to_string(b) + "] is outside 0..max_seq", "pass valid lengths");
     // The query is the newest token: position len - 1, sees keys [len - window, len).
     const KeyRange keys = visible_keys(len - 1, len, true, p.options.window);
     for (std::int64_t h = 0; h < H; ++h) {
@@ -161,13 +162,14 @@ Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
 }
 
 void rope(double* x, std::int64_t head_dim, std::int64_t pos, const RopeSpec& spec) {
-  require(head_dim > 0 && head_dim % 2 == 0, "reference::rope", "head_dim=" + std::to_string(head_dim) + " is not even",
-          "use an even head_dim");
-  require(pos >= 0, "reference::rope", "position " + std::to_string(pos) + " is negative", "pass positions >= 0");
+  if (!(head_dim > 0 && head_dim % 2 == 0))
+    fail("reference::rope", "head_dim=" + std::to_string(head_dim) + " is not even", "use an even head_dim");
+  if (pos < 0) fail("reference::rope", "position " + std::to_string(pos) + " is negative", "pass positions >= 0");
   const bool tables = spec.cos_table != nullptr;
-  require(!tables || pos < spec.table_positions, "reference::rope",
-          "position " + std::to_string(pos) + " is beyond the tables (" + std::to_string(spec.table_positions) + ")",
-          "extend the cos/sin tables");
+  if (tables && pos >= spec.table_positions)
+    fail("reference::rope",
+         "position " + std::to_string(pos) + " is beyond the tables (" + std::to_string(spec.table_positions) + ")",
+         "extend the cos/sin tables");
   const std::int64_t half = head_dim / 2;
   for (std::int64_t i = 0; i < half; ++i) {
     double c, s;

@@ -27,9 +27,9 @@ std::int64_t read_i32(const TensorView& t, std::int64_t i) {
 }
 
 void require_host(const char* ctx, const char* name, const TensorView& t, int rank) {
-  require(t.data != nullptr && t.device == DeviceKind::kCpu && t.rank == rank, ctx,
-          std::string(name) + " is not a rank-" + std::to_string(rank) + " host tensor (" + t.describe() + ")",
-          "copy the inputs to host memory and pass the shapes of paged.hpp");
+  if (!(t.data != nullptr && t.device == DeviceKind::kCpu && t.rank == rank))
+    fail(ctx, std::string(name) + " is not a rank-" + std::to_string(rank) + " host tensor (" + t.describe() + ")",
+         "copy the inputs to host memory and pass the shapes of paged.hpp");
 }
 
 // Element offset of (key j, KV head h, dim 0) of sequence b in a pool.
@@ -123,18 +123,19 @@ Result extend(const ExtendProblem& p, const ExtendTensors& t) {
   require_host_cache(ctx, t.cache);
   validate_paged_indices_host(p.cache, t.cache.page_table, t.cache.lengths, p.batch, p.cache.capacity(), ctx);
   const std::int64_t rows = read_i32(t.cu_seqlens_q, p.batch);
-  require(rows >= 0 && rows <= t.q.shape[0], ctx, "cu_seqlens_q[batch] is outside the rows of q",
-          "pass valid prefix offsets");
+  if (!(rows >= 0 && rows <= t.q.shape[0]))
+    fail(ctx, "cu_seqlens_q[batch] is outside the rows of q", "pass valid prefix offsets");
   Result r;
   r.out.assign(static_cast<std::size_t>(rows * p.num_heads * p.head_dim), 0.0);
   r.lse.assign(static_cast<std::size_t>(rows * p.num_heads), kNegInf);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t row0 = read_i32(t.cu_seqlens_q, b), q_len = read_i32(t.cu_seqlens_q, b + 1) - row0;
     const std::int64_t len = read_i32(t.cache.lengths, b);
-    require(q_len >= 0 && q_len <= len, ctx,
-            "sequence " + std::to_string(b) + " has " + std::to_string(q_len) + " query rows and " +
-                std::to_string(len) + " keys",
-            "pass non-decreasing offsets and q rows <= keys per sequence");
+    if (!(q_len >= 0 && q_len <= len))
+      fail(ctx,
+           "sequence " + std::to_string(b) + " has " + std::to_string(q_len) + " query rows and " +
+               std::to_string(len) + " keys",
+           "pass non-decreasing offsets and q rows <= keys per sequence");
     attend_sequence(p.cache, p.num_heads, p.group_size(), p.head_dim, p.effective_scale(), p.options.softcap,
                     p.options.window, t.q, t.cache, b, row0, q_len, len, r);
   }

@@ -28,11 +28,12 @@ constexpr double kH100ReadBytesPerS = 3.35e12;
 // The plan must be a CUDA split-KV plan whose partition matches decode_geometry.hpp.
 void check_plan(const DecodePlan& plan, const char* ctx) {
   const WorkPartition& w = plan.partition;
-  require(plan.target.backend == Backend::kCuda, ctx, "the plan was made for the " + to_string(plan.target.backend) +
-                                                          " backend",
-          "plan with attnkit::cuda::target() (or known_target(\"h200\"))");
-  require(w.family == KernelFamily::kSplitKvDecode, ctx, "the plan's family is " + to_string(w.family),
-          "plan the CUDA decode with KernelFamily::kSplitKvDecode (or no family)");
+  if (plan.target.backend != Backend::kCuda)
+    fail(ctx, "the plan was made for the " + to_string(plan.target.backend) + " backend",
+         "plan with attnkit::cuda::target() (or known_target(\"h200\"))");
+  if (w.family != KernelFamily::kSplitKvDecode)
+    fail(ctx, "the plan's family is " + to_string(w.family),
+         "plan the CUDA decode with KernelFamily::kSplitKvDecode (or no family)");
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(plan.problem.kv_dtype));
   const std::int64_t rows = std::min<std::int64_t>(plan.problem.group_size(), geo::max_rows_per_block(kv_bytes));
   const int chunks = geo::head_chunks(rows, kv_bytes);
@@ -46,8 +47,9 @@ void check_plan(const DecodePlan& plan, const char* ctx) {
                           w.keys_per_split % w.tile_size == 0 &&
                           (w.merge_cluster == 0 || (w.merge_cluster == w.sequence_splits && w.merge_cluster >= 2 &&
                                                     w.merge_cluster <= static_cast<unsigned>(geo::kMaxClusterSplits)));
-  require(consistent, ctx, "the plan's partition does not match this build's decode kernel",
-          "make the plan with attnkit::plan_decode of this build and do not edit its partition");
+  if (!consistent)
+    fail(ctx, "the plan's partition does not match this build's decode kernel",
+         "make the plan with attnkit::plan_decode of this build and do not edit its partition");
 }
 
 DecodeParams base_params(const DecodePlan& plan) {
@@ -113,22 +115,23 @@ void set_workspace(DecodeParams& p, const DecodePlan& plan, const Workspace& ws,
   if (p.splits <= 1 || p.cluster_merge) return;  // cluster merges keep their states in shared memory
   const std::uint64_t rows = static_cast<std::uint64_t>(p.batch) * static_cast<std::uint64_t>(p.num_heads);
   const std::uint64_t needed = static_cast<std::uint64_t>(p.splits) * rows * (static_cast<std::uint64_t>(p.head_dim) + 1) * 4;
-  require(needed <= plan.evidence.workspace_bytes && needed <= ws.bytes, ctx,
-          "the split states need " + std::to_string(needed) + " bytes, the plan reports " +
-              std::to_string(plan.evidence.workspace_bytes) + " and the workspace has " + std::to_string(ws.bytes),
-          "pass a device workspace of at least plan.evidence.workspace_bytes bytes from this build's planner");
+  if (!(needed <= plan.evidence.workspace_bytes && needed <= ws.bytes))
+    fail(ctx,
+         "the split states need " + std::to_string(needed) + " bytes, the plan reports " +
+             std::to_string(plan.evidence.workspace_bytes) + " and the workspace has " + std::to_string(ws.bytes),
+         "pass a device workspace of at least plan.evidence.workspace_bytes bytes from this build's planner");
   cuda_common::require_device_memory(ws.data, ctx, "workspace");
-  require(reinterpret_cast<std::uintptr_t>(ws.data) % 16 == 0, ctx, "the workspace is not 16-byte aligned",
-          "pass a workspace from cudaMalloc (256-byte aligned)");
+  if (!(reinterpret_cast<std::uintptr_t>(ws.data) % 16 == 0))
+    fail(ctx, "the workspace is not 16-byte aligned", "pass a workspace from cudaMalloc (256-byte aligned)");
   p.partial_out = static_cast<float*>(ws.data);
   p.partial_lse = p.partial_out + static_cast<std::uint64_t>(p.splits) * rows * static_cast<std::uint64_t>(p.head_dim);
 }
 
 void require_small_enough(const DecodePlan& plan, const char* ctx) {
   const DecodeProblem& pr = plan.problem;
-  require(pr.max_seq < (1ll << 31) && pr.batch * pr.kv_heads * plan.partition.sequence_splits < (1ll << 31), ctx,
-          "the problem exceeds the kernel's 32-bit key and block indices",
-          "split the batch into smaller calls (max_seq and blocks below 2^31)");
+  if (!(pr.max_seq < (1ll << 31) && pr.batch * pr.kv_heads * plan.partition.sequence_splits < (1ll << 31)))
+    fail(ctx, "the problem exceeds the kernel's 32-bit key and block indices",
+         "split the batch into smaller calls (max_seq and blocks below 2^31)");
 }
 
 void launch(const DecodeParams& p, DType kv_dtype, Stream stream) {

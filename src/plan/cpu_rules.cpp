@@ -55,8 +55,9 @@ std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 std::uint64_t div_up(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
 std::uint32_t u32(std::uint64_t v, const char* ctx, const char* what) {
-  require(v <= 0xffffffffull, ctx, std::string(what) + " = " + std::to_string(v) + " overflows 32 bits",
-          "use smaller dimensions (or split the call into smaller batches / shorter sequences)");
+  if (v > 0xffffffffull)
+    fail(ctx, std::string(what) + " = " + std::to_string(v) + " overflows 32 bits",
+         "use smaller dimensions (or split the call into smaller batches / shorter sequences)");
   return static_cast<std::uint32_t>(v);
 }
 
@@ -147,9 +148,10 @@ KeySplits balanced_key_splits(std::uint64_t units, std::uint64_t keys, std::uint
 }  // namespace
 
 void require_cpu_prefill_dtype(DType dtype, const char* context) {
-  require(!is_fp8(dtype), context, "e4m3 prefill runs on the CUDA backend on Hopper (sm_90) only, not on the CPU",
-          "plan with backend cuda (cuda::target() on an H100/H200, or known_target(\"h200\")), or use f16/bf16/f32 "
-          "inputs");
+  if (is_fp8(dtype))
+    fail(context, "e4m3 prefill runs on the CUDA backend on Hopper (sm_90) only, not on the CPU",
+         "plan with backend cuda (cuda::target() on an H100/H200, or known_target(\"h200\")), or use f16/bf16/f32 "
+         "inputs");
 }
 
 void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,

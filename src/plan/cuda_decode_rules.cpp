@@ -86,16 +86,16 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
     fail(ctx, "the CUDA backend has only the split_kv_decode family for decode, got " + to_string(*requested),
          "plan without a family or with KernelFamily::kSplitKvDecode");
   }
-  require(pr.head_dim % 8 == 0 && pr.head_dim >= 8 && pr.head_dim <= 256, ctx,
-          "head_dim=" + std::to_string(pr.head_dim) + " is not a multiple of 8 in [8, 256]",
-          "use a head_dim that is a multiple of 8, at most 256");
+  if (!(pr.head_dim % 8 == 0 && pr.head_dim >= 8 && pr.head_dim <= 256))
+    fail(ctx, "head_dim=" + std::to_string(pr.head_dim) + " is not a multiple of 8 in [8, 256]",
+         "use a head_dim that is a multiple of 8, at most 256");
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
-  require(pr.q_dtype == pr.kv_dtype || pr.q_dtype == DType::kF32, ctx,
-          "q dtype " + std::string(dtype_name(pr.q_dtype)) + " is neither the KV dtype nor f32",
-          "pass q in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
-  require(pr.out_dtype == pr.kv_dtype || pr.out_dtype == DType::kF32, ctx,
-          "out dtype " + std::string(dtype_name(pr.out_dtype)) + " is neither the KV dtype nor f32",
-          "ask for out in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
+  if (!(pr.q_dtype == pr.kv_dtype || pr.q_dtype == DType::kF32))
+    fail(ctx, "q dtype " + std::string(dtype_name(pr.q_dtype)) + " is neither the KV dtype nor f32",
+         "pass q in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
+  if (!(pr.out_dtype == pr.kv_dtype || pr.out_dtype == DType::kF32))
+    fail(ctx, "out dtype " + std::string(dtype_name(pr.out_dtype)) + " is neither the KV dtype nor f32",
+         "ask for out in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
 
   const int sm_count = t.sm_count > 0 ? t.sm_count : kDefaultSmCount;
   const std::int64_t smem_block = t.shared_bytes_per_block > 0 ? t.shared_bytes_per_block : kDefaultSharedPerBlock;
@@ -145,10 +145,11 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                smem_block - geo::kStaticSharedBytes - geo::shared_bytes(capacity, tile, 0, kv_bytes, rows, key_warps));
   int stages = static_cast<int>(std::clamp<std::int64_t>(budget / stage_bytes, 2, geo::kMaxStages));
   std::int64_t smem = geo::shared_bytes(capacity, tile, stages, kv_bytes, rows, key_warps);
-  require(smem + geo::kStaticSharedBytes <= smem_block, ctx,
-          "the block needs " + std::to_string(smem + geo::kStaticSharedBytes) + " bytes of shared memory, the target allows " +
-              std::to_string(smem_block),
-          "use a smaller head_dim or fewer query heads per KV head");
+  if (smem + geo::kStaticSharedBytes > smem_block)
+    fail(ctx,
+         "the block needs " + std::to_string(smem + geo::kStaticSharedBytes) +
+             " bytes of shared memory, the target allows " + std::to_string(smem_block),
+         "use a smaller head_dim or fewer query heads per KV head");
 
   const std::int64_t per_sm = cuda_decode_blocks_per_sm(t, smem, static_cast<int>(threads / 32), hpw, capacity, kv_bytes);
   const std::int64_t wave = per_sm * sm_count;

@@ -46,8 +46,9 @@ constexpr std::uint64_t kMergeTiles = 3;
 std::uint64_t sm_count_of(const Target& t) { return t.sm_count > 0 ? static_cast<std::uint64_t>(t.sm_count) : 132; }
 
 std::uint32_t to_u32(std::uint64_t v, const char* what) {
-  require(v <= UINT32_MAX, kContext, std::string(what) + "=" + std::to_string(v) + " does not fit 32 bits",
-          "split the call into smaller batches or shorter sequences");
+  if (v > UINT32_MAX)
+    fail(kContext, std::string(what) + "=" + std::to_string(v) + " does not fit 32 bits",
+         "split the call into smaller batches or shorter sequences");
   return static_cast<std::uint32_t>(v);
 }
 
@@ -107,11 +108,12 @@ void partition_cooperative(const PrefillProblem& p, const Target& t, const Kerne
                    "cooperative-tiled)",
          "plan with cooperative-tiled (or leave the family unset), or run scalar-online on the CPU");
   }
-  require(out_ok, kContext,
-          "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
-          "use out_dtype equal to the input dtype, or f32");
-  require(p.head_dim <= cuda_prefill::kSimtMaxHeadDim, kContext,
-          "head_dim=" + std::to_string(p.head_dim) + " is above 256", "use head_dim <= 256");
+  if (!out_ok)
+    fail(kContext,
+         "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
+         "use out_dtype equal to the input dtype, or f32");
+  if (p.head_dim > cuda_prefill::kSimtMaxHeadDim)
+    fail(kContext, "head_dim=" + std::to_string(p.head_dim) + " is above 256", "use head_dim <= 256");
 
   if (!half_inputs || config == nullptr) {
     reasons.push_back(!half_inputs ? "inputs are " + std::string(dtype_name(p.dtype)) +
@@ -335,8 +337,9 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
                                                static_cast<std::uint64_t>(packed ? p.kv_heads : p.num_heads), kContext,
                                                "(sequence, head) pairs");  // packed: (sequence, KV head)
   const std::uint64_t work_tiles = checked_mul(q_tiles, tile_pairs, kContext, "work tiles");
-  require(work_tiles <= INT32_MAX, kContext, std::to_string(work_tiles) + " work tiles do not fit 31 bits",
-          "split the call into smaller batches");
+  if (work_tiles > INT32_MAX)
+    fail(kContext, std::to_string(work_tiles) + " work tiles do not fit 31 bits",
+         "split the call into smaller batches");
   const std::uint64_t sms = sm_count_of(t);
   part = WorkPartition{};
   part.family = KernelFamily::kWarpSpecializedWgmma;
@@ -392,9 +395,9 @@ void partition_hopper(const PrefillProblem& p, const Target& t, const cuda_prefi
   const std::uint64_t work_units =
       splits > 1 ? checked_mul(work_tiles, splits, kContext, "work units")
                  : checked_mul(div_ceil(q_tiles, std::uint64_t{part.tiles_per_unit}), tile_pairs, kContext, "work units");
-  require(work_units <= static_cast<std::uint64_t>(hop::kMaxWalkUnits), kContext,
-          std::to_string(work_units) + " work units exceed the walk's " + std::to_string(hop::kMaxWalkUnits),
-          "split the call into smaller batches");
+  if (!(work_units <= static_cast<std::uint64_t>(hop::kMaxWalkUnits)))
+    fail(kContext, std::to_string(work_units) + " work units exceed the walk's " + std::to_string(hop::kMaxWalkUnits),
+         "split the call into smaller batches");
   part.grid_blocks = std::min(work_units, sms);
   // Order of the persistent walk: groups of (sequence, head) pairs whose K/V fit in a share of L2
   // (kL2GroupBytes); inside a group the query tiles of all its heads interleave, longest first, so
@@ -510,24 +513,28 @@ void partition_fp8(const PrefillProblem& p, const Target& t, const KernelFamily*
                    std::vector<std::string>& reasons) {
   namespace hop = cuda_prefill_hopper;
   const std::string fallback = "or use f16/bf16 inputs";
-  require(requested == nullptr || *requested == KernelFamily::kWarpSpecializedWgmma, kContext,
-          "e4m3 inputs run only on warp_specialized_wgmma, " + to_string(requested ? *requested : part.family) +
-              " has no fp8 kernel",
-          "leave the family unset (or request warp_specialized_wgmma), " + fallback);
-  require(is_hopper(t), kContext,
-          "e4m3 prefill needs a Hopper GPU (sm_90), the target is " + t.name + " (sm_" + std::to_string(t.cc_major) +
-              std::to_string(t.cc_minor) + ")",
-          "run on an H100/H200 (plan for one with known_target(\"h200\")), " + fallback);
+  if (!(requested == nullptr || *requested == KernelFamily::kWarpSpecializedWgmma))
+    fail(kContext,
+         "e4m3 inputs run only on warp_specialized_wgmma, " + to_string(requested ? *requested : part.family) +
+             " has no fp8 kernel",
+         "leave the family unset (or request warp_specialized_wgmma), " + fallback);
+  if (!is_hopper(t))
+    fail(kContext,
+         "e4m3 prefill needs a Hopper GPU (sm_90), the target is " + t.name + " (sm_" + std::to_string(t.cc_major) +
+             std::to_string(t.cc_minor) + ")",
+         "run on an H100/H200 (plan for one with known_target(\"h200\")), " + fallback);
   const hop::HopperConfig* config = hop::find_hopper_fp8_config(p.head_dim);
   std::string supported;
   for (const hop::HopperConfig& c : hop::kHopperFp8Configs) {
     supported += (supported.empty() ? "" : ", ") + std::to_string(c.head_dim);
   }
-  require(config != nullptr, kContext,
-          "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim) + " (e4m3 prefill has head_dim " + supported + ")",
-          "use head_dim " + supported + ", " + fallback);
-  require(p.options.softcap == 0.0f, kContext, "e4m3 prefill has no soft-cap",
-          "pass softcap=0, " + fallback + " (the tiled family has the soft-cap)");
+  if (config == nullptr)
+    fail(kContext,
+         "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim) + " (e4m3 prefill has head_dim " + supported + ")",
+         "use head_dim " + supported + ", " + fallback);
+  if (p.options.softcap != 0.0f)
+    fail(kContext, "e4m3 prefill has no soft-cap",
+         "pass softcap=0, " + fallback + " (the tiled family has the soft-cap)");
   partition_hopper(p, t, *config, part, reasons);
   const std::uint64_t sms = sm_count_of(t);
   if (part.grid_blocks < sms) {
@@ -543,9 +550,11 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
                             WorkPartition& part, std::vector<std::string>& reasons) {
   // The GPU kernels hold positions (and TMA coordinates) in 32 bits, with room for a tile past the end.
   constexpr std::int64_t kMaxLen = std::int64_t{1} << 30;
-  require(p.q_len <= kMaxLen && p.kv_len <= kMaxLen, kContext,
-          "q_len=" + std::to_string(p.q_len) + ", kv_len=" + std::to_string(p.kv_len) + ": the GPU kernels take at most 2^30",
-          "split the sequence into chunks of at most 2^30 tokens and merge their states");
+  if (!(p.q_len <= kMaxLen && p.kv_len <= kMaxLen))
+    fail(kContext,
+         "q_len=" + std::to_string(p.q_len) + ", kv_len=" + std::to_string(p.kv_len) +
+             ": the GPU kernels take at most 2^30",
+         "split the sequence into chunks of at most 2^30 tokens and merge their states");
   if (is_fp8(p.dtype)) {
     partition_fp8(p, t, requested, part, reasons);
     return;
@@ -554,19 +563,24 @@ void partition_cuda_prefill(const PrefillProblem& p, const Target& t, const Kern
   const bool half_inputs = p.dtype == DType::kF16 || p.dtype == DType::kBF16;
   const bool out_ok = p.out_dtype == p.dtype || p.out_dtype == DType::kF32;
   if (requested != nullptr && *requested == KernelFamily::kWarpSpecializedWgmma) {
-    require(is_hopper(t), kContext,
-            "warp_specialized_wgmma needs a Hopper GPU (sm_90), the target is " + t.name + " (sm_" +
-                std::to_string(t.cc_major) + std::to_string(t.cc_minor) + ")",
-            "plan with cooperative_tiled (or leave the family unset)");
-    require(half_inputs, kContext, "warp_specialized_wgmma takes f16 or bf16 inputs, got " + std::string(dtype_name(p.dtype)),
-            "plan f32 inputs with cooperative_tiled (or leave the family unset)");
-    require(hopper != nullptr, kContext, "no Hopper config for head_dim=" + std::to_string(p.head_dim) + " (64, 128, 256)",
-            "plan with cooperative_tiled (or leave the family unset)");
-    require(p.options.softcap == 0.0f, kContext, "warp_specialized_wgmma has no soft-cap",
-            "plan with cooperative_tiled (or leave the family unset)");
-    require(out_ok, kContext,
-            "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
-            "use out_dtype equal to the input dtype, or f32");
+    if (!is_hopper(t))
+      fail(kContext,
+           "warp_specialized_wgmma needs a Hopper GPU (sm_90), the target is " + t.name + " (sm_" +
+               std::to_string(t.cc_major) + std::to_string(t.cc_minor) + ")",
+           "plan with cooperative_tiled (or leave the family unset)");
+    if (!half_inputs)
+      fail(kContext, "warp_specialized_wgmma takes f16 or bf16 inputs, got " + std::string(dtype_name(p.dtype)),
+           "plan f32 inputs with cooperative_tiled (or leave the family unset)");
+    if (hopper == nullptr)
+      fail(kContext, "no Hopper config for head_dim=" + std::to_string(p.head_dim) + " (64, 128, 256)",
+           "plan with cooperative_tiled (or leave the family unset)");
+    if (p.options.softcap != 0.0f)
+      fail(kContext, "warp_specialized_wgmma has no soft-cap",
+           "plan with cooperative_tiled (or leave the family unset)");
+    if (!out_ok)
+      fail(kContext,
+           "out_dtype=" + std::string(dtype_name(p.out_dtype)) + " with inputs " + std::string(dtype_name(p.dtype)),
+           "use out_dtype equal to the input dtype, or f32");
     partition_hopper(p, t, *hopper, part, reasons);
     return;
   }

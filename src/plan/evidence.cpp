@@ -132,7 +132,8 @@ Evidence compute_prefill_evidence(const PrefillProblem& pr, const WorkPartition&
   // e4m3 on the Hopper family: the transpose pass reads all of V and writes V^T (rows padded to
   // whole 128-key tiles); the kernel then reads V^T where kv_bytes counted V. No key splits.
   const bool vt_staging = is_fp8(pr.dtype) && p.family == KernelFamily::kWarpSpecializedWgmma;
-  require(!vt_staging || states == 0, ctx, "an e4m3 plan splits keys", "plan e4m3 with the Hopper family, which does not");
+  if (vt_staging && states != 0)
+    fail(ctx, "an e4m3 plan splits keys", "plan e4m3 with the Hopper family, which does not");
   const std::uint64_t v_stage_read =
       vt_staging ? checked_product({u(pr.batch), u(pr.kv_heads), u(pr.kv_len), hd, in_size}, ctx, "V staging bytes") : 0;
   const std::uint64_t vt_bytes =

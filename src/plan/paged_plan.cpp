@@ -85,10 +85,11 @@ void require_paged_shared_fits(const WorkPartition& p, std::int64_t head_dim, DT
                         kv_bytes, p.rows_per_block, geo::key_warps_of(p.warps_per_block, chunks)) +
       geo::paged_extra_bytes(static_cast<int>(p.tile_size), static_cast<int>(p.pipeline_stages), p.rows_per_block) + geo::kStaticSharedBytes;
   const std::int64_t limit = t.shared_bytes_per_block > 0 ? t.shared_bytes_per_block : std::int64_t{227} << 10;
-  require(bytes <= limit, ctx,
-          "the paged kernel needs " + std::to_string(bytes) + " bytes of shared memory per block, the target allows " +
-              std::to_string(limit),
-          "use a smaller head_dim or fewer query heads per KV head");
+  if (bytes > limit)
+    fail(ctx,
+         "the paged kernel needs " + std::to_string(bytes) + " bytes of shared memory per block, the target allows " +
+             std::to_string(limit),
+         "use a smaller head_dim or fewer query heads per KV head");
 }
 
 // Blocks of the paged kernel one SM holds at once (its shared memory includes the page-row
@@ -299,9 +300,9 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   } else {
     detail::partition_cuda_decode(d, target, nullptr, plan.partition, plan.reasons, detail::DecodeCache::kPaged);
   }
-  require(plan.partition.family == KernelFamily::kSplitKvDecode, ctx,
-          "the decode rules chose " + to_string(plan.partition.family) + ", which has no paged kernel",
-          "paged decode runs the split_kv_decode family; fix the rules");
+  if (plan.partition.family != KernelFamily::kSplitKvDecode)
+    fail(ctx, "the decode rules chose " + to_string(plan.partition.family) + ", which has no paged kernel",
+         "paged decode runs the split_kv_decode family; fix the rules");
   if (target.backend == Backend::kCuda) {
     split_for_short_pages(plan, target, plan.partition, plan.reasons);
     split_for_ragged_batches(problem, target, plan.partition, plan.reasons);
@@ -388,8 +389,9 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   }
   const KernelFamily family =
       target.backend == Backend::kCpu ? KernelFamily::kCooperativeTiled : KernelFamily::kSplitKvDecode;
-  require(p.family == family, ctx, "the rules chose " + to_string(p.family) + ", which has no extend kernel",
-          "extend runs the " + to_string(family) + " family on this backend; fix the rules");
+  if (p.family != family)
+    fail(ctx, "the rules chose " + to_string(p.family) + ", which has no extend kernel",
+         "extend runs the " + to_string(family) + " family on this backend; fix the rules");
   plan.evidence = target.backend == Backend::kCpu ? detail::compute_prefill_evidence(pre, p, target)
                                                   : detail::compute_decode_evidence(packed_decode(problem), p, target);
   add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);

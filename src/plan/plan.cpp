@@ -18,40 +18,40 @@ const char* job_name(Job job) { return job == Job::kDecode ? "plan_decode" : "pl
 void require_family_available(const Target& target, Job job, const KernelFamily* requested) {
   if (requested == nullptr) return;
   const auto& families = detail::backend_families(target.backend, job);
-  require(detail::backend_has_family(target.backend, job, *requested), job_name(job),
-          "the " + to_string(target.backend) + " backend has no " + to_string(*requested) + " kernel for " +
-              (job == Job::kDecode ? "decode" : "prefill"),
-          "request one of: " + detail::family_list(families) + " (or leave the family unset to let the planner choose)");
+  if (!detail::backend_has_family(target.backend, job, *requested))
+    fail(job_name(job),
+         "the " + to_string(target.backend) + " backend has no " + to_string(*requested) + " kernel for " +
+             (job == Job::kDecode ? "decode" : "prefill"),
+         "request one of: " + detail::family_list(families) + " (or leave the family unset to let the planner choose)");
 }
 
 // The rules belong to other owners; a partition the kernels cannot run must not leave the planner.
 void check_partition(const Target& target, Job job, const KernelFamily* requested, const WorkPartition& p) {
   const char* ctx = job_name(job);
   const std::string rules = to_string(target.backend) + " partition rules";
-  require(detail::backend_has_family(target.backend, job, p.family), ctx,
-          rules + " chose " + to_string(p.family) + ", which this backend does not implement",
-          "fix the rules or add the family to src/plan/families.cpp");
+  if (!detail::backend_has_family(target.backend, job, p.family))
+    fail(ctx, rules + " chose " + to_string(p.family) + ", which this backend does not implement",
+         "fix the rules or add the family to src/plan/families.cpp");
   if (requested != nullptr && p.family != *requested) {
     fail(ctx, rules + " chose " + to_string(p.family) + " although " + to_string(*requested) + " was requested",
          "make the rules honour the requested family");
   }
-  require(p.tile_size >= 1 && p.sequence_splits >= 1 && p.rows_per_block >= 1, ctx,
-          rules + " left tile_size, sequence_splits or rows_per_block at 0",
-          "set each to at least 1 in the rules");
+  if (!(p.tile_size >= 1 && p.sequence_splits >= 1 && p.rows_per_block >= 1))
+    fail(ctx, rules + " left tile_size, sequence_splits or rows_per_block at 0", "set each to at least 1 in the rules");
 }
 
 // A hand-built target must describe a machine the rules' arithmetic can hold.
 void validate_target(const char* ctx, const Target& target) {
   constexpr int kMaxUnits = 1 << 20;
-  require(target.threads >= 0 && target.threads <= kMaxUnits, ctx,
-          "target threads=" + std::to_string(target.threads) + " is outside 0..2^20",
-          "pass a thread count the machine has (0 = all)");
-  require(target.sm_count >= 0 && target.sm_count <= kMaxUnits, ctx,
-          "target sm_count=" + std::to_string(target.sm_count) + " is outside 0..2^20",
-          "use cuda::target() or known_target() rather than a hand-built target");
-  require(target.cache_bytes >= 0 && target.shared_bytes_per_block >= 0 && target.shared_bytes_per_sm >= 0 &&
-              target.max_threads_per_sm >= 0,
-          ctx, "the target has a negative size", "use cuda::target(), cpu_target() or known_target()");
+  if (!(target.threads >= 0 && target.threads <= kMaxUnits))
+    fail(ctx, "target threads=" + std::to_string(target.threads) + " is outside 0..2^20",
+         "pass a thread count the machine has (0 = all)");
+  if (!(target.sm_count >= 0 && target.sm_count <= kMaxUnits))
+    fail(ctx, "target sm_count=" + std::to_string(target.sm_count) + " is outside 0..2^20",
+         "use cuda::target() or known_target() rather than a hand-built target");
+  if (!(target.cache_bytes >= 0 && target.shared_bytes_per_block >= 0 && target.shared_bytes_per_sm >= 0 &&
+        target.max_threads_per_sm >= 0))
+    fail(ctx, "the target has a negative size", "use cuda::target(), cpu_target() or known_target()");
 }
 
 DecodePlan plan_decode_impl(const DecodeProblem& problem, const Target& target, const KernelFamily* requested) {

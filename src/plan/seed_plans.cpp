@@ -27,8 +27,8 @@ using detail::checked_product;
 using detail::checked_sum;
 
 std::uint32_t validate_attention_dims(const char* context, std::uint32_t seq_len, std::uint32_t head_dim) {
-  require(seq_len > 0, context, "seq_len=0 is invalid: empty sequence", "pass seq_len >= 1");
-  require(head_dim > 0, context, "head_dim=0 is invalid: empty head dimension", "pass head_dim >= 1");
+  if (seq_len <= 0) fail(context, "seq_len=0 is invalid: empty sequence", "pass seq_len >= 1");
+  if (head_dim <= 0) fail(context, "head_dim=0 is invalid: empty head dimension", "pass head_dim >= 1");
   return checked_mul<std::uint32_t>(seq_len, head_dim, context, "seq_len * head_dim (u32)");
 }
 
@@ -100,7 +100,7 @@ FlashAttentionWorkPlan plan_flash_attention_tiled(std::uint32_t seq_len, std::ui
   plan.seq_len = seq_len;
   plan.head_dim = head_dim;
   plan.logical_elements = validate_attention_dims(ctx, seq_len, head_dim);
-  require(tile_size > 0, ctx, "tile_size=0 is invalid", "pass tile_size >= 1 (keys per tile, e.g. 64)");
+  if (tile_size <= 0) fail(ctx, "tile_size=0 is invalid", "pass tile_size >= 1 (keys per tile, e.g. 64)");
 
   WorkPartition& p = plan.partition;
   p.family = KernelFamily::kCooperativeTiled;

@@ -48,10 +48,11 @@ std::uint64_t u64(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 }  // namespace
 
 int ShardedDecodePlan::owner(std::int64_t position) const {
-  require(position >= 0 && position < problem.decode.max_seq, "sharded decode",
-          "position " + std::to_string(position) + " is outside the cache [0, " +
-              std::to_string(problem.decode.max_seq) + ")",
-          "append only below the problem's max_seq (plan a larger max_seq for longer contexts)");
+  if (!(position >= 0 && position < problem.decode.max_seq))
+    fail("sharded decode",
+         "position " + std::to_string(position) + " is outside the cache [0, " +
+             std::to_string(problem.decode.max_seq) + ")",
+         "append only below the problem's max_seq (plan a larger max_seq for longer contexts)");
   for (const ShardSpec& s : shards) {
     if (position >= s.begin && position < s.end()) return s.index;
   }
@@ -59,12 +60,14 @@ int ShardedDecodePlan::owner(std::int64_t position) const {
 }
 
 ShardSlice shard_slice(const ShardedDecodePlan& plan, int shard, std::int64_t global_length) {
-  require(shard >= 0 && shard < plan.shard_count(), "shard_slice", "shard " + std::to_string(shard) + " does not exist",
-          "pass 0 <= shard < " + std::to_string(plan.shard_count()));
-  require(global_length >= 0 && global_length <= plan.problem.decode.max_seq, "shard_slice",
-          "length " + std::to_string(global_length) + " is outside [0, max_seq=" +
-              std::to_string(plan.problem.decode.max_seq) + "]",
-          "pass the sequence's current length, at most the planned max_seq");
+  if (!(shard >= 0 && shard < plan.shard_count()))
+    fail("shard_slice", "shard " + std::to_string(shard) + " does not exist",
+         "pass 0 <= shard < " + std::to_string(plan.shard_count()));
+  if (!(global_length >= 0 && global_length <= plan.problem.decode.max_seq))
+    fail("shard_slice",
+         "length " + std::to_string(global_length) +
+             " is outside [0, max_seq=" + std::to_string(plan.problem.decode.max_seq) + "]",
+         "pass the sequence's current length, at most the planned max_seq");
   const ShardSpec& s = plan.shards[static_cast<std::size_t>(shard)];
   const KeyRange global = visible_keys(global_length - 1, global_length, true, plan.problem.decode.options.window);
   const std::int64_t a = std::max(global.begin, s.begin);
@@ -83,13 +86,15 @@ ShardedDecodePlan plan_sharded_decode(const ShardedDecodeProblem& problem, const
   const DecodeProblem& g = problem.decode;
   g.validate();
   const int n = static_cast<int>(targets.size());
-  require(n >= 1 && n <= kMaxShards, kCtx, "asked for " + std::to_string(n) + " shards",
-          "pass 1.." + std::to_string(kMaxShards) + " targets (one per GPU)");
-  require(g.kv_len >= n, kCtx,
-          "kv_len=" + std::to_string(g.kv_len) + " is shorter than the shard count " + std::to_string(n),
-          "plan fewer shards or a longer kv_len (every shard must own at least one key)");
-  require(problem.link_bytes_per_s >= 0 && problem.collective_latency_s >= 0, kCtx, "a negative communication lead",
-          "leave link_bytes_per_s and collective_latency_s at 0 for the defaults, or pass measured values");
+  if (!(n >= 1 && n <= kMaxShards))
+    fail(kCtx, "asked for " + std::to_string(n) + " shards",
+         "pass 1.." + std::to_string(kMaxShards) + " targets (one per GPU)");
+  if (g.kv_len < n)
+    fail(kCtx, "kv_len=" + std::to_string(g.kv_len) + " is shorter than the shard count " + std::to_string(n),
+         "plan fewer shards or a longer kv_len (every shard must own at least one key)");
+  if (!(problem.link_bytes_per_s >= 0 && problem.collective_latency_s >= 0))
+    fail(kCtx, "a negative communication lead",
+         "leave link_bytes_per_s and collective_latency_s at 0 for the defaults, or pass measured values");
 
   ShardedDecodePlan plan;
   plan.problem = problem;
@@ -190,8 +195,8 @@ ShardedDecodePlan plan_sharded_decode(const ShardedDecodeProblem& problem, const
 }
 
 ShardedDecodePlan plan_sharded_decode(const ShardedDecodeProblem& problem, const Target& target, int shard_count) {
-  require(shard_count >= 1 && shard_count <= kMaxShards, kCtx, "shard_count=" + std::to_string(shard_count),
-          "pass 1.." + std::to_string(kMaxShards) + " shards");
+  if (!(shard_count >= 1 && shard_count <= kMaxShards))
+    fail(kCtx, "shard_count=" + std::to_string(shard_count), "pass 1.." + std::to_string(kMaxShards) + " shards");
   return plan_sharded_decode(problem, std::vector<Target>(static_cast<std::size_t>(shard_count), target));
 }
 

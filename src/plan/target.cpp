@@ -152,8 +152,9 @@ bool intel_cores() {
 }  // namespace
 
 Target cpu_target(int threads) {
-  require(threads >= 0, "cpu_target", "threads=" + std::to_string(threads) + " is negative",
-          "pass threads >= 1, or 0 for every hardware thread");
+  if (threads < 0)
+    fail("cpu_target", "threads=" + std::to_string(threads) + " is negative",
+         "pass threads >= 1, or 0 for every hardware thread");
   Target t;
   t.backend = Backend::kCpu;
   t.name = cpu_model_name();

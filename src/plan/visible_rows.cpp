@@ -36,8 +36,9 @@ Wide floor_prefix(Wide n, Wide t) {
 Wide ceil_range_sum(Wide lo, Wide hi, Wide t) { return floor_prefix(hi + t - 1, t) - floor_prefix(lo + t - 2, t); }
 
 std::uint64_t to_u64(Wide v, const char* what) {
-  require(v >= 0 && v <= static_cast<Wide>(UINT64_MAX), "plan", std::string(what) + " overflows 64 bits",
-          "use smaller dimensions (or split the call into smaller batches / shorter sequences)");
+  if (!(v >= 0 && v <= static_cast<Wide>(UINT64_MAX)))
+    fail("plan", std::string(what) + " overflows 64 bits",
+         "use smaller dimensions (or split the call into smaller batches / shorter sequences)");
   return static_cast<std::uint64_t>(v);
 }
 
@@ -45,9 +46,9 @@ std::uint64_t to_u64(Wide v, const char* what) {
 
 VisibleRows sum_visible_rows(std::int64_t q_len, std::int64_t kv_len, bool causal, std::int64_t window,
                              std::uint32_t tile_size) {
-  require(q_len > 0 && kv_len > 0 && window >= 0 && tile_size > 0, "plan",
-          "visible-row sums need q_len, kv_len, tile_size >= 1 and window >= 0",
-          "validate the problem before planning");
+  if (!(q_len > 0 && kv_len > 0 && window >= 0 && tile_size > 0))
+    fail("plan", "visible-row sums need q_len, kv_len, tile_size >= 1 and window >= 0",
+         "validate the problem before planning");
   const Mask mask{kv_len, causal, window};
   const Wide first = static_cast<Wide>(kv_len) - q_len, last = static_cast<Wide>(kv_len) - 1;
   const Wide t = tile_size;
@@ -57,8 +58,8 @@ VisibleRows sum_visible_rows(std::int64_t q_len, std::int64_t kv_len, bool causa
     if (a > b) return;
     const Wide n = b - a + 1, va = mask.count(a), vb = mask.count(b);
     const Wide rise = vb - va;
-    require(rise == 0 || rise == n - 1 || rise == -(n - 1), "plan",
-            "visible-key counts are not linear on a run (internal)", "report this shape to the planner's owner");
+    if (!(rise == 0 || rise == n - 1 || rise == -(n - 1)))
+      fail("plan", "visible-key counts are not linear on a run (internal)", "report this shape to the planner's owner");
     pairs += n * (va + vb) / 2;
     tiles += rise == 0 ? n * ((va + t - 1) / t) : ceil_range_sum(std::min(va, vb), std::max(va, vb), t);
   };

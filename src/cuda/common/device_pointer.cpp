@@ -19,23 +19,27 @@ void require_device_memory(const void* data, const std::string& context, const s
          "allocate " + name + " with cudaMalloc (or a framework's CUDA allocator) before passing it to attnkit::cuda");
   }
   const bool on_device = attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-  require(on_device, context,
-          name + " points to host memory (" +
-              (attributes.type == cudaMemoryTypeHost ? std::string("pinned host") : std::string("pageable host")) + ")",
-          "copy " + name + " to the device (cudaMemcpy) and pass the device pointer, or call the CPU backend");
+  if (!on_device)
+    fail(context,
+         name + " points to host memory (" +
+             (attributes.type == cudaMemoryTypeHost ? std::string("pinned host") : std::string("pageable host")) + ")",
+         "copy " + name + " to the device (cudaMemcpy) and pass the device pointer, or call the CPU backend");
 }
 
 void require_vector_aligned(const TensorView& t, const std::string& context, const std::string& name) {
   if (t.empty()) return;
   const std::size_t elem = dtype_size(t.dtype);
-  require(reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0, context, name + " is not 16-byte aligned",
-          "pass a buffer whose start is a multiple of 16 bytes (cudaMalloc returns 256-byte aligned memory)");
+  if (!(reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0))
+    fail(context, name + " is not 16-byte aligned",
+         "pass a buffer whose start is a multiple of 16 bytes (cudaMalloc returns 256-byte aligned memory)");
   for (int d = 0; d + 1 < t.rank; ++d) {
-    require(static_cast<std::size_t>(t.strides[d]) * elem % 16 == 0, context,
-            name + " stride of dimension " + std::to_string(d) + " (" + std::to_string(t.strides[d]) +
-                " elements) is not a multiple of 16 bytes",
-            "lay out " + name + " so every row starts on a 16-byte boundary (head_dim a multiple of 8 does it "
-            "for contiguous tensors)");
+    if (!(static_cast<std::size_t>(t.strides[d]) * elem % 16 == 0))
+      fail(context,
+           name + " stride of dimension " + std::to_string(d) + " (" + std::to_string(t.strides[d]) +
+               " elements) is not a multiple of 16 bytes",
+           "lay out " + name +
+               " so every row starts on a 16-byte boundary (head_dim a multiple of 8 does it "
+               "for contiguous tensors)");
   }
 }
 

@@ -22,8 +22,9 @@ EncodeTiled encode_tiled(const char* context) {
         cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
     return (err == cudaSuccess && status == cudaDriverEntryPointSuccess) ? reinterpret_cast<EncodeTiled>(ptr) : nullptr;
   }();
-  require(fn != nullptr, context, "the driver does not provide cuTensorMapEncodeTiled",
-          "use a CUDA 12+ driver on a Hopper (sm_90) GPU");
+  if (fn == nullptr)
+    fail(context, "the driver does not provide cuTensorMapEncodeTiled",
+         "use a CUDA 12+ driver on a Hopper (sm_90) GPU");
   return fn;
 }
 
@@ -39,10 +40,11 @@ CUtensorMap make_tensor_map_4d(const TensorMapSpec& s, const char* context, cons
       encode_tiled(context)(&map, s.dtype, 4, const_cast<void*>(s.data), dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, s.swizzle, s.l2_promotion,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, context,
-          std::string("cuTensorMapEncodeTiled failed for ") + name + " (CUresult " + std::to_string(static_cast<int>(r)) +
-              ")",
-          "pass 16-byte aligned tensors whose strides are multiples of 16 bytes and below 2^40 bytes");
+  if (r != CUDA_SUCCESS)
+    fail(context,
+         std::string("cuTensorMapEncodeTiled failed for ") + name + " (CUresult " +
+             std::to_string(static_cast<int>(r)) + ")",
+         "pass 16-byte aligned tensors whose strides are multiples of 16 bytes and below 2^40 bytes");
   return map;
 }
 

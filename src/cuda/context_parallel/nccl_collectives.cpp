@@ -51,23 +51,27 @@ void all_gather_states(const std::vector<GatherRank>& ranks) {
 }
 
 void check_comm(void* comm, int ranks, int rank, int device, const char* context) {
-  require(comm != nullptr, context, "the NCCL communicator is null", "pass an ncclComm_t made with ncclCommInitRank");
+  if (comm == nullptr) fail(context, "the NCCL communicator is null", "pass an ncclComm_t made with ncclCommInitRank");
   auto c = static_cast<ncclComm_t>(comm);
   int count = 0, user_rank = 0, comm_device = 0;
   check_nccl(ncclCommCount(c, &count), context, "ncclCommCount");
   check_nccl(ncclCommUserRank(c, &user_rank), context, "ncclCommUserRank");
   check_nccl(ncclCommCuDevice(c, &comm_device), context, "ncclCommCuDevice");
-  require(count == ranks, context,
-          "the communicator has " + std::to_string(count) + " ranks but the plan has " + std::to_string(ranks) + " shards",
-          "plan one shard per rank (plan_sharded_decode with the communicator's size)");
-  require(user_rank == rank, context,
-          "this process is rank " + std::to_string(user_rank) + " of the communicator but runs shard " +
-              std::to_string(rank),
-          "run shard i on rank i");
-  require(comm_device == device, context,
-          "the communicator lives on device " + std::to_string(comm_device) + " but the shard's tensors on device " +
-              std::to_string(device),
-          "allocate the shard's tensors on the communicator's device");
+  if (count != ranks)
+    fail(context,
+         "the communicator has " + std::to_string(count) + " ranks but the plan has " + std::to_string(ranks) +
+             " shards",
+         "plan one shard per rank (plan_sharded_decode with the communicator's size)");
+  if (user_rank != rank)
+    fail(context,
+         "this process is rank " + std::to_string(user_rank) + " of the communicator but runs shard " +
+             std::to_string(rank),
+         "run shard i on rank i");
+  if (comm_device != device)
+    fail(context,
+         "the communicator lives on device " + std::to_string(comm_device) + " but the shard's tensors on device " +
+             std::to_string(device),
+         "allocate the shard's tensors on the communicator's device");
 }
 
 std::vector<void*> comm_init_all(const std::vector<int>& devices) {
@@ -90,8 +94,9 @@ cuda::NcclId unique_id() {
 
 void* comm_init_rank(const cuda::NcclId& id, int ranks, int rank) {
   keep_nvls_off();
-  require(ranks >= 1 && rank >= 0 && rank < ranks, "cuda::nccl_comm_init_rank",
-          "rank " + std::to_string(rank) + " of " + std::to_string(ranks), "pass 0 <= rank < ranks");
+  if (!(ranks >= 1 && rank >= 0 && rank < ranks))
+    fail("cuda::nccl_comm_init_rank", "rank " + std::to_string(rank) + " of " + std::to_string(ranks),
+         "pass 0 <= rank < ranks");
   ncclUniqueId nid;
   std::memcpy(&nid, id.bytes.data(), sizeof nid);
   ncclComm_t comm = nullptr;

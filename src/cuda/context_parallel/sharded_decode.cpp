@@ -67,14 +67,15 @@ struct ShardRun {
 
 void check_lengths(const ShardedDecodePlan& plan, std::span<const std::int32_t> lengths, const char* ctx) {
   const DecodeProblem& g = plan.problem.decode;
-  require(static_cast<std::int64_t>(lengths.size()) == g.batch, ctx,
-          std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(g.batch),
-          "pass one global length per sequence");
+  if (!(static_cast<std::int64_t>(lengths.size()) == g.batch))
+    fail(ctx, std::to_string(lengths.size()) + " lengths for a batch of " + std::to_string(g.batch),
+         "pass one global length per sequence");
   for (std::size_t b = 0; b < lengths.size(); ++b) {
-    require(lengths[b] >= 0 && lengths[b] <= g.max_seq, ctx,
-            "lengths[" + std::to_string(b) + "]=" + std::to_string(lengths[b]) + " is outside [0, max_seq=" +
-                std::to_string(g.max_seq) + "]",
-            "pass each sequence's current length (keys in the cache), at most the planned max_seq");
+    if (!(lengths[b] >= 0 && lengths[b] <= g.max_seq))
+      fail(ctx,
+           "lengths[" + std::to_string(b) + "]=" + std::to_string(lengths[b]) +
+               " is outside [0, max_seq=" + std::to_string(g.max_seq) + "]",
+           "pass each sequence's current length (keys in the cache), at most the planned max_seq");
   }
 }
 
@@ -90,15 +91,17 @@ ShardRun validate_shard(const ShardedDecodePlan& plan, int index, const ShardTen
   // strides, one device), the workspace against the plan.
   DecodeProblem local = spec.plan.problem;
   local.out_dtype = plan.problem.decode.out_dtype;
-  require(t.workspace.bytes >= spec.workspace_bytes && t.workspace.data != nullptr && t.workspace.device == DeviceKind::kCuda,
-          where, "the workspace has " + std::to_string(t.workspace.bytes) + " bytes, the shard needs " +
-                     std::to_string(spec.workspace_bytes),
-          "allocate ShardSpec::workspace_bytes of device memory on the shard's GPU");
-  require(reinterpret_cast<std::uintptr_t>(t.workspace.data) % cp::kWorkspaceAlign == 0, where,
-          "the workspace is not 256-byte aligned", "pass a workspace from cudaMalloc");
-  require(device_of(t.workspace.data, where, "workspace") == r.device, where,
-          "the workspace is not on the device of k_cache (" + std::to_string(r.device) + ")",
-          "allocate every tensor of a shard on the shard's GPU");
+  if (!(t.workspace.bytes >= spec.workspace_bytes && t.workspace.data != nullptr &&
+        t.workspace.device == DeviceKind::kCuda))
+    fail(where,
+         "the workspace has " + std::to_string(t.workspace.bytes) + " bytes, the shard needs " +
+             std::to_string(spec.workspace_bytes),
+         "allocate ShardSpec::workspace_bytes of device memory on the shard's GPU");
+  if (!(reinterpret_cast<std::uintptr_t>(t.workspace.data) % cp::kWorkspaceAlign == 0))
+    fail(where, "the workspace is not 256-byte aligned", "pass a workspace from cudaMalloc");
+  if (device_of(t.workspace.data, where, "workspace") != r.device)
+    fail(where, "the workspace is not on the device of k_cache (" + std::to_string(r.device) + ")",
+         "allocate every tensor of a shard on the shard's GPU");
   r.ws = static_cast<std::uint8_t*>(t.workspace.data);
   const DecodeProblem& g = plan.problem.decode;
   r.layout = cp::shard_workspace_layout(spec.plan.evidence.workspace_bytes, static_cast<std::uint64_t>(plan.shard_count()),
@@ -109,9 +112,9 @@ ShardRun validate_shard(const ShardedDecodePlan& plan, int index, const ShardTen
   validate_decode(local, dt, DeviceKind::kCuda);
   for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.v_cache, "v_cache"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
     if (view->empty()) continue;
-    require(device_of(view->data, where, name) == r.device, where,
-            std::string(name) + " is not on the device of k_cache (" + std::to_string(r.device) + ")",
-            "allocate every tensor of a shard on the shard's GPU");
+    if (device_of(view->data, where, name) != r.device)
+      fail(where, std::string(name) + " is not on the device of k_cache (" + std::to_string(r.device) + ")",
+           "allocate every tensor of a shard on the shard's GPU");
   }
   cuda_common::require_vector_aligned(t.k_cache, where, "k_cache");
   cuda_common::require_vector_aligned(t.v_cache, where, "v_cache");
@@ -197,11 +200,12 @@ cp::GatherRank gather_rank(const ShardedDecodePlan& plan, const ShardRun& r, int
 }
 
 void require_plan(const ShardedDecodePlan& plan, const char* ctx) {
-  require(plan.shard_count() >= 1, ctx, "the plan has no shards", "make the plan with plan_sharded_decode");
+  if (plan.shard_count() < 1) fail(ctx, "the plan has no shards", "make the plan with plan_sharded_decode");
   for (const ShardSpec& s : plan.shards) {
-    require(s.plan.target.backend == Backend::kCuda, ctx,
-            "shard " + std::to_string(s.index) + " was planned for the " + to_string(s.plan.target.backend) + " backend",
-            "plan with attnkit::cuda::target() (or known_target(\"h200\")) per GPU");
+    if (s.plan.target.backend != Backend::kCuda)
+      fail(ctx,
+           "shard " + std::to_string(s.index) + " was planned for the " + to_string(s.plan.target.backend) + " backend",
+           "plan with attnkit::cuda::target() (or known_target(\"h200\")) per GPU");
   }
 }
 
@@ -210,7 +214,7 @@ void require_plan(const ShardedDecodePlan& plan, const char* ctx) {
 bool nccl_built() { return cp::nccl_available(); }
 
 ShardComms::ShardComms(const std::vector<int>& devices) {
-  require(!devices.empty(), "cuda::ShardComms", "no devices given", "pass one device index per shard");
+  if (devices.empty()) fail("cuda::ShardComms", "no devices given", "pass one device index per shard");
   comms_ = cp::comm_init_all(devices);
 }
 
@@ -227,24 +231,26 @@ void sharded_decode(const ShardedDecodePlan& plan, const std::vector<ShardTensor
   const char* ctx = "cuda::sharded_decode";
   require_plan(plan, ctx);
   const int n = plan.shard_count();
-  require(static_cast<int>(shards.size()) == n, ctx,
-          std::to_string(shards.size()) + " shard tensor sets for a plan of " + std::to_string(n) + " shards",
-          "pass one ShardTensors per planned shard, in shard order");
+  if (!(static_cast<int>(shards.size()) == n))
+    fail(ctx, std::to_string(shards.size()) + " shard tensor sets for a plan of " + std::to_string(n) + " shards",
+         "pass one ShardTensors per planned shard, in shard order");
   check_lengths(plan, lengths, ctx);
   DeviceGuard guard;
   std::vector<ShardRun> runs;
   for (int i = 0; i < n; ++i) runs.push_back(validate_shard(plan, i, shards[static_cast<std::size_t>(i)], lengths, ctx));
   if (comms == nullptr) {
     for (const ShardRun& r : runs) {
-      require(r.device == runs[0].device, ctx,
-              "without communicators every shard must live on one device; shard " + std::to_string(r.spec->index) +
-                  " is on device " + std::to_string(r.device) + ", shard 0 on " + std::to_string(runs[0].device),
-              "pass cuda::ShardComms for shards on several devices");
+      if (r.device != runs[0].device)
+        fail(ctx,
+             "without communicators every shard must live on one device; shard " + std::to_string(r.spec->index) +
+                 " is on device " + std::to_string(r.device) + ", shard 0 on " + std::to_string(runs[0].device),
+             "pass cuda::ShardComms for shards on several devices");
     }
   } else {
-    require(comms->size() == n, ctx,
-            "the communicators have " + std::to_string(comms->size()) + " ranks for " + std::to_string(n) + " shards",
-            "make ShardComms with one device per planned shard");
+    if (comms->size() != n)
+      fail(ctx,
+           "the communicators have " + std::to_string(comms->size()) + " ranks for " + std::to_string(n) + " shards",
+           "make ShardComms with one device per planned shard");
     for (int i = 0; i < n; ++i) cp::check_comm(comms->comm(i), n, i, runs[static_cast<std::size_t>(i)].device, ctx);
   }
   if (plan.problem.decode.batch == 0) return;
@@ -291,8 +297,8 @@ void sharded_decode_rank(const ShardedDecodePlan& plan, int rank, const ShardTen
                          std::span<const std::int32_t> lengths, void* nccl_comm) {
   const char* ctx = "cuda::sharded_decode_rank";
   require_plan(plan, ctx);
-  require(rank >= 0 && rank < plan.shard_count(), ctx, "rank " + std::to_string(rank) + " has no shard",
-          "pass 0 <= rank < plan.shard_count()");
+  if (!(rank >= 0 && rank < plan.shard_count()))
+    fail(ctx, "rank " + std::to_string(rank) + " has no shard", "pass 0 <= rank < plan.shard_count()");
   check_lengths(plan, lengths, ctx);
   DeviceGuard guard;
   const ShardRun r = validate_shard(plan, rank, shard, lengths, ctx);
@@ -308,38 +314,41 @@ void sharded_append_kv(const ShardedDecodePlan& plan, int shard, const ShardAppe
                        std::span<const std::int32_t> positions) {
   const char* ctx = "cuda::sharded_append_kv";
   require_plan(plan, ctx);
-  require(shard >= 0 && shard < plan.shard_count(), ctx, "shard " + std::to_string(shard) + " does not exist",
-          "pass 0 <= shard < plan.shard_count()");
+  if (!(shard >= 0 && shard < plan.shard_count()))
+    fail(ctx, "shard " + std::to_string(shard) + " does not exist", "pass 0 <= shard < plan.shard_count()");
   const DecodeProblem& g = plan.problem.decode;
   const ShardSpec& spec = plan.shards[static_cast<std::size_t>(shard)];
-  require(static_cast<std::int64_t>(positions.size()) == g.batch, ctx,
-          std::to_string(positions.size()) + " positions for a batch of " + std::to_string(g.batch),
-          "pass one global position per sequence");
+  if (!(static_cast<std::int64_t>(positions.size()) == g.batch))
+    fail(ctx, std::to_string(positions.size()) + " positions for a batch of " + std::to_string(g.batch),
+         "pass one global position per sequence");
   for (std::size_t b = 0; b < positions.size(); ++b) {
-    require(positions[b] >= 0 && positions[b] < g.max_seq, ctx,
-            "positions[" + std::to_string(b) + "]=" + std::to_string(positions[b]) + " is outside [0, max_seq=" +
-                std::to_string(g.max_seq) + ")",
-            "append below the planned max_seq (plan a larger max_seq for a longer context)");
+    if (!(positions[b] >= 0 && positions[b] < g.max_seq))
+      fail(ctx,
+           "positions[" + std::to_string(b) + "]=" + std::to_string(positions[b]) +
+               " is outside [0, max_seq=" + std::to_string(g.max_seq) + ")",
+           "append below the planned max_seq (plan a larger max_seq for a longer context)");
   }
   // Shapes, dtypes and devices through the shared append validation, with a placeholder positions
   // tensor (the real ones are host values, routed here).
   const TensorView& any_cache = t.k_cache.empty() ? t.v_cache : t.k_cache;
-  require(!any_cache.empty(), ctx, "no cache given", "pass k_cache with k_new and/or v_cache with v_new");
+  if (any_cache.empty()) fail(ctx, "no cache given", "pass k_cache with k_new and/or v_cache with v_new");
   const int device = device_of(any_cache.data, ctx, any_cache.data == t.k_cache.data ? "k_cache" : "v_cache");
   AppendTensors at{t.k_new, t.v_new, t.k_cache, t.v_cache,
                    TensorView::contiguous(any_cache.data, DType::kI32, {g.batch}, DeviceKind::kCuda, device)};
   validate_append(at, DeviceKind::kCuda);
   for (auto [view, name] : {std::pair{&t.k_new, "k_new"}, {&t.v_new, "v_new"}, {&t.k_cache, "k_cache"}, {&t.v_cache, "v_cache"}}) {
     if (view->empty()) continue;
-    require(device_of(view->data, ctx, name) == device, ctx, std::string(name) + " is on another device than the cache",
-            "allocate the shard's tensors on its GPU");
+    if (device_of(view->data, ctx, name) != device)
+      fail(ctx, std::string(name) + " is on another device than the cache", "allocate the shard's tensors on its GPU");
     if (view == &t.k_cache || view == &t.v_cache) {
-      require(view->shape[0] == g.batch && view->shape[1] == g.kv_heads && view->shape[2] == spec.capacity &&
-                  view->shape[3] == g.head_dim && view->dtype == g.kv_dtype,
-              ctx, std::string(name) + " is " + view->describe() + ", shard " + std::to_string(shard) + " needs " +
-                       std::string(dtype_name(g.kv_dtype)) + "[" + std::to_string(g.batch) + ", " +
-                       std::to_string(g.kv_heads) + ", " + std::to_string(spec.capacity) + ", " + std::to_string(g.head_dim) + "]",
-              "allocate each shard's cache with its planned capacity (ShardSpec::capacity)");
+      if (!(view->shape[0] == g.batch && view->shape[1] == g.kv_heads && view->shape[2] == spec.capacity &&
+            view->shape[3] == g.head_dim && view->dtype == g.kv_dtype))
+        fail(ctx,
+             std::string(name) + " is " + view->describe() + ", shard " + std::to_string(shard) + " needs " +
+                 std::string(dtype_name(g.kv_dtype)) + "[" + std::to_string(g.batch) + ", " +
+                 std::to_string(g.kv_heads) + ", " + std::to_string(spec.capacity) + ", " + std::to_string(g.head_dim) +
+                 "]",
+             "allocate each shard's cache with its planned capacity (ShardSpec::capacity)");
     }
   }
   DeviceGuard guard;

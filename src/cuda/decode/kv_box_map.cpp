@@ -28,9 +28,9 @@ void make_kv_box_map(unsigned char (&dst)[128], const KvBoxTensor& kv, int box_r
   std::int64_t span = kv.head_dim;
   for (std::size_t d = 0; d < 3; ++d) {
     const std::int64_t stride = extents[d] == 1 ? span : strides[d];
-    require(stride > 0 && stride * elem < (std::int64_t{1} << 40), ctx,
-            std::string(name) + " has a stride the TMA unit cannot use (" + std::to_string(stride) + " elements)",
-            "pass a cache whose row, head and outer strides are positive and below 2^40 bytes");
+    if (!(stride > 0 && stride * elem < (std::int64_t{1} << 40)))
+      fail(ctx, std::string(name) + " has a stride the TMA unit cannot use (" + std::to_string(stride) + " elements)",
+           "pass a cache whose row, head and outer strides are positive and below 2^40 bytes");
     spec.byte_strides[d] = static_cast<std::uint64_t>(stride * elem);
     span = std::max<std::int64_t>(span, stride * extents[d]);
   }

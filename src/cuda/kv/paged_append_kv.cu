@@ -120,8 +120,8 @@ void paged_append_kv(const PagedCacheSpec& cache, const PagedAppendTensors& t, S
     p.vp_head = hnd ? t.v_pages.strides[1] : t.v_pages.strides[2];
     p.vp_slot = hnd ? t.v_pages.strides[2] : t.v_pages.strides[1];
   }
-  require(cache.num_pages < (1ll << 31) && static_cast<std::int64_t>(p.rows) * p.kv_heads < (1ll << 31), ctx,
-          "the pool or the new rows exceed the kernel's 32-bit indices", "append in smaller calls");
+  if (!(cache.num_pages < (1ll << 31) && static_cast<std::int64_t>(p.rows) * p.kv_heads < (1ll << 31)))
+    fail(ctx, "the pool or the new rows exceed the kernel's 32-bit indices", "append in smaller calls");
   const std::int64_t items = static_cast<std::int64_t>(p.rows) * p.kv_heads;
   if (items == 0 || p.batch == 0) return;
   const bool wide = cuda_common::aligned_rows(t.k_new, 16) && cuda_common::aligned_rows(t.v_new, 16) &&

@@ -29,10 +29,12 @@ using cuda_decode::DecodeParams;
 // packed rows per (sequence, KV head) (the group, or max_q_len * group for extend).
 void check_partition(const Target& target, const WorkPartition& w, std::int64_t packed_rows, std::int64_t head_dim,
                      DType kv_dtype, const char* ctx, const char* planner) {
-  require(target.backend == Backend::kCuda, ctx, "the plan was made for the " + to_string(target.backend) + " backend",
-          std::string("plan with ") + planner + "(problem, cuda::target()) (or known_target(\"h200\"))");
-  require(w.family == KernelFamily::kSplitKvDecode, ctx, "the plan's family is " + to_string(w.family),
-          std::string("plan with ") + planner + " of this build for the CUDA target");
+  if (target.backend != Backend::kCuda)
+    fail(ctx, "the plan was made for the " + to_string(target.backend) + " backend",
+         std::string("plan with ") + planner + "(problem, cuda::target()) (or known_target(\"h200\"))");
+  if (w.family != KernelFamily::kSplitKvDecode)
+    fail(ctx, "the plan's family is " + to_string(w.family),
+         std::string("plan with ") + planner + " of this build for the CUDA target");
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(kv_dtype));
   const std::int64_t rows = std::min<std::int64_t>(packed_rows, geo::max_rows_per_block(kv_bytes));
   const int chunks = geo::head_chunks(rows, kv_bytes);
@@ -44,8 +46,9 @@ void check_partition(const Target& target, const WorkPartition& w, std::int64_t 
       w.tile_size ==
           static_cast<unsigned>(geo::tile_keys(geo::head_dim_capacity(head_dim), geo::key_warps_of(w.warps_per_block, chunks), kv_bytes)) &&
       w.keys_per_split % w.tile_size == 0;
-  require(consistent, ctx, "the plan's partition does not match this build's paged kernel",
-          std::string("make the plan with attnkit::") + planner + " of this build and do not edit its partition");
+  if (!consistent)
+    fail(ctx, "the plan's partition does not match this build's paged kernel",
+         std::string("make the plan with attnkit::") + planner + " of this build and do not edit its partition");
 }
 
 // Launch geometry and numerics shared by paged decode and extend.
@@ -101,9 +104,9 @@ void set_cache(DecodeParams& p, const PagedCacheSpec& spec, const PagedKvCache& 
 // Page runs copied as TMA boxes (the plan's page_boxes): descriptors of the pools as
 // (head_dim, page_size, kv_heads, num_pages) with boxes of one row segment x page_box_rows slots.
 void set_page_boxes(DecodeParams& p, const PagedDecodeProblem& pr, const PagedKvCache& c, const char* ctx) {
-  require(geo::page_boxes_fit(p.tile, pr.cache.page_size, pr.options.window), ctx,
-          "the plan copies page runs as TMA boxes, which its tile, page size and window do not allow",
-          "make the plan with attnkit::plan_paged_decode of this build and do not edit it");
+  if (!geo::page_boxes_fit(p.tile, pr.cache.page_size, pr.options.window))
+    fail(ctx, "the plan copies page runs as TMA boxes, which its tile, page size and window do not allow",
+         "make the plan with attnkit::plan_paged_decode of this build and do not edit it");
   p.page_boxes = true;
   for (auto [dst, view, stride_s, stride_h, stride_b, name] :
        {std::tuple{&p.k_map, &c.k_pages, p.k_stride_s, p.k_stride_h, p.k_stride_b, "k_pages"},
@@ -131,13 +134,14 @@ void set_workspace(DecodeParams& p, std::int64_t state_rows, std::uint64_t plann
   if (p.splits <= 1) return;
   const std::uint64_t rows = static_cast<std::uint64_t>(state_rows) * static_cast<std::uint64_t>(p.num_heads);
   const std::uint64_t needed = static_cast<std::uint64_t>(p.splits) * rows * (static_cast<std::uint64_t>(p.head_dim) + 1) * 4;
-  require(needed <= planned && planned - needed < 256 && needed <= ws.bytes, ctx,
-          "the split states need " + std::to_string(needed) + " bytes, the plan reports " + std::to_string(planned) +
-              " and the workspace has " + std::to_string(ws.bytes),
-          "pass a device workspace of plan.bounds.workspace_bytes bytes from this build's planner");
+  if (!(needed <= planned && planned - needed < 256 && needed <= ws.bytes))
+    fail(ctx,
+         "the split states need " + std::to_string(needed) + " bytes, the plan reports " + std::to_string(planned) +
+             " and the workspace has " + std::to_string(ws.bytes),
+         "pass a device workspace of plan.bounds.workspace_bytes bytes from this build's planner");
   cuda_common::require_device_memory(ws.data, ctx, "workspace");
-  require(reinterpret_cast<std::uintptr_t>(ws.data) % 16 == 0, ctx, "the workspace is not 16-byte aligned",
-          "pass a workspace from cudaMalloc (256-byte aligned)");
+  if (!(reinterpret_cast<std::uintptr_t>(ws.data) % 16 == 0))
+    fail(ctx, "the workspace is not 16-byte aligned", "pass a workspace from cudaMalloc (256-byte aligned)");
   p.partial_out = static_cast<float*>(ws.data);
   p.partial_lse = p.partial_out + static_cast<std::uint64_t>(p.splits) * rows * static_cast<std::uint64_t>(p.head_dim);
 }
@@ -152,9 +156,9 @@ void require_cache_on_device(const PagedKvCache& c, const char* ctx) {
 }
 
 void require_small_enough(const PagedCacheSpec& c, std::int64_t blocks, const char* ctx) {
-  require(c.num_pages < (1ll << 31) && c.capacity() < (1ll << 31) && blocks < (1ll << 31), ctx,
-          "the pool, the table or the grid exceeds the kernel's 32-bit page, key and block indices",
-          "split the pool or the batch (num_pages, max_pages_per_seq * page_size and blocks below 2^31)");
+  if (!(c.num_pages < (1ll << 31) && c.capacity() < (1ll << 31) && blocks < (1ll << 31)))
+    fail(ctx, "the pool, the table or the grid exceeds the kernel's 32-bit page, key and block indices",
+         "split the pool or the batch (num_pages, max_pages_per_seq * page_size and blocks below 2^31)");
 }
 
 }  // namespace
@@ -194,8 +198,8 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace,
   DecodeParams p = base_params(pr.batch, pr.num_heads, pr.kv_heads, pr.head_dim, pr.kv_len, packed, pr.kv_dtype,
                                pr.options, pr.effective_scale(), w);
   require_small_enough(pr.cache, static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits, ctx);
-  require(pr.total_q_bound() * pr.num_heads < (1ll << 31), ctx, "the plan's query rows x heads exceed 2^31",
-          "plan a smaller max_total_q");
+  if (!(pr.total_q_bound() * pr.num_heads < (1ll << 31)))
+    fail(ctx, "the plan's query rows x heads exceed 2^31", "plan a smaller max_total_q");
   set_cache(p, pr.cache, t.cache);
   set_output(p, t.q, t.out, t.lse);
   p.cu_seqlens_q = t.cu_seqlens_q.as<const std::int32_t>();

@@ -32,8 +32,9 @@ constexpr const char* kContext = "cuda::prefill";
 
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
-  require(err == cudaSuccess, kContext, std::string(what) + " failed to launch: " + cudaGetErrorString(err),
-          "check the device, the tensors' device pointers and the shared-memory limit (sm_90a build)");
+  if (err != cudaSuccess)
+    fail(kContext, std::string(what) + " failed to launch: " + cudaGetErrorString(err),
+         "check the device, the tensors' device pointers and the shared-memory limit (sm_90a build)");
 }
 
 // The stride of dimension `dim` of a tensor of rank 4 (or 3 for LSE).
@@ -63,9 +64,9 @@ void launch_tiled_config(const PrefillParams& p, cudaStream_t stream) {
                                                          c.q_in_registers, false, T>;
   constexpr int smem = static_cast<int>(cuda_prefill::tiled_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  require(attr == cudaSuccess, kContext,
-          "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
-          "run on a GPU with at least that much shared memory per block (H100/H200)");
+  if (attr != cudaSuccess)
+    fail(kContext, "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
+         "run on a GPU with at least that much shared memory per block (H100/H200)");
   const dim3 grid(static_cast<unsigned>((p.q_len + c.rows_per_block - 1) / c.rows_per_block),
                   static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch * p.splits));
   kernel<<<grid, c.warps * 32, smem, stream>>>(p);
@@ -79,8 +80,9 @@ void launch_tiled(const PrefillParams& p, cudaStream_t stream, std::index_sequen
         ? (launch_tiled_config<static_cast<int>(kIndex), T>(p, stream), launched = true)
         : false),
    ...);
-  require(launched, kContext, "no tiled kernel for head_dim=" + std::to_string(p.head_dim),
-          "plan again: the planner only picks head dims listed in kTiledConfigs");
+  if (!launched)
+    fail(kContext, "no tiled kernel for head_dim=" + std::to_string(p.head_dim),
+         "plan again: the planner only picks head dims listed in kTiledConfigs");
 }
 
 template <class T>
@@ -109,17 +111,19 @@ bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) %
 void bind_split_states(PrefillParams& p, const WorkPartition& part, const PrefillProblem& pr, Workspace workspace) {
   p.splits = static_cast<int>(part.sequence_splits);
   p.tiles_per_split = static_cast<int>(part.tiles_per_split);
-  require(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch), kContext,
-          "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
-          "plan again with plan_prefill");
+  if (!(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch)))
+    fail(kContext,
+         "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
+         "plan again with plan_prefill");
   if (p.splits == 1) return;
   const std::uint64_t rows = static_cast<std::uint64_t>(p.splits) * pr.num_heads * p.workspace_rows;
   const std::uint64_t needed = rows * (pr.head_dim + 1) * sizeof(float);
   validate_workspace(workspace, needed, DeviceKind::kCuda);
-  require(workspace.bytes >= needed, kContext,
-          "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
-          "allocate plan.evidence.workspace_bytes of device memory");
-  require(aligned16(workspace.data), kContext, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
+  if (workspace.bytes < needed)
+    fail(kContext,
+         "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
+         "allocate plan.evidence.workspace_bytes of device memory");
+  if (!aligned16(workspace.data)) fail(kContext, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
   p.partial_out = static_cast<float*>(workspace.data);
   p.partial_lse = p.partial_out + rows * pr.head_dim;
 }
@@ -128,8 +132,9 @@ void bind_split_states(PrefillParams& p, const WorkPartition& part, const Prefil
 
 void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspace, Stream stream_handle) {
   const PrefillProblem& pr = plan.problem;
-  require(plan.target.backend == Backend::kCuda, kContext, "the plan was made for the " + to_string(plan.target.backend),
-          "plan with a CUDA target (cuda::target())");
+  if (plan.target.backend != Backend::kCuda)
+    fail(kContext, "the plan was made for the " + to_string(plan.target.backend),
+         "plan with a CUDA target (cuda::target())");
   validate_prefill(pr, t, DeviceKind::kCuda);
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &t.q}, {"k", &t.k}, {"v", &t.v},
                                    {"out", &t.out}, {"lse", &t.lse}, {"cu_seqlens_q", &t.cu_seqlens_q},
@@ -139,8 +144,8 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   const WorkPartition& part = plan.partition;
   const bool ragged = !t.cu_seqlens_q.empty();
   const std::int64_t rows_total = ragged ? t.q.shape[2] : pr.batch * pr.q_len;
-  require(pr.q_len <= INT32_MAX && pr.kv_len <= INT32_MAX && rows_total <= INT32_MAX, kContext,
-          "sequence lengths above 2^31", "split the call into shorter sequences");
+  if (!(pr.q_len <= INT32_MAX && pr.kv_len <= INT32_MAX && rows_total <= INT32_MAX))
+    fail(kContext, "sequence lengths above 2^31", "split the call into shorter sequences");
 
   PrefillParams p{};
   p.q = t.q.data;
@@ -166,11 +171,11 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   p.scale = pr.effective_scale();
   p.softcap = pr.options.softcap;
   const bool fp8 = pr.dtype == DType::kE4M3;
-  require(pr.out_dtype == pr.dtype || pr.out_dtype == DType::kF32 ||
-              (fp8 && (pr.out_dtype == DType::kBF16 || pr.out_dtype == DType::kF16)),
-          kContext,
-          "out_dtype " + std::string(dtype_name(pr.out_dtype)) + " with inputs " + std::string(dtype_name(pr.dtype)),
-          "use out_dtype equal to the input dtype, or f32 (e4m3 inputs: bf16, f16 or f32)");
+  if (!(pr.out_dtype == pr.dtype || pr.out_dtype == DType::kF32 ||
+        (fp8 && (pr.out_dtype == DType::kBF16 || pr.out_dtype == DType::kF16))))
+    fail(kContext,
+         "out_dtype " + std::string(dtype_name(pr.out_dtype)) + " with inputs " + std::string(dtype_name(pr.dtype)),
+         "use out_dtype equal to the input dtype, or f32 (e4m3 inputs: bf16, f16 or f32)");
   p.out_kind = pr.out_dtype == DType::kF32 ? OutKind::kF32 : OutKind::kInput;  // e4m3: the launcher picks bf16/f16
   p.splits = 1;
   p.tiles_per_split = 0;
@@ -181,18 +186,21 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     const cuda_prefill_hopper::HopperConfig* hc =
         fp8 ? cuda_prefill_hopper::find_hopper_fp8_config(pr.head_dim)
             : cuda_prefill_hopper::find_hopper_config(pr.head_dim, part.tile_size, part.rows_per_block);
-    require(hc == nullptr || hc->keys_per_tile == static_cast<int>(part.tile_size), kContext,
-            "the plan's key tile (" + std::to_string(part.tile_size) + ") is not the e4m3 kernel's",
-            "plan with plan_prefill from this build of attnkit");
-    require(hc != nullptr && part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::rows_per_block(*hc)) &&
-                (part.sequence_splits == 1 || !fp8),
-            kContext, "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
-            "plan with plan_prefill from this build of attnkit");
+    if (!(hc == nullptr || hc->keys_per_tile == static_cast<int>(part.tile_size)))
+      fail(kContext, "the plan's key tile (" + std::to_string(part.tile_size) + ") is not the e4m3 kernel's",
+           "plan with plan_prefill from this build of attnkit");
+    if (!(hc != nullptr &&
+          part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill_hopper::rows_per_block(*hc)) &&
+          (part.sequence_splits == 1 || !fp8)))
+      fail(kContext,
+           "the plan's tiles do not match a compiled Hopper kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
+           "plan with plan_prefill from this build of attnkit");
     const std::int64_t unit = 2;  // paired stores
     bool ok = reinterpret_cast<std::uintptr_t>(t.out.data) % (unit * dtype_size(pr.out_dtype)) == 0;
     for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
-    require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
-            "pass out with even strides and an aligned base pointer");
+    if (!ok)
+      fail(kContext, "out " + t.out.describe() + " is not aligned for paired stores",
+           "pass out with even strides and an aligned base pointer");
     if (fp8) {
       validate_workspace(workspace,
                          static_cast<std::uint64_t>(cuda_prefill_hopper::hopper_fp8_vt_bytes(pr.batch, pr.kv_heads,
@@ -207,15 +215,15 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     merge_split_states(p, pr.dtype, stream);
     return;
   }
-  require(part.family == KernelFamily::kCooperativeTiled, kContext,
-          "the plan names the " + to_string(part.family) + " family, which CUDA prefill does not run",
-          "plan prefill with plan_prefill (cooperative_tiled or warp_specialized_wgmma)");
+  if (part.family != KernelFamily::kCooperativeTiled)
+    fail(kContext, "the plan names the " + to_string(part.family) + " family, which CUDA prefill does not run",
+         "plan prefill with plan_prefill (cooperative_tiled or warp_specialized_wgmma)");
   const cuda_prefill::TiledConfig* config = cuda_prefill::find_tiled_config(pr.head_dim);
   const bool half_inputs = pr.dtype == DType::kF16 || pr.dtype == DType::kBF16;
   if (!half_inputs || config == nullptr) {  // the SIMT variant (f32 inputs, other head dims)
-    require(part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill::kSimtWarpsPerBlock) &&
-                part.tile_size == static_cast<std::uint32_t>(cuda_prefill::kSimtKeysPerTile) && part.sequence_splits == 1,
-            kContext, "the plan's tiles do not match the SIMT tiled kernel", "plan with plan_prefill from this build");
+    if (!(part.rows_per_block == static_cast<std::uint32_t>(cuda_prefill::kSimtWarpsPerBlock) &&
+          part.tile_size == static_cast<std::uint32_t>(cuda_prefill::kSimtKeysPerTile) && part.sequence_splits == 1))
+      fail(kContext, "the plan's tiles do not match the SIMT tiled kernel", "plan with plan_prefill from this build");
     switch (pr.dtype) {
       case DType::kF32: launch_simt<float>(p, stream); break;
       case DType::kF16: launch_simt<__half>(p, stream); break;
@@ -224,24 +232,27 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
     }
     return;
   }
-  require(part.rows_per_block == static_cast<std::uint32_t>(config->rows_per_block) &&
-              part.tile_size == static_cast<std::uint32_t>(config->keys_per_tile) &&
-              part.warps_per_block == static_cast<std::uint32_t>(config->warps),
-          kContext, "the plan's tiles do not match a compiled tiled kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
-          "plan with plan_prefill from this build of attnkit");
+  if (!(part.rows_per_block == static_cast<std::uint32_t>(config->rows_per_block) &&
+        part.tile_size == static_cast<std::uint32_t>(config->keys_per_tile) &&
+        part.warps_per_block == static_cast<std::uint32_t>(config->warps)))
+    fail(kContext,
+         "the plan's tiles do not match a compiled tiled kernel (head_dim=" + std::to_string(pr.head_dim) + ")",
+         "plan with plan_prefill from this build of attnkit");
   // cp.async moves 16-byte rows: every base pointer and row/head/batch stride must keep that.
   for (const TensorView* tv : {&t.q, &t.k, &t.v}) {
     bool ok = aligned16(tv->data);
     for (int d = 0; d < 3; ++d) ok = ok && (tv->strides[d] % 8 == 0 || tv->shape[d] == 1);
-    require(ok, kContext, "tensor " + tv->describe() + " has rows that are not 16-byte aligned",
-            "pass 16-byte aligned tensors whose strides are multiples of 8 elements, or use f32 inputs (SIMT path)");
+    if (!ok)
+      fail(kContext, "tensor " + tv->describe() + " has rows that are not 16-byte aligned",
+           "pass 16-byte aligned tensors whose strides are multiples of 8 elements, or use f32 inputs (SIMT path)");
   }
   {
     const std::int64_t unit = pr.out_dtype == DType::kF32 ? 2 : 2;  // two elements per store
     bool ok = reinterpret_cast<std::uintptr_t>(t.out.data) % (unit * dtype_size(pr.out_dtype)) == 0;
     for (int d = 0; d < 3; ++d) ok = ok && (t.out.strides[d] % unit == 0 || t.out.shape[d] == 1);
-    require(ok, kContext, "out " + t.out.describe() + " is not aligned for paired stores",
-            "pass out with even strides and an aligned base pointer");
+    if (!ok)
+      fail(kContext, "out " + t.out.describe() + " is not aligned for paired stores",
+           "pass out with even strides and an aligned base pointer");
   }
 
   bind_split_states(p, part, pr, workspace);

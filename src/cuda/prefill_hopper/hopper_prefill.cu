@@ -32,14 +32,15 @@ CUtensorMap make_map(const TensorView& v, DType dtype, int box_rows, const char*
   std::int64_t span = v.shape[3];
   for (int d = 2; d >= 0; --d) {
     const std::int64_t s = v.shape[d] == 1 ? span : v.strides[d];
-    require(s > 0 && (s * elem) % 16 == 0 && s * elem < (1LL << 40), kContext,
-            std::string(name) + " " + v.describe() + " has a stride TMA cannot use (" + std::to_string(s) + " elements)",
-            "pass tensors whose row, head and batch strides are positive multiples of 16 bytes");
+    if (!(s > 0 && (s * elem) % 16 == 0 && s * elem < (1LL << 40)))
+      fail(kContext,
+           std::string(name) + " " + v.describe() + " has a stride TMA cannot use (" + std::to_string(s) + " elements)",
+           "pass tensors whose row, head and batch strides are positive multiples of 16 bytes");
     strides[2 - d] = static_cast<cuuint64_t>(s * elem);
     span = std::max<std::int64_t>(span, s * v.shape[d]);
   }
-  require(reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0, kContext, std::string(name) + " is not 16-byte aligned",
-          "pass 16-byte aligned tensors");
+  if (!(reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0))
+    fail(kContext, std::string(name) + " is not 16-byte aligned", "pass 16-byte aligned tensors");
   cuda_common::TensorMapSpec spec;
   spec.dtype = dtype == DType::kBF16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                : dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
@@ -74,8 +75,9 @@ void launch_v_transpose(const VtParams& vp, cudaStream_t stream) {
                   static_cast<unsigned>(vp.batch));
   fp8_v_transpose_kernel<D><<<grid, kVtThreads, 0, stream>>>(vp);
   const cudaError_t err = cudaGetLastError();
-  require(err == cudaSuccess, kContext, std::string("fp8_v_transpose_kernel failed to launch: ") + cudaGetErrorString(err),
-          "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
+  if (err != cudaSuccess)
+    fail(kContext, std::string("fp8_v_transpose_kernel failed to launch: ") + cudaGetErrorString(err),
+         "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
 }
 
 template <const HopperConfig* kTable, int kIndex, HopperInput In, bool TensorSums>
@@ -84,13 +86,14 @@ void launch_instance(const HopperParams& hp, cudaStream_t stream) {
   auto kernel = hopper_prefill_kernel<c.head_dim, c.keys_per_tile, c.stages, In, c.consumer_warpgroups, TensorSums>;
   constexpr int smem = static_cast<int>(In == HopperInput::kE4M3 ? hopper_fp8_shared_bytes(c) : hopper_shared_bytes(c));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  require(attr == cudaSuccess, kContext,
-          "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
-          "run on a Hopper GPU (H100/H200), or plan the cooperative_tiled family");
+  if (attr != cudaSuccess)
+    fail(kContext, "cannot reserve " + std::to_string(smem) + " bytes of shared memory: " + cudaGetErrorString(attr),
+         "run on a Hopper GPU (H100/H200), or plan the cooperative_tiled family");
   kernel<<<static_cast<unsigned>(hp.walk.grid), threads_per_block(c.consumer_warpgroups), smem, stream>>>(hp);
   const cudaError_t err = cudaGetLastError();
-  require(err == cudaSuccess, kContext, std::string("hopper_prefill_kernel failed to launch: ") + cudaGetErrorString(err),
-          "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
+  if (err != cudaSuccess)
+    fail(kContext, std::string("hopper_prefill_kernel failed to launch: ") + cudaGetErrorString(err),
+         "check that the device is a Hopper GPU (sm_90a) and the tensors are device memory");
 }
 
 // A config with row sums on the tensor core (hopper_config.hpp) has two instances: the one that
@@ -113,10 +116,11 @@ void launch_any(const HopperParams& hp, const HopperConfig& config, cudaStream_t
         ? (launch_config<kTable, static_cast<int>(kIndex), In>(hp, stream), launched = true)
         : false),
    ...);
-  require(launched && config.head_dim == hp.p.head_dim, kContext,
-          "no Hopper kernel for head_dim=" + std::to_string(hp.p.head_dim) + " with " +
-              std::to_string(config.keys_per_tile) + "-key tiles",
-          "plan again: the planner only picks configs listed in kHopperConfigs / kHopperFp8Configs");
+  if (!(launched && config.head_dim == hp.p.head_dim))
+    fail(kContext,
+         "no Hopper kernel for head_dim=" + std::to_string(hp.p.head_dim) + " with " +
+             std::to_string(config.keys_per_tile) + "-key tiles",
+         "plan again: the planner only picks configs listed in kHopperConfigs / kHopperFp8Configs");
 }
 
 }  // namespace
@@ -126,12 +130,14 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
                            std::uint32_t tiles_per_unit, std::uint32_t tail_pairs, std::uint32_t packed_heads,
                            Workspace workspace, void* stream) {
   const bool fp8 = dtype == DType::kE4M3;
-  require(dtype == DType::kBF16 || dtype == DType::kF16 || fp8, kContext, "inputs are " + std::string(dtype_name(dtype)),
-          "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
-  require(p.softcap == 0.0f, kContext, "the plan asks for a soft-cap", "plan again with plan_prefill (the Hopper family has none)");
-  require(p.splits == 1 || (!fp8 && p.partial_out != nullptr && p.partial_lse != nullptr && p.tiles_per_split > 0), kContext,
-          "the plan splits keys for e4m3 inputs, or without split states in the workspace",
-          "plan again with plan_prefill (e4m3 plans do not split keys)");
+  if (!(dtype == DType::kBF16 || dtype == DType::kF16 || fp8))
+    fail(kContext, "inputs are " + std::string(dtype_name(dtype)),
+         "use f16, bf16 or e4m3 inputs (f32 runs on the cooperative_tiled family)");
+  if (p.softcap != 0.0f)
+    fail(kContext, "the plan asks for a soft-cap", "plan again with plan_prefill (the Hopper family has none)");
+  if (!(p.splits == 1 || (!fp8 && p.partial_out != nullptr && p.partial_lse != nullptr && p.tiles_per_split > 0)))
+    fail(kContext, "the plan splits keys for e4m3 inputs, or without split states in the workspace",
+         "plan again with plan_prefill (e4m3 plans do not split keys)");
   HopperParams hp{};
   hp.p = p;
   hp.qk_scale = fp8 ? t.scales.q * t.scales.k : 1.0f;
@@ -145,31 +151,33 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   // GQA packing (the plan's): one tile holds a group's heads x q_len query rows, a work tile's
   // "head" is its KV head.
   const bool packed = packed_heads > 1;
-  require(!packed || (static_cast<int>(packed_heads) == p.group_size && !fp8 && p.q_len * p.group_size <= rows),
-          kContext, "the plan packs " + std::to_string(packed_heads) + " heads of q_len " + std::to_string(p.q_len) +
-                        " into " + std::to_string(rows) + "-row tiles (group " + std::to_string(p.group_size) + ")",
-          "plan again with plan_prefill (it packs a whole group, 16-bit inputs, q_len x group <= rows per tile)");
+  if (packed && !(static_cast<int>(packed_heads) == p.group_size && !fp8 && p.q_len * p.group_size <= rows))
+    fail(kContext,
+         "the plan packs " + std::to_string(packed_heads) + " heads of q_len " + std::to_string(p.q_len) + " into " +
+             std::to_string(rows) + "-row tiles (group " + std::to_string(p.group_size) + ")",
+         "plan again with plan_prefill (it packs a whole group, 16-bit inputs, q_len x group <= rows per tile)");
   const int tile_heads = packed ? p.num_heads / p.group_size : p.num_heads;
   hp.packed_rows = packed ? p.q_len : 0;
   hp.packed_div = cuda_common::FastDivider(static_cast<std::uint32_t>(packed ? p.q_len : 1));
   hp.q_tile_bytes = static_cast<std::uint32_t>((packed ? p.q_len * p.group_size : rows) * p.head_dim * dtype_size(dtype));
   const int m_tiles = packed ? 1 : (p.q_len + rows - 1) / rows;
   const std::int64_t total = static_cast<std::int64_t>(m_tiles) * tile_heads * p.batch;
-  require(total <= INT32_MAX, kContext, "too many work tiles (" + std::to_string(total) + ")",
-          "split the call into smaller batches");
+  if (total > INT32_MAX)
+    fail(kContext, "too many work tiles (" + std::to_string(total) + ")", "split the call into smaller batches");
   const int pairs = tile_heads * p.batch;  // (sequence, head) pairs; packed: (sequence, KV head)
   // The plan's units: causal pairs of equal work, then the tail's single tiles (hopper_walk.hpp),
   // or single tiles (one per split with key splits).
-  require(tiles_per_unit == 1 || (tiles_per_unit == 2 && p.causal && p.splits == 1), kContext,
-          "the plan asks for " + std::to_string(tiles_per_unit) + " query tiles per unit",
-          "plan again with plan_prefill (units are single tiles, or causal pairs without key splits)");
-  require(tail_pairs == 0 || (tiles_per_unit == 2 && tail_pairs <= static_cast<std::uint32_t>(pairs)), kContext,
-          "the plan walks " + std::to_string(tail_pairs) + " of " + std::to_string(pairs) +
-              " (sequence, head) pairs as its tail, with " + std::to_string(tiles_per_unit) + " query tile(s) per unit",
-          "plan again with plan_prefill (a tail only follows causal pairs, and holds at most every pair)");
+  if (!(tiles_per_unit == 1 || (tiles_per_unit == 2 && p.causal && p.splits == 1)))
+    fail(kContext, "the plan asks for " + std::to_string(tiles_per_unit) + " query tiles per unit",
+         "plan again with plan_prefill (units are single tiles, or causal pairs without key splits)");
+  if (!(tail_pairs == 0 || (tiles_per_unit == 2 && tail_pairs <= static_cast<std::uint32_t>(pairs))))
+    fail(kContext,
+         "the plan walks " + std::to_string(tail_pairs) + " of " + std::to_string(pairs) +
+             " (sequence, head) pairs as its tail, with " + std::to_string(tiles_per_unit) + " query tile(s) per unit",
+         "plan again with plan_prefill (a tail only follows causal pairs, and holds at most every pair)");
   const std::int64_t units = walk_units_per_pair(m_tiles, static_cast<int>(tiles_per_unit), p.splits) * pairs;
-  require(units <= INT32_MAX, kContext, "too many work units (" + std::to_string(units) + ")",
-          "split the call into smaller batches");
+  if (units > INT32_MAX)
+    fail(kContext, "too many work units (" + std::to_string(units) + ")", "split the call into smaller batches");
   hp.walk = make_walk(m_tiles, pairs, heads_per_group, static_cast<int>(tiles_per_unit), p.splits,
                       static_cast<int>(tail_pairs), static_cast<std::int64_t>(grid_blocks));
   if (total == 0) return;
@@ -195,14 +203,16 @@ void launch_hopper_prefill(const cuda_prefill::PrefillParams& p, const PrefillTe
   }
   // e4m3: V^T staged first (fp8_v_transpose.cuh) at the start of the caller's workspace, whose
   // size cuda::prefill has checked against the plan.
-  require(p.head_dim == 128 || p.head_dim == 256, kContext, "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim),
-          "use head_dim 128 or 256 with e4m3 inputs");
-  require(reinterpret_cast<std::uintptr_t>(workspace.data) % 128 == 0, kContext, "the workspace is not 128-byte aligned",
-          "pass a 128-byte aligned workspace (cudaMalloc's are)");
+  if (!(p.head_dim == 128 || p.head_dim == 256))
+    fail(kContext, "no e4m3 kernel for head_dim=" + std::to_string(p.head_dim),
+         "use head_dim 128 or 256 with e4m3 inputs");
+  if (!(reinterpret_cast<std::uintptr_t>(workspace.data) % 128 == 0))
+    fail(kContext, "the workspace is not 128-byte aligned", "pass a 128-byte aligned workspace (cudaMalloc's are)");
   bool rows_ok = reinterpret_cast<std::uintptr_t>(t.v.data) % 16 == 0;
   for (int d = 0; d < 3; ++d) rows_ok = rows_ok && (t.v.strides[d] % 16 == 0 || t.v.shape[d] == 1);
-  require(rows_ok, kContext, "v " + t.v.describe() + " is not 16-byte aligned per row",
-          "pass e4m3 v whose base and row, head and batch strides are multiples of 16 bytes");
+  if (!rows_ok)
+    fail(kContext, "v " + t.v.describe() + " is not 16-byte aligned per row",
+         "pass e4m3 v whose base and row, head and batch strides are multiples of 16 bytes");
   VtParams vp{};
   vp.v = static_cast<const std::uint8_t*>(t.v.data);
   vp.v_batch_stride = t.v.strides[0], vp.v_head_stride = t.v.strides[1], vp.v_row_stride = t.v.strides[2];
