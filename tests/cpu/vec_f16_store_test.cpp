@@ -13,14 +13,45 @@
 
 #include "attnkit/dtype.hpp"
 
-// Only the conversion helpers are compiled for AVX-512 / AVX2 (the tests check the CPU first).
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+namespace attnkit {
+namespace {
+
+// Converts the first n values of `in` into `out` with one vector unit's store.
+using StoreF16 = void (*)(const float* in, std::uint16_t* out, int n);
+
+}  // namespace
+}  // namespace attnkit
+
+// Each unit's helper is compiled for its own instruction set only: an AVX2 helper compiled with
+// AVX-512 enabled may use EVEX instructions and die on a CPU without them (it did, on a Zen 2).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
 #include "cpu/simd/vec_avx2.hpp"
+namespace attnkit {
+namespace {
+void store_f16_avx2(const float* in, std::uint16_t* out, int n) {
+  using Vec = cpu::simd::VecAvx2;
+  Vec::store_f16(out, Vec::load_f32(in, n), n);
+}
+}  // namespace
+}  // namespace attnkit
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #include "cpu/simd/vec_avx512.hpp"
+namespace attnkit {
+namespace {
+void store_f16_avx512(const float* in, std::uint16_t* out, int n) {
+  using Vec = cpu::simd::VecAvx512;
+  Vec::store_f16(out, Vec::load_f32(in, n), n);
+}
+}  // namespace
+}  // namespace attnkit
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
 
 namespace attnkit {
 namespace {
@@ -49,45 +80,33 @@ std::vector<float> hard_values() {
   return v;
 }
 
-template <class Vec>
-void expect_matches_scalar() {
+template <int kW>
+void expect_matches_scalar(StoreF16 store) {
   const std::vector<float> values = hard_values();
-  constexpr int kW = Vec::kWidth;
   for (std::size_t i = 0; i + kW <= values.size(); i += kW) {
     for (int n : {kW, kW - 1, 1}) {
       alignas(64) float in[kW] = {};
       std::memcpy(in, values.data() + i, sizeof(float) * static_cast<unsigned>(n));
       std::uint16_t out[kW + 1];
       for (auto& o : out) o = 0xabcd;  // poison: lanes past n must stay
-      Vec::store_f16(out, Vec::load_f32(in, n), n);
+      store(in, out, n);
       for (int l = 0; l < n; ++l) ASSERT_EQ(out[l], float_to_f16_bits(in[l])) << "value " << in[l] << " lane " << l;
       for (int l = n; l <= kW; ++l) ASSERT_EQ(out[l], 0xabcd) << "lane " << l << " past n = " << n;
     }
   }
 }
 
-void expect_avx512_matches_scalar() { expect_matches_scalar<cpu::simd::VecAvx512>(); }
-void expect_avx2_matches_scalar() { expect_matches_scalar<cpu::simd::VecAvx2>(); }
-
-}  // namespace
-}  // namespace attnkit
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-
-namespace attnkit {
-namespace {
-
 TEST(VecF16Store, Avx512MatchesTheScalarConversion) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
       !__builtin_cpu_supports("avx512vl")) {
     GTEST_SKIP() << "no AVX-512 on this CPU";
   }
-  expect_avx512_matches_scalar();
+  expect_matches_scalar<cpu::simd::VecAvx512::kWidth>(store_f16_avx512);
 }
 
 TEST(VecF16Store, Avx2MatchesTheScalarConversion) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no AVX2 + F16C";
-  expect_avx2_matches_scalar();
+  expect_matches_scalar<cpu::simd::VecAvx2::kWidth>(store_f16_avx2);
 }
 
 }  // namespace
