@@ -46,6 +46,8 @@ struct Target {
   bool cpu_matrix_tiles = false;              // CPU: AMX-BF16 tiles the kernels will use (cpu_target)
   bool cpu_intel_cores = false;               // CPU: Intel cores, whose prefetchers stream decode's K and V
                                               // fastest in short turns (cpu_target)
+  int cpu_vector_lanes = 16;                  // CPU: f32 lanes of the vectors the kernels will use: 16
+                                              // (AVX-512), 8 (AVX2) or 1 (scalar) (cpu_target)
 };
 Target cpu_target(int threads = 0);  // 0 = hardware concurrency
 // Datasheet targets, for planning GPU work on a machine without that GPU:

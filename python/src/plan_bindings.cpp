@@ -67,6 +67,7 @@ void bind_plans(nb::module_& m) {
       .def_ro("peak_matmul_flops_per_s", &Target::peak_matmul_flops_per_s)
       .def_ro("cpu_matrix_tiles", &Target::cpu_matrix_tiles)
       .def_ro("cpu_intel_cores", &Target::cpu_intel_cores)
+      .def_ro("cpu_vector_lanes", &Target::cpu_vector_lanes)
       .def("__repr__", [](const Target& t) {
         return "Target(backend='" + to_string(t.backend) + "', name='" + t.name + "', threads=" +
                std::to_string(t.threads) + ", sm_count=" + std::to_string(t.sm_count) + ")";

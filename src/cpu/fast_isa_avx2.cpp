@@ -1,4 +1,5 @@
-// The fast CPU kernel bodies (fast_body.hpp) compiled for AVX2 + FMA + F16C.
+// The fast CPU kernel bodies (fast_body.hpp, and fast_body_rows4.hpp for groups of 4k heads)
+// compiled for AVX2 + FMA + F16C.
 // Only this translation unit is compiled for that target, and only fast_isa.cpp's runtime
 // check decides whether it runs, so the library still starts on CPUs without it.
 #include <cmath>
@@ -21,11 +22,12 @@
 #define ATTNKIT_ISA_NS isa_avx2
 #define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx2
 #include "cpu/fast_body.hpp"
+#include "cpu/fast_body_rows4.hpp"
 
 namespace attnkit::cpu::detail {
 
 const FastBodies& fast_bodies_avx2() {
-  static const FastBodies bodies{"avx2", isa_avx2::W, isa_avx2::decode_scratch_floats, isa_avx2::decode,
+  static const FastBodies bodies{"avx2", isa_avx2::W, isa_avx2::decode_scratch_floats_or_rows4, isa_avx2::decode_or_rows4,
                                  isa_avx2::prefill_scratch_floats, isa_avx2::prefill};
   return bodies;
 }

@@ -44,6 +44,11 @@ constexpr std::int64_t kIntelWideRowColumns = 128;
 // group 4, 12-14% at group 1 (CPU round 15).
 constexpr std::uint64_t kIntelF32RowBlockDecodeTile = 8;
 constexpr std::uint64_t kIntelF32DecodeTile = 16;
+// On other cores without AVX-512 (AVX2: Zen 2 / 3) short turns win too: two threads of a Zen 2,
+// b1 / b4 x 64k at group 4, 16 keys against 256: bf16 -15% / -20%, f16 -23% / -24%, f32 -5% /
+// -17%; 8 and 32 were slower. Multi-head f32 (the generic body) read 3-6% slower, so f32 outside
+// the row-block body keeps the L1-sized tile (CPU round 25).
+constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
 constexpr std::uint64_t kF32Bytes = 4;
 // One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
 constexpr std::uint32_t kVectorLanes = 16;
@@ -191,6 +196,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
                       " keys: on Intel cores the decode bodies stream K and V fastest in short turns (a tile's K, "
                       "then its V) rather than in phases of up to 256 rows" +
                       (wide_rows ? std::string(" (8 keys of rows wider than 128 columns: 4 KiB of K per turn)") : std::string{}));
+  } else if (t.cpu_vector_lanes < 16 && (pr.kv_dtype != DType::kF32 || group % 4 == 0)) {
+    tile = kNarrowVectorDecodeTile;
+    reasons.push_back("tile: " + std::to_string(tile) +
+                      " keys: on cores without AVX-512 the decode bodies stream K and V fastest in short turns "
+                      "(a tile's K, then its V)");
   } else {
     reasons.push_back("tile: " + std::to_string(tile) + " keys, so the group's q, accumulators and tile scores (" +
                       std::to_string((fixed + group * tile * kF32Bytes) >> 10) +

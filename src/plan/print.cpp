@@ -76,7 +76,8 @@ void add_target(Rows& rows, const Target& t) {
   std::string text = to_string(t.backend) + " \"" + t.name + "\"";
   if (t.backend == Backend::kCpu) {
     text += ", " + std::to_string(t.threads) + " threads";
-    // The two facts the CPU rules key on besides sizes (decode tiles, AMX prefill tiles).
+    // The facts the CPU rules key on besides sizes (decode tiles, AMX prefill tiles).
+    text += ", " + std::to_string(t.cpu_vector_lanes) + "-lane vectors";
     if (t.cpu_intel_cores) text += ", Intel cores";
     if (t.cpu_matrix_tiles) text += ", AMX tiles";
   } else {
@@ -152,7 +153,8 @@ json target_json(const Target& t) {
           {"peak_read_bytes_per_s", t.peak_read_bytes_per_s},
           {"peak_matmul_flops_per_s", t.peak_matmul_flops_per_s},
           {"cpu_intel_cores", t.cpu_intel_cores},
-          {"cpu_matrix_tiles", t.cpu_matrix_tiles}};
+          {"cpu_matrix_tiles", t.cpu_matrix_tiles},
+          {"cpu_vector_lanes", t.cpu_vector_lanes}};
 }
 
 json partition_json(const WorkPartition& p) {

@@ -139,6 +139,20 @@ bool amx_selected() {
   }
 }
 
+// The f32 lanes of the vectors the fast CPU kernels run on now (16 where that cannot be told, as
+// a hand-built Target).
+int vector_lanes_selected() {
+  try {
+    switch (cpu::simd::selected_isa()) {
+      case cpu::simd::Isa::kScalar: return 1;
+      case cpu::simd::Isa::kAvx2: return 8;
+      default: return 16;
+    }
+  } catch (const Error&) {
+    return 16;
+  }
+}
+
 // Whether this host's cores are Intel's (cpuid's vendor string). Decode reads K and V in short
 // turns there, whatever instruction set the kernels use (docs/perf-notes.md, CPU round 21).
 bool intel_cores() {
@@ -162,6 +176,7 @@ Target cpu_target(int threads) {
   t.cache_bytes = last_level_cache_bytes();
   t.cpu_matrix_tiles = amx_selected();
   t.cpu_intel_cores = intel_cores();
+  t.cpu_vector_lanes = vector_lanes_selected();
   return t;
 }
 

@@ -206,3 +206,26 @@ TEST(CpuDecodeTile, IntelCoresTakeShortTiles) {
   wide.num_heads = wide.kv_heads;  // multi-head: 16
   EXPECT_EQ(plan_decode(wide, amx).partition.tile_size, 16u);
 }
+
+// Other cores without AVX-512 (the AVX2 level: Zen 2 / 3) take 16-key tiles for 16-bit K/V and
+// for f32 in groups of 4k heads; multi-head f32 and every plan with AVX-512 keep the L1-sized tile.
+TEST(CpuDecodeTile, CoresWithoutAvx512TakeShortTiles) {
+  Target avx2 = cpu(2);
+  avx2.cpu_vector_lanes = 8;
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (std::int64_t heads : {32, 8, 64}) {  // groups 4, 1, 8
+      DecodeProblem p = decode(1, heads, 8, 65536);
+      p.kv_dtype = p.q_dtype = p.out_dtype = dt;
+      const DecodePlan plan = plan_decode(p, avx2);
+      if (dt == DType::kF32 && heads == 8) {
+        EXPECT_EQ(plan.partition.tile_size, 256u) << describe(plan);
+        continue;
+      }
+      EXPECT_EQ(plan.partition.tile_size, 16u) << describe(plan);
+      bool said = false;
+      for (const std::string& r : plan.reasons) said = said || (r.rfind("tile: 16", 0) == 0 && r.find("AVX-512") != std::string::npos);
+      EXPECT_TRUE(said) << describe(plan);
+      EXPECT_EQ(plan_decode(p, cpu(2)).partition.tile_size, 256u);
+    }
+  }
+}

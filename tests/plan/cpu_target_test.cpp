@@ -64,3 +64,25 @@ TEST(CpuTarget, IntelCoresMatchTheVendorTheKernelReports) {
   if (vendor.empty()) GTEST_SKIP() << "/proc/cpuinfo lists no vendor_id here";
   EXPECT_EQ(cpu_target(1).cpu_intel_cores, vendor == "GenuineIntel") << "vendor_id " << vendor;
 }
+
+// The vector lanes the planner sizes decode tiles by follow the path the kernels will take:
+// ATTNKIT_CPU_ISA when set, else the widest this CPU has (cpuid's AVX-512 F bit decides 16 or 8).
+TEST(CpuTarget, VectorLanesFollowTheSelectedPath) {
+  struct ScopedIsa {
+    explicit ScopedIsa(const char* isa) { setenv("ATTNKIT_CPU_ISA", isa, 1); }
+    ~ScopedIsa() { unsetenv("ATTNKIT_CPU_ISA"); }
+  };
+  {
+    ScopedIsa scalar("scalar");
+    EXPECT_EQ(cpu_target(1).cpu_vector_lanes, 1);
+  }
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    ScopedIsa avx2("avx2");
+    EXPECT_EQ(cpu_target(1).cpu_vector_lanes, 8);
+  }
+  EXPECT_EQ(cpu_target(1).cpu_vector_lanes, avx512 ? 16 : __builtin_cpu_supports("avx2") ? 8 : 1);
+#endif
+}

@@ -90,6 +90,7 @@ TEST(Print, DecodePlanJsonHasEveryField) {
   EXPECT_EQ(j.at("target").at("threads").get<int>(), 4);
   EXPECT_FALSE(j.at("target").at("cpu_intel_cores").get<bool>());
   EXPECT_FALSE(j.at("target").at("cpu_matrix_tiles").get<bool>());
+  EXPECT_EQ(j.at("target").at("cpu_vector_lanes").get<int>(), 16);
   expect_partition_matches(j.at("partition"), plan.partition);
   expect_evidence_matches(j.at("evidence"), plan.evidence);
   EXPECT_EQ(j.at("reasons").size(), plan.reasons.size());
@@ -97,7 +98,8 @@ TEST(Print, DecodePlanJsonHasEveryField) {
   Target intel = cpu(4);
   intel.cpu_intel_cores = intel.cpu_matrix_tiles = true;
   const DecodePlan on_intel = plan_decode(p, intel);
-  EXPECT_NE(to_table(on_intel).find("4 threads, Intel cores, AMX tiles"), std::string::npos) << to_table(on_intel);
+  EXPECT_NE(to_table(on_intel).find("4 threads, 16-lane vectors, Intel cores, AMX tiles"), std::string::npos)
+      << to_table(on_intel);
   EXPECT_TRUE(json::parse(to_json(on_intel)).at("target").at("cpu_intel_cores").get<bool>());
   EXPECT_EQ(to_table(plan).find("Intel cores"), std::string::npos);
 }

@@ -44,6 +44,21 @@ struct VecAvx2 {
     lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x));
     hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
   }
+  // 16 bf16 values (n of them, the rest 0) as their 8 even and 8 odd columns: one load and two
+  // single-uop integer ops, where widening in order takes a lane-crossing permute and two unpacks
+  // (the row-block body, fast_body_rows4.hpp, holds q and the accumulators in this column order).
+  static void load_bf16_even_odd(const std::uint16_t* p, int n, V& even, V& odd) {
+    __m256i x;
+    if (n >= 2 * kWidth) {
+      x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    } else {
+      alignas(32) std::uint16_t t[2 * kWidth] = {};
+      std::memcpy(t, p, sizeof(std::uint16_t) * static_cast<unsigned>(n));
+      x = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+    }
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static V load_f16(const std::uint16_t* p, int n) { return _mm256_cvtph_ps(load_u16(p, n)); }
   // The first n lanes as f16 (round to nearest even, as float_to_f16_bits; a NaN keeps its payload's
   // top bits where that one writes 0x7e00).
@@ -94,6 +109,17 @@ struct VecAvx2 {
     const V e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
     return select_lt(x, set1(-87.0f), zero(), e);
   }
+  // The row-block body's [key][head] score vectors (lane 4k + g: key k, head g of 4): each head's
+  // max / sum over the vector's 2 keys, in both of its lanes; the lanes of keys >= valid set to
+  // -inf; and 4 per-head values (p[0..3]) repeated for each key.
+  static V max_over_keys(V v) { return _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1)); }
+  static V sum_over_keys(V v) { return _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1)); }
+  static V mask_keys_from(V x, int valid) {
+    const __m256 past = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0), _mm256_set1_epi32(valid - 1)));
+    return _mm256_blendv_ps(x, set1(-__builtin_inff()), past);
+  }
+  static V broadcast_heads(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
   // Score accumulators (the QK^T dot): the lanes already split each dot into partial sums.
   using Acc = V;
   static Acc acc_fma(V a, V b, Acc c) { return fma(a, b, c); }

@@ -77,6 +77,23 @@ struct VecAvx512 {
   }
   // out[i] = sum of the lanes of acc[i], for kWidth accumulators (a transpose-and-add tree).
   // Score accumulators (the QK^T dot): the lanes already split each dot into partial sums.
+  // The row-block bodies' [key][head] score vectors (lane 4k + g: key k, head g of 4): each head's
+  // max / sum over the vector's 4 keys, in all its lanes; the lanes of keys >= valid set to -inf;
+  // and 4 per-head values (p[0..3], 16-byte aligned) repeated for each key.
+  static V max_over_keys(V v) {
+    v = max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    return max(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  }
+  static V sum_over_keys(V v) {
+    v = add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    return add(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  }
+  static V mask_keys_from(V x, int valid) {
+    const __m512i key_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __mmask16 past = _mm512_cmpge_epi32_mask(key_of_lane, _mm512_set1_epi32(valid));
+    return _mm512_mask_mov_ps(x, past, set1(-__builtin_inff()));
+  }
+  static V broadcast_heads(const float* p) { return _mm512_broadcast_f32x4(_mm_load_ps(p)); }
   using Acc = V;
   static Acc acc_fma(V a, V b, Acc c) { return fma(a, b, c); }
   static V acc_transpose_sum(const Acc* acc) { return transpose_sum(acc); }
