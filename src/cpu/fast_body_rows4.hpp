@@ -25,6 +25,12 @@
 //   an FMA floor of 17.5 ns (64 per key, one per cycle). See docs/perf-notes.md, CPU rounds 5-6
 //   (AVX-512) and 25 (AVX2).
 
+// How the per-tile steps (Q K^T of a tile, a P V pass) are compiled: a translation unit may define
+// it before including this file (the AVX2 one inlines them into the tile loop, below).
+#ifndef ATTNKIT_ROWS4_STEP
+#define ATTNKIT_ROWS4_STEP
+#endif
+
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
 // Keys per [key][head] score vector, and per Q K^T step (its W accumulators).
@@ -167,7 +173,7 @@ inline std::size_t decode_scratch_floats_rows4_f(std::int64_t head_dim, std::int
 
 // Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head] (q is pre-scaled).
 template <class Tag, int kD>
-void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
+ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
                     bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
@@ -301,7 +307,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
 // Each pass prefetches its columns of the V rows ahead into L1 and of the next tile's K into L2
 // (round 5's pattern; whole K rows spread over the passes made f16 5% slower).
 template <class Tag, int NV, int kD>
-void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
+ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
                 std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>();
   // kD: whole vectors of NV in every pass (head_dim 64 in one pass of 4, 128 in two), so the widths

@@ -22,7 +22,11 @@
 #define ATTNKIT_ISA_NS isa_avx2
 #define ATTNKIT_VEC ::attnkit::cpu::simd::VecAvx2
 #include "cpu/fast_body.hpp"
+// The row-block body's steps inlined into its tile loop: called, each of a 16-key tile's nine steps
+// ended in a vzeroupper, whose stall took 17% of the P V passes' time on a Zen 2 (CPU round 25).
+#define ATTNKIT_ROWS4_STEP __attribute__((always_inline)) inline
 #include "cpu/fast_body_rows4.hpp"
+#undef ATTNKIT_ROWS4_STEP
 
 namespace attnkit::cpu::detail {
 
