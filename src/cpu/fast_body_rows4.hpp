@@ -192,21 +192,22 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
 #pragma GCC unroll 16
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     if constexpr (even_odd_columns<Tag>() && W < 16) {
-      // 16 registers: W accumulators, the chunk's even and odd K columns, and q read from L1 by
-      // each FMA, one chunk per iteration (with q's 8 vectors in registers, or chunks unrolled, the
-      // compiler spilled accumulators).
+      // 16 registers: W accumulators, both keys' even and odd K columns, and one head's q at a
+      // time, one chunk per iteration (with q's 8 vectors in registers, or chunks unrolled, the
+      // compiler spilled accumulators; with q read by every FMA the loads outnumbered the FMAs).
       const auto* k = static_cast<const std::uint16_t*>(t.k.data);
 #pragma GCC unroll 1
       for (std::int64_t c = 0; c < d; c += kEvenOddChunk) {
         const int m = kD > 0 ? static_cast<int>(kEvenOddChunk) : static_cast<int>(imin(kEvenOddChunk, d - c));
+        V even[kRows4Keys], odd[kRows4Keys];
 #pragma GCC unroll 4
-        for (int kk = 0; kk < kRows4Keys; ++kk) {
-          V even, odd;
-          Vec::load_bf16_even_odd(k + kr[kk] + c, m, even, odd);
+        for (int kk = 0; kk < kRows4Keys; ++kk) Vec::load_bf16_even_odd(k + kr[kk] + c, m, even[kk], odd[kk]);
 #pragma GCC unroll 4
-          for (int g = 0; g < 4; ++g) {
-            const float* qg = q + g * L.dp + c;
-            acc[kk * 4 + g] = Vec::fma(Vec::load(qg + W), odd, Vec::fma(Vec::load(qg), even, acc[kk * 4 + g]));
+        for (int g = 0; g < 4; ++g) {
+          const V qe = Vec::load(q + g * L.dp + c), qo = Vec::load(q + g * L.dp + c + W);
+#pragma GCC unroll 4
+          for (int kk = 0; kk < kRows4Keys; ++kk) {
+            acc[kk * 4 + g] = Vec::fma(qo, odd[kk], Vec::fma(qe, even[kk], acc[kk * 4 + g]));
           }
         }
       }
