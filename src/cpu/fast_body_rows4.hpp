@@ -173,8 +173,8 @@ inline std::size_t decode_scratch_floats_rows4_f(std::int64_t head_dim, std::int
 
 // Scores of keys [j0, j0 + n) for heads [h0, h0 + 4) into L.s as [key][head] (q is pre-scaled).
 template <class Tag, int kD>
-ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t j0, std::int64_t n,
-                    bool prefetch) {
+ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0,
+                                       std::int64_t j0, std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
   const PrefetchRows pk(t.k, eb, 0, d * eb, last), pv(t.v, eb, 0, d * eb, last);
@@ -308,8 +308,8 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
 // Each pass prefetches its columns of the V rows ahead into L1 and of the next tile's K into L2
 // (round 5's pattern; whole K rows spread over the passes made f16 5% slower).
 template <class Tag, int NV, int kD>
-ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0, std::int64_t c0, std::int64_t j0,
-                std::int64_t n, bool prefetch) {
+ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h0,
+                                   std::int64_t c0, std::int64_t j0, std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>();
   // kD: whole vectors of NV in every pass (head_dim 64 in one pass of 4, 128 in two), so the widths
   // and the prefetched bytes per row are constants.
