@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -128,29 +129,22 @@ Target hopper(std::string name, double peak_read_bytes_per_s) {
   return t;
 }
 
-// Whether the fast CPU kernels run on AMX tiles now (the instruction set ATTNKIT_CPU_ISA or the
-// CPU selects), so a plan's tiles fit the body that will run it. A bad ATTNKIT_CPU_ISA is reported
-// by the kernels (with its fix), not by planning.
-bool amx_selected() {
+// The instruction set the fast CPU kernels run on now (ATTNKIT_CPU_ISA or the CPU selects), so a
+// plan's tiles fit the body that will run it; none for a bad ATTNKIT_CPU_ISA, which the kernels
+// report (with its fix), not planning.
+std::optional<cpu::simd::Isa> isa_selected() {
   try {
-    return cpu::simd::selected_isa() == cpu::simd::Isa::kAmx;
+    return cpu::simd::selected_isa();
   } catch (const Error&) {
-    return false;
+    return std::nullopt;
   }
 }
 
-// The f32 lanes of the vectors the fast CPU kernels run on now (16 where that cannot be told, as
-// a hand-built Target).
-int vector_lanes_selected() {
-  try {
-    switch (cpu::simd::selected_isa()) {
-      case cpu::simd::Isa::kScalar: return 1;
-      case cpu::simd::Isa::kAvx2: return 8;
-      default: return 16;
-    }
-  } catch (const Error&) {
-    return 16;
-  }
+// The f32 lanes of that set's vectors (16 where it cannot be told, as for a hand-built Target).
+int vector_lanes(std::optional<cpu::simd::Isa> isa) {
+  if (isa == cpu::simd::Isa::kScalar) return 1;
+  if (isa == cpu::simd::Isa::kAvx2) return 8;
+  return 16;
 }
 
 // Whether this host's cores are Intel's (cpuid's vendor string). Decode reads K and V in short
@@ -174,9 +168,10 @@ Target cpu_target(int threads) {
   t.name = cpu_model_name();
   t.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
   t.cache_bytes = last_level_cache_bytes();
-  t.cpu_matrix_tiles = amx_selected();
+  const std::optional<cpu::simd::Isa> isa = isa_selected();
+  t.cpu_matrix_tiles = isa == cpu::simd::Isa::kAmx;
+  t.cpu_vector_lanes = vector_lanes(isa);
   t.cpu_intel_cores = intel_cores();
-  t.cpu_vector_lanes = vector_lanes_selected();
   return t;
 }
 
