@@ -381,18 +381,19 @@ inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, st
     for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rs + (v0 + n) * W, acc[kk][n]);
 }
 
-// O[rows i0.., head_dim vectors c0..] = O * alpha + P V over n keys.
+// O[rows i0.., head_dim vectors c0..] = O * alpha + P V over the tile's keys [j_lo, j_hi).
 template <int NV>
-inline void pv_block(const PrefillLayout& L, float* o, std::int64_t n, std::int64_t i0, std::int64_t c0) {
+inline void pv_block(const PrefillLayout& L, float* o, std::int64_t j_lo, std::int64_t j_hi, std::int64_t i0,
+                     std::int64_t c0) {
   constexpr int R = Vec::kPvRows;
   V acc[R][NV];
   for (int r = 0; r < R; ++r) {
     const V a = Vec::set1(L.alpha[i0 + r]);
     for (int v = 0; v < NV; ++v) acc[r][v] = Vec::mul(Vec::load(o + (i0 + r) * L.dp + (c0 + v) * W), a);
   }
-  const float* vp = L.vf + c0 * W;
-  const float* pp = L.s + i0;
-  for (std::int64_t j = 0; j < n; ++j, vp += L.vs, pp += L.rs) {
+  const float* vp = L.vf + j_lo * L.vs + c0 * W;
+  const float* pp = L.s + j_lo * L.rs + i0;
+  for (std::int64_t j = j_lo; j < j_hi; ++j, vp += L.vs, pp += L.rs) {
     V vv[NV];
     for (int v = 0; v < NV; ++v) vv[v] = Vec::load(vp + v * W);
     for (int r = 0; r < R; ++r) {
@@ -449,30 +450,60 @@ void prefill_typed(const PrefillTask& t) {
         for (std::int64_t c = 0; c < L.dp; ++c) L.kf[j * L.dp + c] = 0.0f;
       }
     }
-    const bool masked = !(j0 >= keys.full_lo && j0 + n <= keys.full_hi);
+    // Each unit of rows (a row vector, W rows, the softmax's lanes; or kPvRows rows where a P V
+    // row block spans several vectors) works on the keys of the tile its rows can see, [lo, hi)
+    // relative to j0, and a unit that sees none of them skips the tile (its state and output stay
+    // as they are): a causal diagonal tile's earlier rows, and the triangle's far keys (a causal
+    // block of 128 rows on 64-key tiles did 12% more work than its visible pairs; docs/perf-notes.md,
+    // CPU round 27). A key Q K^T leaves out for some row is one that row cannot see, so the mask
+    // (on wherever a unit's rows see different keys) overwrites what its S holds.
+    constexpr std::int64_t kUnit = W >= Vec::kPvRows ? 1 : Vec::kPvRows / W;  // row vectors per unit
+    static_assert(W % Vec::kPvRows == 0 || Vec::kPvRows % W == 0, "P V row blocks and row vectors must nest");
+    struct Span {
+      std::int64_t lo, hi;
+      bool masked;
+    };
+    const bool whole = j0 >= keys.full_lo && j0 + n <= keys.full_hi;  // every row sees the whole tile
+    auto span = [&](std::int64_t v0, std::int64_t vectors) {
+      const std::int64_t first = v0 * W, end = imin((v0 + vectors) * W, rows);
+      if (first >= end) return Span{0, 0, false};  // padding rows only
+      if (whole) return Span{0, n, false};
+      const BlockKeys k = row_span_keys(t, first, end);
+      return Span{imax(k.lo, j0) - j0, imin(k.hi, j0 + n) - j0, !(j0 >= k.full_lo && j0 + n <= k.full_hi)};
+    };
+    auto unit_span = [&](std::int64_t v) { return span(v / kUnit * kUnit, kUnit); };
+    std::int64_t v_lo = 0, v_hi = row_vectors;  // whole units that see some key of the tile
+    while (v_lo < v_hi && unit_span(v_lo).hi <= unit_span(v_lo).lo) v_lo += kUnit;
+    while (v_hi > v_lo && unit_span(v_hi - 1).hi <= unit_span(v_hi - 1).lo) v_hi -= kUnit;
     for (std::int64_t g = 0; g < G; ++g) {
       const float* qt = L.qt + g * L.dp * L.rs;
       float* o = L.o + g * L.rp * L.dp;
       float* m = L.m + g * L.rp;
       float* l = L.l + g * L.rp;
-      for_vec_chunks<Vec::kQkMaxVecs>(row_vectors, [&]<int NV>(std::int64_t v0) {
-        for (std::int64_t j = 0; j < np; j += Vec::kQkKeys) qk_block<NV>(L, qt, d, j, v0);
+      for_vec_chunks<Vec::kQkMaxVecs>(v_hi - v_lo, [&]<int NV>(std::int64_t chunk) {
+        const Span c = span(v_lo + chunk, NV);
+        const std::int64_t j_end = imin(round_up(c.hi, Vec::kQkKeys), np);
+        for (std::int64_t j = c.lo / Vec::kQkKeys * Vec::kQkKeys; j < j_end; j += Vec::kQkKeys) {
+          qk_block<NV>(L, qt, d, j, v_lo + chunk);
+        }
       });
       // Online softmax, rows in lanes.
-      for (std::int64_t r = 0; r < L.rp; r += W) {
+      for (std::int64_t v = v_lo; v < v_hi; ++v) {
+        const std::int64_t r = v * W;
+        const Span c = unit_span(v);
         const V pos = Vec::load(L.pos + r);
         V mx = Vec::load(m + r);
-        for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t j = c.lo; j < c.hi; ++j) {
           V x = Vec::load(L.s + j * L.rs + r);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
-          if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
-          if (t.softcap > 0 || masked) Vec::store(L.s + j * L.rs + r, x);
+          if (c.masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
+          if (t.softcap > 0 || c.masked) Vec::store(L.s + j * L.rs + r, x);
           mx = Vec::max(mx, x);
         }
         const V m_use = usable_max(mx);
         const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
-        for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t j = c.lo; j < c.hi; ++j) {
           const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rs + r), m_use));
           Vec::store(L.s + j * L.rs + r, p);
           sum = Vec::add(sum, p);
@@ -481,8 +512,9 @@ void prefill_typed(const PrefillTask& t) {
         Vec::store(m + r, mx);
         Vec::store(L.alpha + r, alpha);
       }
-      for (std::int64_t i0 = 0; i0 < L.rp; i0 += Vec::kPvRows) {
-        for_vec_chunks<Vec::kPvMaxVecs>(L.dp / W, [&]<int NV>(std::int64_t c0) { pv_block<NV>(L, o, n, i0, c0); });
+      for (std::int64_t i0 = v_lo * W; i0 < v_hi * W; i0 += Vec::kPvRows) {
+        const Span c = unit_span(i0 / W);
+        for_vec_chunks<Vec::kPvMaxVecs>(L.dp / W, [&]<int NV>(std::int64_t c0) { pv_block<NV>(L, o, c.lo, c.hi, i0, c0); });
       }
     }
   }

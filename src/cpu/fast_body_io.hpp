@@ -120,6 +120,16 @@ inline BlockKeys rows_keys(const PrefillTask& t, std::int64_t first, std::int64_
 }
 inline BlockKeys block_keys(const PrefillTask& t) { return rows_keys(t, 0, t.rows); }
 
+// The same from the first and last rows alone (no loop: called per tile and row vector). Both ends
+// of a row's range only grow with its position, so hi and the full range are exact; lo is the
+// first row's begin even where leading rows see nothing, a superset the masks make exact.
+inline BlockKeys row_span_keys(const PrefillTask& t, std::int64_t first, std::int64_t end) {
+  auto begin = [&](std::int64_t pos) { return t.window > 0 ? imax(0, pos - t.window + 1) : std::int64_t{0}; };
+  auto finish = [&](std::int64_t pos) { return imax(begin(pos), t.causal ? imin(t.kv_len, pos + 1) : t.kv_len); };
+  const std::int64_t p0 = t.first_position + first, p1 = t.first_position + end - 1;
+  return {begin(p0), finish(p1), begin(p1), finish(p0)};
+}
+
 // Empty state for the block's group x rp rows: o = 0 ([group][rp][dp]), m = -inf, l = 0, and the
 // rows' positions (as floats, for the lane masks).
 inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int64_t dp, float* o, float* m, float* l,
