@@ -514,7 +514,8 @@ void prefill_typed(const PrefillTask& t) {
       }
       for (std::int64_t i0 = v_lo * W; i0 < v_hi * W; i0 += Vec::kPvRows) {
         const Span c = unit_span(i0 / W);
-        for_vec_chunks<Vec::kPvMaxVecs>(L.dp / W, [&]<int NV>(std::int64_t c0) { pv_block<NV>(L, o, c.lo, c.hi, i0, c0); });
+        for_vec_chunks<Vec::kPvMaxVecs>(L.dp / W,
+                                        [&]<int NV>(std::int64_t c0) { pv_block<NV>(L, o, c.lo, c.hi, i0, c0); });
       }
     }
   }
