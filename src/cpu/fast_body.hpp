@@ -472,9 +472,13 @@ void prefill_typed(const PrefillTask& t) {
       return Span{imax(k.lo, j0) - j0, imin(k.hi, j0 + n) - j0, !(j0 >= k.full_lo && j0 + n <= k.full_hi)};
     };
     auto unit_span = [&](std::int64_t v) { return span(v / kUnit * kUnit, kUnit); };
+    auto sees = [&](std::int64_t v) {
+      const Span c = unit_span(v);
+      return c.hi > c.lo;
+    };
     std::int64_t v_lo = 0, v_hi = row_vectors;  // whole units that see some key of the tile
-    while (v_lo < v_hi && unit_span(v_lo).hi <= unit_span(v_lo).lo) v_lo += kUnit;
-    while (v_hi > v_lo && unit_span(v_hi - 1).hi <= unit_span(v_hi - 1).lo) v_hi -= kUnit;
+    while (v_lo < v_hi && !sees(v_lo)) v_lo += kUnit;
+    while (v_hi > v_lo && !sees(v_hi - 1)) v_hi -= kUnit;
     for (std::int64_t g = 0; g < G; ++g) {
       const float* qt = L.qt + g * L.dp * L.rs;
       float* o = L.o + g * L.rp * L.dp;

@@ -124,10 +124,9 @@ inline BlockKeys block_keys(const PrefillTask& t) { return rows_keys(t, 0, t.row
 // of a row's range only grow with its position, so hi and the full range are exact; lo is the
 // first row's begin even where leading rows see nothing, a superset the masks make exact.
 inline BlockKeys row_span_keys(const PrefillTask& t, std::int64_t first, std::int64_t end) {
-  auto begin = [&](std::int64_t pos) { return t.window > 0 ? imax(0, pos - t.window + 1) : std::int64_t{0}; };
-  auto finish = [&](std::int64_t pos) { return imax(begin(pos), t.causal ? imin(t.kv_len, pos + 1) : t.kv_len); };
-  const std::int64_t p0 = t.first_position + first, p1 = t.first_position + end - 1;
-  return {begin(p0), finish(p1), begin(p1), finish(p0)};
+  const KeyRange a = visible_keys(t.first_position + first, t.kv_len, t.causal, t.window);
+  const KeyRange b = visible_keys(t.first_position + end - 1, t.kv_len, t.causal, t.window);
+  return {a.begin, b.end, b.begin, a.end};
 }
 
 // Empty state for the block's group x rp rows: o = 0 ([group][rp][dp]), m = -inf, l = 0, and the
