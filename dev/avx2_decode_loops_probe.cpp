@@ -3,8 +3,9 @@
 // accumulator chains, and per key (4 heads, head_dim 128, bf16 K/V as even / odd columns, 16-key
 // tiles) variants of Q K^T (2 keys x 4 heads = 8 accumulators, the library's shape) and of P V
 // (4 heads x 2 vectors = 8 accumulators per pass). Each variant takes away one cost (the widening,
-// q's loads, the accumulator chains) to see which one holds the loop. docs/perf-notes.md, CPU
-// round 26, has the Zen 2 figures.
+// q's loads, the accumulator chains) to see which one holds the loop, and two 12-chain shapes (key
+// triples for Q K^T, head pairs x 6 vectors for P V). docs/perf-notes.md, CPU rounds 26 and 28,
+// have the Zen 2 figures.
 //   g++ -O2 -mavx2 -mfma -o /tmp/avx2_loops dev/avx2_decode_loops_probe.cpp && taskset -c 1 /tmp/avx2_loops
 #include <immintrin.h>
 
@@ -109,7 +110,102 @@ __attribute__((noinline)) void scores(const std::uint16_t* k, const float* q, fl
   }
 }
 
+// Three keys x 4 heads = 12 accumulators (12 chains: both FMA pipes busy), each chunk's even then
+// odd columns, scores stored per key ([key][head], 4 floats). kTriples triples per call (18 keys
+// for a 16-key tile: the last triple reads two rows of the next tile, as a clamped tail would).
+template <bool kShiftOdd>
+__attribute__((noinline)) void scores_triples(const std::uint16_t* k, const float* q, float* s) {
+  alignas(32) static const std::uint32_t kMask[8] = {0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u,
+                                                     0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u};
+  const __m256i& mask = *reinterpret_cast<const __m256i*>(kMask);
+#pragma GCC unroll 1
+  for (int j = 0; j < kTile; j += 3) {
+    const std::uint16_t* k0 = k + j * kD;
+    V a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, c0 = a0, c1 = a0,
+      c2 = a0, c3 = a0;
+#pragma GCC unroll 1
+    for (int c = 0; c < kD; c += 16) {
+      const __m256i* p0 = reinterpret_cast<const __m256i*>(k0 + c);
+      const __m256i* p1 = reinterpret_cast<const __m256i*>(k0 + kD + c);
+      const __m256i* p2 = reinterpret_cast<const __m256i*>(k0 + 2 * kD + c);
+      V x0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(p0), 16));
+      V x1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(p1), 16));
+      V x2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(p2), 16));
+      V qv = _mm256_load_ps(q + c);
+      a0 = _mm256_fmadd_ps(qv, x0, a0), b0 = _mm256_fmadd_ps(qv, x1, b0), c0 = _mm256_fmadd_ps(qv, x2, c0);
+      qv = _mm256_load_ps(q + kD + c);
+      a1 = _mm256_fmadd_ps(qv, x0, a1), b1 = _mm256_fmadd_ps(qv, x1, b1), c1 = _mm256_fmadd_ps(qv, x2, c1);
+      qv = _mm256_load_ps(q + 2 * kD + c);
+      a2 = _mm256_fmadd_ps(qv, x0, a2), b2 = _mm256_fmadd_ps(qv, x1, b2), c2 = _mm256_fmadd_ps(qv, x2, c2);
+      qv = _mm256_load_ps(q + 3 * kD + c);
+      a3 = _mm256_fmadd_ps(qv, x0, a3), b3 = _mm256_fmadd_ps(qv, x1, b3), c3 = _mm256_fmadd_ps(qv, x2, c3);
+      if constexpr (kShiftOdd) {
+        x0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(_mm256_loadu_si256(p0), 16), 16));
+        x1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(_mm256_loadu_si256(p1), 16), 16));
+        x2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(_mm256_loadu_si256(p2), 16), 16));
+      } else {  // the mask as a memory operand (GCC would keep it in a 17th register)
+        __m256i y0 = _mm256_loadu_si256(p0), y1 = _mm256_loadu_si256(p1), y2 = _mm256_loadu_si256(p2);
+        asm("vpand %1, %0, %0" : "+x"(y0) : "m"(mask));
+        asm("vpand %1, %0, %0" : "+x"(y1) : "m"(mask));
+        asm("vpand %1, %0, %0" : "+x"(y2) : "m"(mask));
+        x0 = _mm256_castsi256_ps(y0), x1 = _mm256_castsi256_ps(y1), x2 = _mm256_castsi256_ps(y2);
+      }
+      qv = _mm256_load_ps(q + c + 8);
+      a0 = _mm256_fmadd_ps(qv, x0, a0), b0 = _mm256_fmadd_ps(qv, x1, b0), c0 = _mm256_fmadd_ps(qv, x2, c0);
+      qv = _mm256_load_ps(q + kD + c + 8);
+      a1 = _mm256_fmadd_ps(qv, x0, a1), b1 = _mm256_fmadd_ps(qv, x1, b1), c1 = _mm256_fmadd_ps(qv, x2, c1);
+      qv = _mm256_load_ps(q + 2 * kD + c + 8);
+      a2 = _mm256_fmadd_ps(qv, x0, a2), b2 = _mm256_fmadd_ps(qv, x1, b2), c2 = _mm256_fmadd_ps(qv, x2, c2);
+      qv = _mm256_load_ps(q + 3 * kD + c + 8);
+      a3 = _mm256_fmadd_ps(qv, x0, a3), b3 = _mm256_fmadd_ps(qv, x1, b3), c3 = _mm256_fmadd_ps(qv, x2, c3);
+    }
+    // Per key: the 4 heads' sums as one 128-bit [head] vector.
+    const auto store4 = [](float* out, V h0, V h1, V h2, V h3) {
+      const V h = _mm256_hadd_ps(_mm256_hadd_ps(h0, h1), _mm256_hadd_ps(h2, h3));
+      _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    };
+    store4(s + j * 4, a0, a1, a2, a3);
+    store4(s + j * 4 + 4, b0, b1, b2, b3);
+    store4(s + j * 4 + 8, c0, c1, c2, c3);
+  }
+}
+
 enum class Pv { kLibrary, kKeyPairs, kNoVLoads };
+
+// P V with 12 accumulators: 2 heads x 6 vectors (three 16-column chunks) per pass, head pairs in
+// two passes (each V chunk widened once per head pair); passes of 3, 3 and 2 chunks over 128 columns.
+template <int kChunks>
+inline void pv_pass(const std::uint16_t* v, const float* p, float* out, int h, int c0) {
+  V a[2][2 * kChunks];
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g)
+#pragma GCC unroll 6
+    for (int i = 0; i < 2 * kChunks; ++i) a[g][i] = _mm256_load_ps(out + (h + g) * kD + c0 + 8 * i);
+#pragma GCC unroll 1
+  for (int j = 0; j < kTile; ++j) {
+    const V p0 = _mm256_set1_ps(p[j * 4 + h]), p1 = _mm256_set1_ps(p[j * 4 + h + 1]);
+#pragma GCC unroll 3
+    for (int cc = 0; cc < kChunks; ++cc) {
+      V e, o;
+      even_odd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j * kD + c0 + 16 * cc)), e, o);
+      a[0][2 * cc] = _mm256_fmadd_ps(p0, e, a[0][2 * cc]);
+      a[0][2 * cc + 1] = _mm256_fmadd_ps(p0, o, a[0][2 * cc + 1]);
+      a[1][2 * cc] = _mm256_fmadd_ps(p1, e, a[1][2 * cc]);
+      a[1][2 * cc + 1] = _mm256_fmadd_ps(p1, o, a[1][2 * cc + 1]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g)
+#pragma GCC unroll 6
+    for (int i = 0; i < 2 * kChunks; ++i) _mm256_store_ps(out + (h + g) * kD + c0 + 8 * i, a[g][i]);
+}
+__attribute__((noinline)) void pv_wide(const std::uint16_t* v, const float* p, float* out) {
+  for (int h = 0; h < kHeads; h += 2) {
+    pv_pass<3>(v, p, out, h, 0);
+    pv_pass<3>(v, p, out, h, 48);
+    pv_pass<2>(v, p, out, h, 96);
+  }
+}
 
 // acc[4 heads][head_dim] += P V over one 16-key tile, passes of 2 vectors (16 columns).
 template <Pv kMode>
@@ -175,10 +271,10 @@ int main() {
   std::printf("clock %.2f GHz\n", ghz);
   std::printf("FMA per cycle: 4 chains %.2f, 8 chains %.2f, 10 chains %.2f, 12 chains %.2f\n", fma_per_cycle<4>(ghz),
               fma_per_cycle<8>(ghz), fma_per_cycle<10>(ghz), fma_per_cycle<12>(ghz));
-  std::vector<std::uint16_t> kv(64 * kTile * kD);
+  std::vector<std::uint16_t> kv(64 * kTile * kD + 2 * kD);
   std::uint32_t r = 1;
   for (auto& x : kv) x = static_cast<std::uint16_t>(0x3f80 + ((r = r * 1664525u + 1013904223u) >> 25));
-  alignas(64) static float q[kHeads * kD], s[kTile * 4], acc[kHeads * kD];
+  alignas(64) static float q[kHeads * kD], s[(kTile + 2) * 4], acc[kHeads * kD];
   std::fill(q, q + kHeads * kD, 0.01f);
   std::fill(s, s + kTile * 4, 0.01f);
   const auto* k = kv.data();
@@ -192,7 +288,12 @@ int main() {
     const double pvs[] = {cycles_per_key([&](int t) { pv<Pv::kLibrary>(k + t * kTile * kD, s, acc); }, ghz),
                           cycles_per_key([&](int t) { pv<Pv::kKeyPairs>(k + t * kTile * kD, s, acc); }, ghz),
                           cycles_per_key([&](int t) { pv<Pv::kNoVLoads>(k + t * kTile * kD, s, acc); }, ghz)};
+    const double qk3 = cycles_per_key([&](int t) { scores_triples<false>(k + t * kTile * kD, q, s); }, ghz);
+    const double qk3s = cycles_per_key([&](int t) { scores_triples<true>(k + t * kTile * kD, q, s); }, ghz);
+    const double pvw = cycles_per_key([&](int t) { pv_wide(k + t * kTile * kD, s, acc); }, ghz);
     if (round == 0) continue;
+    std::printf("Q K^T key triples (12 accumulators; 18 keys per 16-key tile) and-mask %.1f shift-odd %.1f; P V head pairs x 6 vectors (12 accumulators) %.1f\n", qk3, qk3s,
+                pvw);
     std::printf("Q K^T cycles per key (FMA floor %d): library shape %.1f, no widening %.1f, q in registers %.1f, "
                 "mul then add %.1f\n",
                 floor_cycles, qk[0], qk[1], qk[2], qk[3]);

@@ -326,9 +326,10 @@ RopeSpec rope_value(FuzzedDataProvider& in, Arena& arena, std::int64_t head_dim,
 
 void fuzz_rope(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
   const std::int64_t B = small(in, 1, 3), H = small(in, 1, 4), D = in.ConsumeBool() ? head_dim(in) : small(in, 1, 20);
-  std::vector<float> tables;
-  const RopeSpec rope = rope_value(in, arena, D, tables);
   const TensorView x = make_view(in, arena, rng, {{B, H, D}, storage(in)});
+  // The tables' rows are half of the head_dim x has, which the fuzzer may have changed from D.
+  std::vector<float> tables;
+  const RopeSpec rope = rope_value(in, arena, x.rank == 3 ? x.shape[2] : D, tables);
   const TensorView positions = make_view(in, arena, rng, {{B}, DType::kI32, true, 50});
   check_call(arena, [&] { validate_rope(x, positions, rope, DeviceKind::kCpu); },
              [&] { cpu::apply_rope(x, positions, rope); });
