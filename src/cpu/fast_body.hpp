@@ -505,10 +505,10 @@ void prefill_typed(const PrefillTask& t) {
           mx = Vec::max(mx, x);
         }
         const V m_use = usable_max(mx);
-        const V alpha = Vec::exp(Vec::sub(Vec::load(m + r), m_use));
+        const V alpha = Vec::exp_nonpositive(Vec::sub(Vec::load(m + r), m_use));
         V sum = Vec::zero();
         for (std::int64_t j = c.lo; j < c.hi; ++j) {
-          const V p = Vec::exp(Vec::sub(Vec::load(L.s + j * L.rs + r), m_use));
+          const V p = Vec::exp_nonpositive(Vec::sub(Vec::load(L.s + j * L.rs + r), m_use));
           Vec::store(L.s + j * L.rs + r, p);
           sum = Vec::add(sum, p);
         }

@@ -109,6 +109,24 @@ struct VecAvx2 {
     const V e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
     return select_lt(x, set1(-87.0f), zero(), e);
   }
+  // e^x for x <= 0 (a score minus its running max; -inf included), in 13 ops against exp's 20:
+  // t = x log2(e) rounded once (relative error ~|x| 6e-8, the order the subtraction that made x
+  // already has), 2^floor(t) through the exponent bits, 2^(t - floor(t)) by a degree-5 fit on
+  // [0, 1) (relative error 1.6e-7). t below -126 (x < -87.3) gives exactly 0 (a zero exponent
+  // field), so no denormal is ever made; NaN stays NaN. docs/perf-notes.md, CPU round 30.
+  static V exp_nonpositive(V x) {
+    const V t = _mm256_max_ps(set1(-127.0f), _mm256_mul_ps(x, set1(1.44269504088896341f)));
+    const V n = _mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const V r = _mm256_sub_ps(t, n);
+    V p = set1(0.0018775766948238015f);
+    p = fma(p, r, set1(0.008989340625703335f));
+    p = fma(p, r, set1(0.05582631751894951f));
+    p = fma(p, r, set1(0.24015361070632935f));
+    p = fma(p, r, set1(0.6931530833244324f));
+    p = fma(p, r, set1(0.9999999403953552f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  }
   // The row-block body's [key][head] score vectors (lane 4k + g: key k, head g of 4): each head's
   // max / sum over the vector's 2 keys, in both of its lanes; the lanes of keys >= valid set to
   // -inf; and 4 per-head values (p[0..3]) repeated for each key.

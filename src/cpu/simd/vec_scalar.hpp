@@ -31,6 +31,8 @@ struct VecScalar {
   static V select_lt(V a, V b, V x, V y) { return a < b ? x : y; }
   static float reduce_add(V v) { return v; }
   static float reduce_max(V v) { return v; }
+  // e^x for x <= 0 (the softmax's scores minus their max): exp itself on this level.
+  static V exp_nonpositive(V x) { return exp(x); }
   static V exp(V x) { return x < -87.0f ? 0.0f : std::exp(x); }
   static V transpose_sum(const V* acc) { return acc[0]; }
   // Score accumulators: one lane means one sequential chain over head_dim, so the dot is summed in
