@@ -299,7 +299,7 @@ void decode_typed(const DecodeTask& t) {
       const V mv = Vec::set1(r.m_new);
       V sum = Vec::zero();
       for (std::int64_t j = 0; j < n; j += W) {
-        const V p = Vec::exp(Vec::sub(Vec::load(s + j), mv));
+        const V p = Vec::exp_nonpositive(Vec::sub(Vec::load(s + j), mv));
         Vec::store(s + j, p);
         sum = Vec::add(sum, p);
       }

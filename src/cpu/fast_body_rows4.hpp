@@ -395,7 +395,7 @@ void decode_rows4_f(const DecodeTask& t) {
       const V mv = raise_max_rows4(L.s, vectors, L.m + h0, L.acc + h0 * L.dp, L.dp, alpha);
       V sum = Vec::zero();
       for (std::int64_t v = 0; v < vectors; ++v) {
-        const V p = Vec::exp(Vec::sub(Vec::load(L.s + v * W), mv));
+        const V p = Vec::exp_nonpositive(Vec::sub(Vec::load(L.s + v * W), mv));
         Vec::store(L.s + v * W, p);
         sum = Vec::add(sum, p);
       }
