@@ -58,9 +58,9 @@ struct VecAvx512 {
   static V select_lt(V a, V b, V x, V y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
   static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
-  // e^x with exactly 0 below -87 (masked scores are -inf): 2^n * p(r), r = x - n ln2, |r| <= ln2/2.
   // e^x for x <= 0 (the softmax's scores minus their max): exp itself on this level.
   static V exp_nonpositive(V x) { return exp(x); }
+  // e^x with exactly 0 below -87 (masked scores are -inf): 2^n * p(r), r = x - n ln2, |r| <= ln2/2.
   static V exp(V x) {
     // Clamp with the bound first: max/min return their second operand for NaN, so NaN stays NaN.
     const V xc = _mm512_min_ps(set1(88.0f), _mm512_max_ps(set1(-87.5f), x));
