@@ -8,8 +8,9 @@
 //   for each head of the GQA group); the key tile (tile_size) is converted to f32 once per task
 //   and reused by every row of every head of it.
 // Cache sizes: Target carries only the last-level cache, so the per-core L1d and L2 the tiles are
-// sized for are the conservative values below (every AVX2/AVX-512 x86 core of the last decade has
-// at least these), stated in the reasons.
+// sized for are the values below, stated in the reasons. The L2 is Zen 4's and Intel server
+// cores' (1 MiB); Zen 2 / 3 have 512 KiB, where prefill blocks sized for it (64 rows instead of
+// 128) measured no faster (docs/perf-notes.md, CPU round 29).
 #include <algorithm>
 #include <cstdint>
 #include <string>
