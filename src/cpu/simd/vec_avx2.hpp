@@ -112,18 +112,19 @@ struct VecAvx2 {
   // e^x for x <= 0 (a score minus its running max; -inf included), in 13 ops against exp's 20:
   // t = x log2(e) rounded once (relative error ~|x| 6e-8, the order the subtraction that made x
   // already has), 2^floor(t) through the exponent bits, 2^(t - floor(t)) by a degree-5 fit on
-  // [0, 1) (relative error 1.6e-7). t below -126 (x < -87.3) gives exactly 0 (a zero exponent
-  // field), so no denormal is ever made; NaN stays NaN. docs/perf-notes.md, CPU round 30.
+  // [0, 1) whose constant term is exactly 1, so e^0 = 1 and a lone key weighs exactly 1 (relative
+  // error 1.5e-7). t below -126 (x < -87.3) gives exactly 0 (a zero exponent field), so no
+  // denormal is ever made; NaN stays NaN. docs/perf-notes.md, CPU round 30.
   static V exp_nonpositive(V x) {
     const V t = _mm256_max_ps(set1(-127.0f), _mm256_mul_ps(x, set1(1.44269504088896341f)));
     const V n = _mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     const V r = _mm256_sub_ps(t, n);
-    V p = set1(0.0018775766948238015f);
-    p = fma(p, r, set1(0.008989340625703335f));
-    p = fma(p, r, set1(0.05582631751894951f));
-    p = fma(p, r, set1(0.24015361070632935f));
-    p = fma(p, r, set1(0.6931530833244324f));
-    p = fma(p, r, set1(0.9999999403953552f));
+    V p = set1(0.0018673447193577886f);
+    p = fma(p, r, set1(0.00901850126683712f));
+    p = fma(p, r, set1(0.05579671636223793f));
+    p = fma(p, r, set1(0.2401663064956665f));
+    p = fma(p, r, set1(0.6931509971618652f));
+    p = fma(p, r, set1(1.0f));
     const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
   }
