@@ -13,8 +13,9 @@
 //   Bound: memory (K/V read once) for small groups; FMA for large groups (group FLOPs per byte).
 // Prefill (tiled). Inputs: a block of query rows for each head of the group, K/V tiles converted
 //   to f32 once per block. S^T = K Q^T with query rows in the vector lanes (Q transposed once per
-//   block), so the online softmax is lane-parallel over rows; O += P V with rows broadcast and
-//   head_dim in the lanes. Register blocks: Vec::kQkKeys x kQkMaxVecs and kPvRows x kPvMaxVecs.
+//   block), so the online softmax is lane-parallel over rows; O^T += V^T P^T keeps the rows in the
+//   lanes too (head_dim columns broadcast per key), so both products run one register block shape,
+//   Vec::kQkKeys keys or columns x kQkMaxVecs row vectors.
 //   Tiles wholly outside a row block's window / causal range are skipped; tiles crossing the
 //   boundary are masked lane by lane. Bound: FMA rate.
 // Numerics: f32 throughout; scale folded into q; masked keys get probability exactly 0.
@@ -324,24 +325,30 @@ inline void decode(const DecodeTask& t) {
 
 struct PrefillLayout {
   std::int64_t dp, rp, tp;  // head_dim, block rows and tile padded
-  // Row strides of Q^T and S (rs) and of the f32 V tile (vs): one vector past rp / dp, since rows
-  // a power of two apart (512 bytes at 128 floats) put a micro-block's column slice of every row
-  // into every 8th L1 set, which evicted it between uses (AVX2 prefill 10-15% slower; CPU round 20).
+  // Row strides of Q^T, O^T and S (rs) and of the f32 V tile (vs): skewed_stride of rp / dp.
   std::int64_t rs, vs;
-  float *qt, *o, *m, *l, *alpha, *pos, *s, *kf, *vf;
+  float *qt, *o, *m, *l, *alpha, *pos, *s, *kf, *vf;  // o: O^T per head, [dp][rs]
 };
+
+// One vector past n, two where one would land on a power of two: rows a power of two apart (512
+// bytes at 128 floats) put a micro-block's column slice of every row into every 8th L1 set, which
+// evicted it between uses (AVX2 prefill 10-15% slower; CPU round 20).
+constexpr std::int64_t skewed_stride(std::int64_t n) {
+  const std::int64_t s = n + W;
+  return (s & (s - 1)) == 0 ? s + W : s;
+}
 
 inline PrefillLayout prefill_layout(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
                                     std::int64_t tile, float* base) {
   PrefillLayout L{};
-  L.dp = round_up(head_dim, W);
-  L.rp = round_up(block_rows, imax(Vec::kPvRows, W));
+  L.dp = round_up(head_dim, imax(W, Vec::kQkKeys));
+  L.rp = round_up(block_rows, W);
   L.tp = round_up(tile, Vec::kQkKeys);
   float* p = base;
-  L.rs = L.rp + W;
-  L.vs = L.dp + W;
+  L.rs = skewed_stride(L.rp);
+  L.vs = skewed_stride(L.dp);
   L.qt = p; p += floats_for(group * L.dp * L.rs);
-  L.o = p; p += floats_for(group * L.rp * L.dp);
+  L.o = p; p += floats_for(group * L.dp * L.rs);
   L.m = p; p += floats_for(group * L.rp);
   L.l = p; p += floats_for(group * L.rp);
   L.alpha = p; p += floats_for(L.rp);
@@ -354,10 +361,11 @@ inline PrefillLayout prefill_layout(std::int64_t head_dim, std::int64_t group, s
 
 inline std::size_t prefill_scratch_floats(std::int64_t head_dim, std::int64_t group, std::int64_t block_rows,
                                           std::int64_t tile) {
-  const std::int64_t dp = round_up(head_dim, W), rp = round_up(block_rows, imax(Vec::kPvRows, W)),
+  const std::int64_t dp = round_up(head_dim, imax(W, Vec::kQkKeys)), rp = round_up(block_rows, W),
                      tp = round_up(tile, Vec::kQkKeys);
-  return floats_for(group * dp * (rp + W)) + floats_for(group * dp * rp) + 2 * floats_for(group * rp) +
-         2 * floats_for(rp) + floats_for(tp * (rp + W)) + floats_for(tp * dp) + floats_for(tp * (dp + W)) + 16;
+  const std::int64_t rs = skewed_stride(rp), vs = skewed_stride(dp);
+  return 2 * floats_for(group * dp * rs) + 2 * floats_for(group * rp) + 2 * floats_for(rp) + floats_for(tp * rs) +
+         floats_for(tp * dp) + floats_for(tp * vs) + 16;
 }
 
 // S^T[j][rows] for keys [j0, j0 + kQkKeys) and row vectors [v0, v0 + NV) of head `qt`.
@@ -381,28 +389,32 @@ inline void qk_block(const PrefillLayout& L, const float* qt, std::int64_t d, st
     for (int n = 0; n < NV; ++n) Vec::store(L.s + (j0 + kk) * L.rs + (v0 + n) * W, acc[kk][n]);
 }
 
-// O[rows i0.., head_dim vectors c0..] = O * alpha + P V over the tile's keys [j_lo, j_hi).
+// O^T[columns c0.., row vectors v0..] = O^T * alpha + V^T P^T over the tile's keys [j_lo, j_hi):
+// qk_block's register block with the roles turned (P^T rows loaded, V's columns broadcast), so
+// O's rows sit in the lanes like the scores' and alpha scales them lane by lane. Rows broadcast
+// against head_dim in the lanes made d128's 16 vectors 3 + 3 + 3 + 3 + 2 + 2 blocks, whose
+// 2-vector blocks hold 8 FMA chains: 80% of two pipes at 5 cycles (CPU round 31).
 template <int NV>
-inline void pv_block(const PrefillLayout& L, float* o, std::int64_t j_lo, std::int64_t j_hi, std::int64_t i0,
+inline void pv_block(const PrefillLayout& L, float* ot, std::int64_t j_lo, std::int64_t j_hi, std::int64_t v0,
                      std::int64_t c0) {
-  constexpr int R = Vec::kPvRows;
-  V acc[R][NV];
-  for (int r = 0; r < R; ++r) {
-    const V a = Vec::set1(L.alpha[i0 + r]);
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec::mul(Vec::load(o + (i0 + r) * L.dp + (c0 + v) * W), a);
+  constexpr int C = Vec::kQkKeys;
+  V acc[C][NV];
+  for (int n = 0; n < NV; ++n) {
+    const V a = Vec::load(L.alpha + (v0 + n) * W);
+    for (int cc = 0; cc < C; ++cc) acc[cc][n] = Vec::mul(Vec::load(ot + (c0 + cc) * L.rs + (v0 + n) * W), a);
   }
-  const float* vp = L.vf + j_lo * L.vs + c0 * W;
-  const float* pp = L.s + j_lo * L.rs + i0;
+  const float* vp = L.vf + j_lo * L.vs + c0;
+  const float* pp = L.s + j_lo * L.rs + v0 * W;
   for (std::int64_t j = j_lo; j < j_hi; ++j, vp += L.vs, pp += L.rs) {
-    V vv[NV];
-    for (int v = 0; v < NV; ++v) vv[v] = Vec::load(vp + v * W);
-    for (int r = 0; r < R; ++r) {
-      const V pb = Vec::set1(pp[r]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fma(pb, vv[v], acc[r][v]);
+    V pv[NV];
+    for (int n = 0; n < NV; ++n) pv[n] = Vec::load(pp + n * W);
+    for (int cc = 0; cc < C; ++cc) {
+      const V vb = Vec::set1(vp[cc]);
+      for (int n = 0; n < NV; ++n) acc[cc][n] = Vec::fma(vb, pv[n], acc[cc][n]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) Vec::store(o + (i0 + r) * L.dp + (c0 + v) * W, acc[r][v]);
+  for (int cc = 0; cc < C; ++cc)
+    for (int n = 0; n < NV; ++n) Vec::store(ot + (c0 + cc) * L.rs + (v0 + n) * W, acc[cc][n]);
 }
 
 template <int kMax, class F>
@@ -426,7 +438,7 @@ void prefill_typed(const PrefillTask& t) {
   const std::int64_t row_vectors = L.rp / W;
 
   const BlockKeys keys = block_keys(t);
-  start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.pos);
+  start_prefill_state(t, L.rp, L.dp * L.rs, L.o, L.m, L.l, L.pos);
 
   // Q^T per head, scaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {
@@ -450,15 +462,13 @@ void prefill_typed(const PrefillTask& t) {
         for (std::int64_t c = 0; c < L.dp; ++c) L.kf[j * L.dp + c] = 0.0f;
       }
     }
-    // Each unit of rows (a row vector, W rows, the softmax's lanes; or kPvRows rows where a P V
-    // row block spans several vectors) works on the keys of the tile its rows can see, [lo, hi)
-    // relative to j0, and a unit that sees none of them skips the tile (its state and output stay
-    // as they are): a causal diagonal tile's earlier rows, and the triangle's far keys (a causal
-    // block of 128 rows on 64-key tiles did 12% more work than its visible pairs; docs/perf-notes.md,
-    // CPU round 27). A key Q K^T leaves out for some row is one that row cannot see, so the mask
-    // (on wherever a unit's rows see different keys) overwrites what its S holds.
-    constexpr std::int64_t kUnit = W >= Vec::kPvRows ? 1 : Vec::kPvRows / W;  // row vectors per unit
-    static_assert(W % Vec::kPvRows == 0 || Vec::kPvRows % W == 0, "P V row blocks and row vectors must nest");
+    // Each row vector (W rows, the softmax's lanes) works on the keys of the tile its rows can see,
+    // [lo, hi) relative to j0, and the vectors at either end that see none of them skip the tile
+    // (their state and output stay as they are): a causal diagonal tile's earlier rows, and the
+    // triangle's far keys (a causal block of 128 rows on 64-key tiles did 12% more work than its
+    // visible pairs; docs/perf-notes.md, CPU round 27). The products run per chunk of vectors over
+    // the chunk's keys: a key Q K^T computes for a row that cannot see it is overwritten by the
+    // mask, and one P V reads for such a row holds probability 0 (the softmax writes it).
     struct Span {
       std::int64_t lo, hi;
       bool masked;
@@ -471,17 +481,16 @@ void prefill_typed(const PrefillTask& t) {
       const BlockKeys k = row_span_keys(t, first, end);
       return Span{imax(k.lo, j0) - j0, imin(k.hi, j0 + n) - j0, !(j0 >= k.full_lo && j0 + n <= k.full_hi)};
     };
-    auto unit_span = [&](std::int64_t v) { return span(v / kUnit * kUnit, kUnit); };
     auto sees = [&](std::int64_t v) {
-      const Span c = unit_span(v);
+      const Span c = span(v, 1);
       return c.hi > c.lo;
     };
-    std::int64_t v_lo = 0, v_hi = row_vectors;  // whole units that see some key of the tile
-    while (v_lo < v_hi && !sees(v_lo)) v_lo += kUnit;
-    while (v_hi > v_lo && !sees(v_hi - 1)) v_hi -= kUnit;
+    std::int64_t v_lo = 0, v_hi = row_vectors;  // the vectors from the first to the last that sees a key
+    while (v_lo < v_hi && !sees(v_lo)) ++v_lo;
+    while (v_hi > v_lo && !sees(v_hi - 1)) --v_hi;
     for (std::int64_t g = 0; g < G; ++g) {
       const float* qt = L.qt + g * L.dp * L.rs;
-      float* o = L.o + g * L.rp * L.dp;
+      float* ot = L.o + g * L.dp * L.rs;
       float* m = L.m + g * L.rp;
       float* l = L.l + g * L.rp;
       for_vec_chunks<Vec::kQkMaxVecs>(v_hi - v_lo, [&]<int NV>(std::int64_t chunk) {
@@ -494,7 +503,7 @@ void prefill_typed(const PrefillTask& t) {
       // Online softmax, rows in lanes.
       for (std::int64_t v = v_lo; v < v_hi; ++v) {
         const std::int64_t r = v * W;
-        const Span c = unit_span(v);
+        const Span c = span(v, 1);
         const V pos = Vec::load(L.pos + r);
         V mx = Vec::load(m + r);
         for (std::int64_t j = c.lo; j < c.hi; ++j) {
@@ -512,24 +521,24 @@ void prefill_typed(const PrefillTask& t) {
           Vec::store(L.s + j * L.rs + r, p);
           sum = Vec::add(sum, p);
         }
+        if (!whole) {  // the keys of its chunk it cannot see weigh 0 in the chunk's P V
+          for (std::int64_t j = 0; j < c.lo; ++j) Vec::store(L.s + j * L.rs + r, Vec::zero());
+          for (std::int64_t j = c.hi; j < n; ++j) Vec::store(L.s + j * L.rs + r, Vec::zero());
+        }
         Vec::store(l + r, Vec::fma(Vec::load(l + r), alpha, sum));
         Vec::store(m + r, mx);
         Vec::store(L.alpha + r, alpha);
       }
-      // P V column chunk by column chunk, all row blocks per chunk: the chunk's V columns (~8 KiB
-      // at 64 keys) stay in L1 for every row block. Row blocks outermost re-read the whole f32 V
-      // tile (35 KiB, over a 32 KiB L1d) from L2 for each block of kPvRows rows (Zen 2, 2k f32
-      // non-causal 5% faster this way; docs/perf-notes.md, CPU round 29).
-      for_vec_chunks<Vec::kPvMaxVecs>(L.dp / W, [&]<int NV>(std::int64_t c0) {
-        for (std::int64_t i0 = v_lo * W; i0 < v_hi * W; i0 += Vec::kPvRows) {
-          const Span c = unit_span(i0 / W);
-          pv_block<NV>(L, o, c.lo, c.hi, i0, c0);
-        }
+      // P V per chunk of row vectors, all head_dim columns per chunk: the chunk's P (6 KiB at 3
+      // AVX2 vectors and 64 keys) stays in L1 while the V tile streams through it from L2.
+      for_vec_chunks<Vec::kQkMaxVecs>(v_hi - v_lo, [&]<int NV>(std::int64_t chunk) {
+        const Span c = span(v_lo + chunk, NV);
+        for (std::int64_t c0 = 0; c0 < L.dp; c0 += Vec::kQkKeys) pv_block<NV>(L, ot, c.lo, c.hi, v_lo + chunk, c0);
       });
     }
   }
 
-  write_prefill_result(t, L.o, L.m, L.l, L.rp, L.dp);
+  write_prefill_result(t, L.o, L.m, L.l, L.rp, TransposedAccumulators{L.dp, L.rs});
 }
 
 inline void prefill(const PrefillTask& t) {

@@ -475,7 +475,7 @@ void prefill_amx_typed(const PrefillTask& t) {
   const PrefillLayoutAmx L = prefill_layout_amx(t.head_dim, t.group, t.block_rows, t.tile, t.scratch);
   _tile_loadconfig(&amx_tile_config());
   const BlockKeys keys = block_keys(t);
-  start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.s);  // positions unused: keys sit in the lanes here
+  start_prefill_state(t, L.rp, L.rp * L.dp, L.o, L.m, L.l, L.s);  // positions unused: keys sit in the lanes here
   stage_q_amx<kQParts>(t, L);
   struct Work {
     std::int64_t i0, g, k_lo, k_hi;

@@ -374,7 +374,7 @@ void prefill_bf16_typed(const PrefillTask& t) {
   const auto* vbase = static_cast<const std::uint16_t*>(t.v.data);
 
   const BlockKeys keys = block_keys(t);
-  start_prefill_state(t, L.rp, L.dp, L.o, L.m, L.l, L.pos);
+  start_prefill_state(t, L.rp, L.rp * L.dp, L.o, L.m, L.l, L.pos);
 
   // Q^T as pairs of head_dim per row (rows in the lanes), unscaled; padded rows and dims are zero.
   for (std::int64_t g = 0; g < G; ++g) {

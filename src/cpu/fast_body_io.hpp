@@ -129,11 +129,11 @@ inline BlockKeys row_span_keys(const PrefillTask& t, std::int64_t first, std::in
   return {a.begin, b.end, b.begin, a.end};
 }
 
-// Empty state for the block's group x rp rows: o = 0 ([group][rp][dp]), m = -inf, l = 0, and the
-// rows' positions (as floats, for the lane masks).
-inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int64_t dp, float* o, float* m, float* l,
-                                float* pos) {
-  for (std::int64_t i = 0; i < t.group * rp * dp; ++i) o[i] = 0.0f;
+// Empty state for the block's group x rp rows: o = 0 (o_per_head floats per head), m = -inf, l = 0,
+// and the rows' positions (as floats, for the lane masks).
+inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int64_t o_per_head, float* o, float* m,
+                                float* l, float* pos) {
+  for (std::int64_t i = 0; i < t.group * o_per_head; ++i) o[i] = 0.0f;
   for (std::int64_t i = 0; i < t.group * rp; ++i) {
     m[i] = kNegInf;
     l[i] = 0.0f;
@@ -148,6 +148,11 @@ inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int6
 // in order; the bf16 bodies keep 32-column blocks in key-pair interleave order.
 struct SameColumn {
   std::int64_t operator()(std::int64_t c) const { return c; }
+};
+// The generic prefill body keeps O transposed per head ([dp][rs], rows in the lanes).
+struct TransposedAccumulators {
+  std::int64_t dp, rs;
+  std::int64_t operator()(std::int64_t c) const { return c * rs; }
 };
 
 template <class Column>
@@ -189,23 +194,36 @@ inline void store_out_row(const RowSink& sink, std::int64_t offset, std::int64_t
   }
 }
 
-// Prefill: the block's rows for every head of the group, o [group][rp][dp], m and l [group][rp],
-// normalised and converted straight into the task's sink (the caller's output tensor, or f32
-// scratch where partial states are merged), with the LSE where asked.
-template <class Column = SameColumn>
-inline void write_prefill_result(const PrefillTask& t, const float* o, const float* m, const float* l, std::int64_t rp,
-                                 std::int64_t dp, Column column = {}) {
+// Prefill: the block's rows for every head of the group (row i of head g at o + row_at(g, i), its
+// column c column(c) further), m and l [group][rp], normalised and converted straight into the
+// task's sink (the caller's output tensor, or f32 scratch where partial states are merged), with
+// the LSE where asked.
+template <class RowAt, class Column>
+inline void write_prefill_rows(const PrefillTask& t, const float* o, const float* m, const float* l, std::int64_t rp,
+                               RowAt row_at, Column column) {
   constexpr std::int64_t kMaxHeadDim = 256;  // the problem checks reject more
   alignas(64) float row[kMaxHeadDim];
   const std::int64_t d = t.head_dim;
   for (std::int64_t g = 0; g < t.group; ++g) {
     for (std::int64_t i = 0; i < t.rows; ++i) {
       float lse;
-      write_row(o + (g * rp + i) * dp, m[g * rp + i], l[g * rp + i], d, column, row, &lse);
+      write_row(o + row_at(g, i), m[g * rp + i], l[g * rp + i], d, column, row, &lse);
       store_out_row(t.out, t.out.offset + g * t.out.head_stride + i * t.out.row_stride, d, row);
       if (t.lse.data != nullptr) t.lse.data[t.lse.offset + g * t.lse.head_stride + i * t.lse.row_stride] = lse;
     }
   }
+}
+
+// o [group][rp][dp], column c at column(c).
+template <class Column = SameColumn>
+inline void write_prefill_result(const PrefillTask& t, const float* o, const float* m, const float* l, std::int64_t rp,
+                                 std::int64_t dp, Column column = {}) {
+  write_prefill_rows(t, o, m, l, rp, [&](std::int64_t g, std::int64_t i) { return (g * rp + i) * dp; }, column);
+}
+// o [group][dp][rs].
+inline void write_prefill_result(const PrefillTask& t, const float* o, const float* m, const float* l, std::int64_t rp,
+                                 TransposedAccumulators a) {
+  write_prefill_rows(t, o, m, l, rp, [&](std::int64_t g, std::int64_t i) { return g * a.dp * a.rs + i; }, a);
 }
 
 }  // namespace attnkit::cpu::detail::ATTNKIT_ISA_NS

@@ -307,12 +307,20 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   const std::uint64_t q_len = std::max<std::uint64_t>(1, u(pr.q_len));
   while (rows > 16 && u(pr.batch) * u(pr.kv_heads) * div_up(q_len, rows) < 4 * u(threads)) rows /= 2;
   rows = std::min<std::uint64_t>(rows, div_up(q_len, 8) * 8);
+  // On 8-lane vectors the products' register blocks span 3 row vectors (12 accumulators, the
+  // chains two FMA pipes need); 128 rows split as 3 + 3 + 3 + 3 + 2 + 2, and a 2-vector block's 8
+  // chains cap it at 80% of the FMA rate. Whole 3-vector blocks (128 -> 120, 64 -> 48) where the
+  // query is long enough that the extra block, which converts the K/V tiles again, is a small
+  // share (2k f32 non-causal 2.7% faster; docs/perf-notes.md, CPU round 31).
+  const bool whole_blocks = !amx && t.cpu_vector_lanes == 8 && rows >= 24 && rows % 24 != 0 && q_len >= 4 * rows;
+  if (whole_blocks) rows = rows / 24 * 24;
   const std::uint64_t blocks = div_up(q_len, rows);
   const std::uint64_t tasks = u(pr.batch) * u(pr.kv_heads) * blocks;
   reasons.push_back("rows: " + std::to_string(rows) + " query rows per block for each of the " + std::to_string(group) +
                     " heads of a KV group (q and accumulators " + std::to_string(rows * row_bytes >> 10) +
                     " KiB, within " + (amx ? "what the staged tile leaves of the 2 MiB L2 of an AMX core" : "half of an assumed 1 MiB L2") +
-                    "); " + std::to_string(tasks) + " (sequence, KV head, row block) tasks for " +
+                    ")" + (whole_blocks ? ", whole 3-vector register blocks of 8-lane rows" : "") + "; " +
+                    std::to_string(tasks) + " (sequence, KV head, row block) tasks for " +
                     std::to_string(threads) + " threads");
   reasons.push_back("splits: 1: query rows already give the threads independent work (no merge needed)");
 

@@ -92,6 +92,24 @@ TEST(PlanPrefill, EvidenceMatchesThePartitionChosen) {
   EXPECT_EQ(plan_prefill(p, cpu(4), KernelFamily::kScalarOnline).partition.family, KernelFamily::kScalarOnline);
 }
 
+// CPU prefill rows per block: whole 3-vector register blocks on 8-lane (AVX2) vectors for long
+// queries, powers of two elsewhere, and no extra block for a query one block covers.
+TEST(PlanPrefill, CpuRowsFillWholeRegisterBlocksOnEightLaneVectors) {
+  PrefillProblem p;
+  p.batch = 1;
+  p.q_len = 2048;
+  p.kv_len = 2048;
+  Target avx2 = cpu(2), avx512 = cpu(2);
+  avx2.cpu_vector_lanes = 8;
+  avx512.cpu_vector_lanes = 16;
+  const PrefillPlan wide = plan_prefill(p, avx512), narrow = plan_prefill(p, avx2);
+  EXPECT_EQ(wide.partition.rows_per_block, 128u) << to_table(wide);
+  EXPECT_EQ(narrow.partition.rows_per_block, 120u) << to_table(narrow);
+  EXPECT_NE(to_table(narrow).find("whole 3-vector register blocks"), std::string::npos) << to_table(narrow);
+  p.q_len = p.kv_len = 100;  // one block of 104 rows: 96 would add a second block for 4 rows
+  EXPECT_EQ(plan_prefill(p, avx2).partition.rows_per_block, 104u) << to_table(plan_prefill(p, avx2));
+}
+
 TEST(PlanGpu, PlansDecodeForAKnownTargetWithoutTheDevice) {
   // Planning is host code: a GPU plan needs only the target's description, never the device.
   const Target h200 = known_target("h200");
