@@ -11,9 +11,9 @@ namespace attnkit::cpu::simd {
 struct VecAvx2 {
   using V = __m256;
   static constexpr int kWidth = 8;
-  // 16 registers: accumulators <= 12.
+  // The prefill products' register block (keys or head_dim columns x row vectors): 12
+  // accumulators of the 16 registers, beside 3 loaded vectors and a broadcast.
   static constexpr int kQkKeys = 4, kQkMaxVecs = 3;
-  static constexpr int kPvRows = 4, kPvMaxVecs = 3;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }

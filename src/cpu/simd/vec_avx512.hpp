@@ -11,8 +11,8 @@ struct VecAvx512 {
   using V = __m512;
   static constexpr int kWidth = 16;
   // Register blocks of the prefill micro-kernels (accumulators = keys x vectors <= 24 of 32 registers).
-  static constexpr int kQkKeys = 4, kQkMaxVecs = 4;  // S^T block: 4 keys x 4 vectors of query rows
-  static constexpr int kPvRows = 8, kPvMaxVecs = 3;  // O block: 8 rows x 3 vectors of head_dim
+  static constexpr int kQkKeys = 4, kQkMaxVecs = 4;  // S^T and O^T blocks: 4 keys or columns x 4 row vectors
+  static constexpr int kPvRows = 8, kPvMaxVecs = 3;  // the bf16 body's O block: 8 rows x 3 vectors of head_dim
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }

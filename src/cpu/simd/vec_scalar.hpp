@@ -12,7 +12,6 @@ struct VecScalar {
   using V = float;
   static constexpr int kWidth = 1;
   static constexpr int kQkKeys = 4, kQkMaxVecs = 4;
-  static constexpr int kPvRows = 4, kPvMaxVecs = 4;
 
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
