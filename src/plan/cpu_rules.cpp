@@ -50,6 +50,8 @@ constexpr std::uint64_t kIntelF32DecodeTile = 16;
 // -17%; 8 and 32 were slower. Multi-head f32 (the generic body) read 3-6% slower, so f32 outside
 // the row-block body keeps the L1-sized tile (CPU round 25).
 constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
+// Query rows of the AVX2 prefill's widest register block: VecAvx2::kQkMaxVecs (3) vectors of 8.
+constexpr std::uint64_t kAvx2BlockRows = 24;
 constexpr std::uint64_t kF32Bytes = 4;
 // One 512-bit vector holds 16 f32 lanes; the kernels fall back to 8 (AVX2) or 1 at run time.
 constexpr std::uint32_t kVectorLanes = 16;
@@ -312,8 +314,9 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   // chains cap it at 80% of the FMA rate. Whole 3-vector blocks (128 -> 120, 64 -> 48) where the
   // query is long enough that the extra block, which converts the K/V tiles again, is a small
   // share (2k f32 non-causal 2.7% faster; docs/perf-notes.md, CPU round 31).
-  const bool whole_blocks = !amx && t.cpu_vector_lanes == 8 && rows >= 24 && rows % 24 != 0 && q_len >= 4 * rows;
-  if (whole_blocks) rows = rows / 24 * 24;
+  const bool whole_blocks = !amx && t.cpu_vector_lanes == 8 && rows >= kAvx2BlockRows && rows % kAvx2BlockRows != 0 &&
+                            q_len >= 4 * rows;
+  if (whole_blocks) rows = rows / kAvx2BlockRows * kAvx2BlockRows;
   const std::uint64_t blocks = div_up(q_len, rows);
   const std::uint64_t tasks = u(pr.batch) * u(pr.kv_heads) * blocks;
   reasons.push_back("rows: " + std::to_string(rows) + " query rows per block for each of the " + std::to_string(group) +
