@@ -28,6 +28,9 @@ status=0
 step() { echo "== $* ($(date +%T))"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$LOG/gpu.txt"
+# Result files are named after the GPU (decode_h200.md, decode_h100.md, ...).
+TAG=$(head -1 "$LOG/gpu.txt" | grep -o -i -E '[a-z][0-9]{2,3}' | head -1 | tr 'A-Z' 'a-z')
+TAG=${TAG:-gpu}
 
 if want build; then
   step build
@@ -114,7 +117,7 @@ fi
 # ---- prefill (owner: CUDA prefill; opt-in: --prefill, not in the default parts) -------------
 # gpu tests of the prefill kernels, compute-sanitizer on small prefill cases, the prefill sweep
 # (bench/cuda/prefill_bench.cu as a standalone program, cuBLAS bf16 GEMM ceiling) and the torch
-# SDPA flash/cuDNN peers, rendered to $OUT/prefill_h200.{md,png}. Needs --build (or a build) first.
+# SDPA flash/cuDNN peers, rendered to $OUT/prefill_<gpu>.{md,png}. Needs --build (or a build) first.
 if want prefill; then
   step "prefill: gpu tests, sanitizer, sweep"
   PF="*PrefillShapesCuda*:PrefillCuda.*"
@@ -128,14 +131,14 @@ if want prefill; then
   PQ=""; ((quick)) && PQ="--quick"
   timeout 200 $BUILD/prefill_bench $PQ > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" || status=1
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ > "$OUT/prefill_torch.jsonl" 2> "$LOG/prefill_torch.err" || status=1
-  python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_h200" | tail -40
+  python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_$TAG" | tail -40
 fi
 # ---- end prefill ---------------------------------------------------------------------------
 
 if [[ -s "$OUT/attnkit.json" && -s "$OUT/peers.json" ]]; then
   step render
-  python3 bench/render.py --ours "$OUT/attnkit.json" --peers "$OUT/peers.json" --ncu "$OUT/ncu.json" --out "$OUT/decode_h200"
+  python3 bench/render.py --ours "$OUT/attnkit.json" --peers "$OUT/peers.json" --ncu "$OUT/ncu.json" --out "$OUT/decode_$TAG"
 fi
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
-[[ -s "$OUT/decode_h200.md" ]] && cat "$OUT/decode_h200.md"
+[[ -s "$OUT/decode_$TAG.md" ]] && cat "$OUT/decode_$TAG.md"
 exit $status

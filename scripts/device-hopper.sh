@@ -4,7 +4,7 @@
 #   the tiled fallback), compute-sanitizer memcheck / racecheck / synccheck on small Hopper cases,
 #   SASS facts of the built kernel (HGMMA count, local-memory traffic), then the prefill sweep
 #   (bench/cuda/prefill_bench.cu: planner's choice + the tiled fallback, cuBLAS GEMM ceiling) and
-#   the torch SDPA flash / cuDNN peers in the same call, rendered to $OUT/prefill_hopper_h200.*
+#   the torch SDPA flash / cuDNN peers in the same call, rendered to $OUT/prefill_hopper_<gpu>.*
 #   scripts/device-hopper.sh [--no-tests] [--no-sanitize] [--no-bench] [--quick] [--also-tiled]
 #     [--prebuilt DIR] [--rounds N] [bench filters: --head-dim D --min-seq S --max-seq S]
 # --rounds N: the sweep N times, attnkit's bench and the peers alternating; the table takes each
@@ -12,7 +12,7 @@
 # --prebuilt DIR: DIR/attnkit_cuda_tests and DIR/prefill_bench built with this tree on the host (same
 #   nvcc, sm_90a; the bench with the nvcc line below against that build's libattnkit.a) instead of
 #   building here.
-# Logs under $OUT/logs (packed into logs.tar.gz); a short summary is printed last.
+# Logs under $OUT/logs (packed into hopper_logs.tar.gz with the raw sweep rows); a short summary is printed last.
 # Needs the carried .deps/devprefix (GTest, CLI11, nlohmann-json; made here by scripts/device-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,9 @@ summary=()
 note() { summary+=("$*"); echo "$*"; }
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$LOG/gpu.txt"
+# Result files are named after the GPU (prefill_hopper_h200.md, prefill_hopper_h100.md, ...).
+TAG=$(head -1 "$LOG/gpu.txt" | grep -o -i -E '[a-z][0-9]{2,3}' | head -1 | tr 'A-Z' 'a-z')
+TAG=${TAG:-gpu}
 
 t0=$(date +%s)
 TESTS=$BUILD/prefill_tests
@@ -113,11 +116,14 @@ if ((bench)); then
     PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ "${filters[@]}" >> "$OUT/prefill_torch.jsonl" 2>> "$LOG/prefill_torch.err" ||
       { status=1; tail -5 "$LOG/prefill_torch.err"; }
   done
-  python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_hopper_h200" > /dev/null
+  python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_hopper_$TAG" > /dev/null
 fi
 
-tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+# The rendered .json holds every raw row; the raw files go into the archive, so that a call that
+# also ran device-check.sh stays within the device's 8 returned files (and keeps its logs.tar.gz).
+mv "$OUT"/prefill_attnkit.jsonl "$OUT"/prefill_torch.jsonl "$LOG"/ 2> /dev/null
+tar -czf "$OUT/hopper_logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
-[[ -s "$OUT/prefill_hopper_h200.md" ]] && cat "$OUT/prefill_hopper_h200.md"
+[[ -s "$OUT/prefill_hopper_$TAG.md" ]] && cat "$OUT/prefill_hopper_$TAG.md"
 exit $status
