@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace timeline {
-constexpr int kPhases = 8;
+constexpr int kPhases = 11;
 constexpr int kMaxBlocks = 8192;
 // Per block and phase: the global timer (ns, aligns blocks) and the SM clock (cycles, precise
 // within a block).
@@ -58,7 +58,8 @@ void ok(cudaError_t e, const char* what) {
 const char* kPhaseNames[timeline::kPhases] = {
     "entry",         "length known",       "producer: first tiles issued", "q staged (barrier)",
     "first tile landed", "tiles consumed (barrier)", "state written",
-    "epilogue: warp stats and slices (barrier)"};
+    "epilogue: warp stats and slices (barrier)", "cluster merge: state staged", "cluster merge: barrier passed",
+    "cluster merge: pieces stored"};
 
 }  // namespace
 
@@ -228,7 +229,8 @@ int main(int argc, char** argv) {
               warm ? "no flush" : "flush before each", median(call_us), kReps, decode_only, empty);
   std::printf("%-32s %12s %12s %14s  (us; medians over calls; clock at %d MHz)\n", "phase", "block median",
               "last block", "block clock", clock_khz / 1000);
-  for (int ph : {0, 1, 2, 3, 4, 5, 7, 6}) {
+  for (int ph : {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 6}) {
+    if (ph >= 8 && !p.cluster_merge) continue;  // the merge phases exist only in a cluster
     std::printf("%-32s %12.2f %12.2f %14.2f\n", kPhaseNames[ph], median(phase_med[ph]), median(phase_max[ph]),
                 median(phase_clk[ph]));
   }

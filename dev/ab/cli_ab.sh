@@ -3,7 +3,8 @@
 # list; each round runs every line with the old CLI, then with the new one; the table printed last
 # has one line per point with both builds' medians side by side (dev/ab/pivot.py).
 #   dev/ab/cli_ab.sh ROUNDS OLD_CLI NEW_CLI < points.txt
-# Point lists used so far: dev/ab/points/ (decode_small: start-up bound decode; decode_cluster_merge:
+# Point lists used so far: dev/ab/points/ (decode_small: start-up bound decode; decode_epilogue_lds:
+# every decode engine at short and long points; decode_cluster_merge:
 # the plans whose splits merge in clusters, and controls; prefill_causal:
 # the Hopper sweep's causal shapes plus controls; e4m3_prefill). dev/ab/prefill_ab.sh does the same
 # for prefill_bench.

@@ -85,8 +85,10 @@ constexpr int kConsumerWarpLimit = kMaxThreads / 32 - kProducerWarps;
 constexpr std::int64_t max_rows_per_block(std::int64_t kv_elem_bytes) {
   return uses_mma(kv_elem_bytes) ? 4 * kMmaRows : kConsumerWarpLimit * 8;
 }
-// Key warps: 4 while the block stays within kMaxThreads, fewer for large groups.
-constexpr int key_warps_for(int chunks) { return std::max(1, std::min(4, kConsumerWarpLimit / chunks)); }
+// Key warps: 4 while the block stays within kMaxThreads, fewer for large groups (the kernel's
+// combine loops are unrolled to kMaxKeyWarps).
+inline constexpr int kMaxKeyWarps = 4;
+constexpr int key_warps_for(int chunks) { return std::max(1, std::min(kMaxKeyWarps, kConsumerWarpLimit / chunks)); }
 // A block's warps (the plan's warps_per_block): the consumers and the producer.
 constexpr int block_warps(int chunks, int key_warps) { return chunks * key_warps + kProducerWarps; }
 constexpr int key_warps_of(std::int64_t warps_per_block, int chunks) {

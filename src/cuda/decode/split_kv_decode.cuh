@@ -133,9 +133,11 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   const int ring_elems = p.stages * cuda_decode::tile_elems(p.tile, kCap, sizeof(T));
   // The ring region also holds the key warps' output slices once the ring is idle (epilogue).
   const int ring_bytes = max(2 * ring_elems * static_cast<int>(sizeof(T)), p.key_warps * p.rows_per_block * kCap * 4);
-  unsigned char* aligned =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(smem) + kRingAlignment - 1) / kRingAlignment *
-                                       kRingAlignment);
+  // Offset from `smem` itself (not rounded as an integer) so that every pointer below stays in the
+  // shared state space: the compiler then emits LDS / STS with 32-bit addresses, where a generic
+  // pointer cost 64-bit address arithmetic and generic loads (the epilogue's combine alone compiled
+  // to ~950 instructions).
+  unsigned char* aligned = smem + (kRingAlignment - cuda_common::smem_u32(smem) % kRingAlignment) % kRingAlignment;
   T* k_ring = reinterpret_cast<T*>(aligned);
   T* v_ring = k_ring + ring_elems;
   float* staging = reinterpret_cast<float*>(aligned + ring_bytes);  // [rows_per_block][kCap]
@@ -345,7 +347,9 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   // saw writes zeros and LSE -inf.
   const bool cluster_merge = !kExtend && p.cluster_merge;
   auto merge_in_cluster = [&](int active) {
+    ATTNKIT_DECODE_STAMP(8);
     cuda_common::cluster_sync();
+    ATTNKIT_DECODE_STAMP(9);
     const int row_vecs = p.head_dim / 4, items = rows_here * row_vecs;
     const std::uint32_t lse_local = cuda_common::smem_u32(state_lse), out_local = cuda_common::smem_u32(staging);
     // Items round-robin over the cluster's blocks; every split's LSE and piece is requested before
@@ -380,6 +384,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
       store_out(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
       if (d == 0) store_lse(r, sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY);
     }
+    ATTNKIT_DECODE_STAMP(10);
     cuda_common::cluster_sync_relaxed();  // the peers' reads of this block are done (their values are used)
   };
 
@@ -586,9 +591,14 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   __syncthreads();
   ATTNKIT_DECODE_STAMP(7);
   // Row r's max over the key warps (0 when no warp saw a key, so every weight is then 0).
+  // Loops over the key warps run to the compile-time bound, predicated (one short straight path:
+  // a runtime bound was unrolled with remainder paths into code that a short call fetches cold).
   auto row_max = [&](int r) {
     float mx = -INFINITY;
-    for (int w = 0; w < p.key_warps; ++w) mx = fmaxf(mx, warp_m[w * p.rows_per_block + r]);
+#pragma unroll
+    for (int w = 0; w < kMaxKeyWarps; ++w) {
+      if (w < p.key_warps) mx = fmaxf(mx, warp_m[w * p.rows_per_block + r]);
+    }
     return mx;
   };
 
@@ -606,7 +616,9 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
     float sum = 0.0f;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int w = 0; w < p.key_warps; ++w) {
+#pragma unroll
+    for (int w = 0; w < kMaxKeyWarps; ++w) {
+      if (w >= p.key_warps) break;
       const float f = exp2f(warp_m[w * p.rows_per_block + r] - m_use);
       const float4 x = *reinterpret_cast<const float4*>(slices + (w * p.rows_per_block + r) * kCap + d);
       sum = fmaf(warp_l[w * p.rows_per_block + r], f, sum);
@@ -626,7 +638,9 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   for (int r = tid; r < rows_here; r += blockDim.x) {
     const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
     float sum = 0.0f;
-    for (int w = 0; w < p.key_warps; ++w) {
+#pragma unroll
+    for (int w = 0; w < kMaxKeyWarps; ++w) {
+      if (w >= p.key_warps) break;
       sum = fmaf(warp_l[w * p.rows_per_block + r], exp2f(warp_m[w * p.rows_per_block + r] - m_use), sum);
     }
     const float lse2 = sum > 0.0f ? mx + log2f(sum) : -INFINITY;  // log2 units
@@ -665,6 +679,11 @@ void launch_decode_instance(const DecodeParams& plan_params, cudaStream_t stream
   if (blocks > INT32_MAX) {  // a grid's x extent, and the block decode's 31-bit range
     fail("cuda::decode", "the plan needs " + std::to_string(blocks) + " blocks, more than one launch holds",
          "split the batch into smaller calls");
+  }
+  if (p.key_warps < 1 || p.key_warps > kMaxKeyWarps) {  // the combine loops stop at kMaxKeyWarps
+    fail("cuda::decode", "the plan has " + std::to_string(p.key_warps) + " key warps per head chunk, outside 1.." +
+                             std::to_string(kMaxKeyWarps),
+         "plan with this build's planner");
   }
   const int threads = 32 * block_warps(p.head_chunks, p.key_warps);
   if (!p.cluster_merge) {
