@@ -16,7 +16,7 @@ import json
 import math
 import sys
 
-from event_timing import time_events  # the shared protocol (same folder)
+from event_timing import time_events, warm_up_device  # the shared protocol (same folder)
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -49,6 +49,7 @@ def main():
 
     dev = torch.device("cuda")
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
+    warm_up_device(torch)
     rows = []
     H, G, D = args.heads, args.kv_heads, args.head_dim
     for dname in args.dtype.split(","):
