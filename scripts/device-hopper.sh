@@ -119,8 +119,8 @@ if ((bench)); then
   python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_hopper_$TAG" > /dev/null
 fi
 
-# The rendered .json holds every raw row; the raw files go into the archive, so that a call that
-# also ran device-check.sh stays within the device's 8 returned files (and keeps its logs.tar.gz).
+# The rendered .json holds every raw row, so the raw files go into the archive (fewer files back
+# from the device, which returns at most 8); its own name keeps device-check.sh's logs.tar.gz.
 mv "$OUT"/prefill_attnkit.jsonl "$OUT"/prefill_torch.jsonl "$LOG"/ 2> /dev/null
 tar -czf "$OUT/hopper_logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
 echo "==== summary"

@@ -31,17 +31,15 @@ def time_events(torch, fn, reps, warmup, flush):
     return times[len(times) // 2], times[0], times[-1]
 
 
-def warm_up_device(torch, seconds=1.0, device="cuda"):
+def warm_up_device(torch, seconds=1.0):
     """Busy the GPU for `seconds` before a process's first timing: in session 35 the first shapes a
     fresh PyTorch process timed on a just-started H200 read 2-3x slow (cuDNN b1 x 1k 30.8 us against
     11.0 in the next process), which inflated attnkit's ratios; the per-shape warm-up did not cover it.
     A second of sustained work first is the cheap guard (a cold clock or power state is the guess; not
     yet confirmed on the device)."""
-    n = 4096 if device == "cuda" else 256
-    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for _ in range(20):
             x = torch.matmul(x, x).clamp_(-1, 1)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
