@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   float* new_v = new_k + kCap;
   // Paged: the K/V element offsets of the rows of `stages` tiles (16-byte aligned); extend: each
   // packed row's key range.
-  auto* row_offsets = reinterpret_cast<longlong2*>((reinterpret_cast<std::uintptr_t>(new_v + kCap) + 15) / 16 * 16);
+  auto* row_offsets = reinterpret_cast<longlong2*>(
+      reinterpret_cast<unsigned char*>(new_v + kCap) + (16 - cuda_common::smem_u32(new_v + kCap) % 16) % 16);
   int2* row_keys = reinterpret_cast<int2*>(row_offsets + (kPaged ? p.stages * p.tile : 0));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -610,47 +611,53 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   //    call, dev/decode_timeline.cu).
   const std::int64_t rows_total = static_cast<std::int64_t>(kExtend ? p.state_rows : p.batch) * p.num_heads;
   constexpr int kVec = 4, kRowVecs = kCap / kVec;
-  for (int i = tid; i < rows_here * kRowVecs; i += blockDim.x) {
-    const int r = i / kRowVecs, d = (i % kRowVecs) * kVec;
-    if (d >= p.head_dim) continue;
-    const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  // Each output mode gets its own copy of the loops (one short straight path per mode, no
+  // per-element mode branches on the path a short call fetches cold).
+  auto write_pieces = [&](auto&& write) {
+    for (int i = tid; i < rows_here * kRowVecs; i += blockDim.x) {
+      const int r = i / kRowVecs, d = (i % kRowVecs) * kVec;
+      if (d >= p.head_dim) continue;
+      const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
+      float sum = 0.0f;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int w = 0; w < kMaxKeyWarps; ++w) {
-      if (w >= p.key_warps) break;
-      const float f = exp2f(warp_m[w * p.rows_per_block + r] - m_use);
-      const float4 x = *reinterpret_cast<const float4*>(slices + (w * p.rows_per_block + r) * kCap + d);
-      sum = fmaf(warp_l[w * p.rows_per_block + r], f, sum);
-      acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
+      for (int w = 0; w < kMaxKeyWarps; ++w) {
+        if (w >= p.key_warps) break;
+        const float f = exp2f(warp_m[w * p.rows_per_block + r] - m_use);
+        const float4 x = *reinterpret_cast<const float4*>(slices + (w * p.rows_per_block + r) * kCap + d);
+        sum = fmaf(warp_l[w * p.rows_per_block + r], f, sum);
+        acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
+      }
+      const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+      write(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     }
-    const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
-    const float4 o = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    if (p.splits == 1) {
-      store_out(r, d, o);
-    } else if (cluster_merge) {
-      *reinterpret_cast<float4*>(staging + r * kCap + d) = o;
-    } else {
+  };
+  auto write_lses = [&](auto&& write) {  // log2 units
+    for (int r = tid; r < rows_here; r += blockDim.x) {
+      const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kMaxKeyWarps; ++w) {
+        if (w >= p.key_warps) break;
+        sum = fmaf(warp_l[w * p.rows_per_block + r], exp2f(warp_m[w * p.rows_per_block + r] - m_use), sum);
+      }
+      write(r, sum > 0.0f ? mx + log2f(sum) : -INFINITY);
+    }
+  };
+  if (p.splits == 1) {
+    write_pieces([&](int r, int d, float4 o) { store_out(r, d, o); });
+    write_lses([&](int r, float lse2) { store_lse(r, lse2 * kLn2); });
+  } else if (cluster_merge) {
+    write_pieces([&](int r, int d, float4 o) { *reinterpret_cast<float4*>(staging + r * kCap + d) = o; });
+    write_lses([&](int r, float lse2) { state_lse[r] = lse2; });
+  } else {
+    write_pieces([&](int r, int d, float4 o) {
       const std::int64_t row = token_of(r) * p.num_heads + head_of(r);
       *reinterpret_cast<float4*>(p.partial_out + (split * rows_total + row) * p.head_dim + d) = o;
-    }
-  }
-  for (int r = tid; r < rows_here; r += blockDim.x) {
-    const float mx = row_max(r), m_use = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kMaxKeyWarps; ++w) {
-      if (w >= p.key_warps) break;
-      sum = fmaf(warp_l[w * p.rows_per_block + r], exp2f(warp_m[w * p.rows_per_block + r] - m_use), sum);
-    }
-    const float lse2 = sum > 0.0f ? mx + log2f(sum) : -INFINITY;  // log2 units
-    if (p.splits == 1) {
-      store_lse(r, lse2 * kLn2);
-    } else if (cluster_merge) {
-      state_lse[r] = lse2;
-    } else {
+    });
+    write_lses([&](int r, float lse2) {
       p.partial_lse[split * rows_total + token_of(r) * p.num_heads + head_of(r)] = lse2 * kLn2;
-    }
+    });
   }
   if (cluster_merge) merge_in_cluster(active_splits);
   ATTNKIT_DECODE_STAMP(6);
