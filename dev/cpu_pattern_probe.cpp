@@ -20,13 +20,16 @@
 //   decode-vl1   the V prefetch during K's phase into L1 8 rows ahead (decode-vl1-0: at the key),
 //                so V's phase reads L1/L2 (CPU round 13)
 //   decode-1pass V in one pass of whole rows (not two 128-byte column passes)
+//   decode-bN    decode-nopf's loads with V's two column passes taken per block of N rows (8, 16,
+//                32, 64, 256) instead of per tile
 //   kv-inter     K row j and V row j of each key read side by side (two streams at once);
 //                -pf4 / -pf8 / -pf16: both streams that many rows ahead into L1
 //   k-then-v     a KV head's whole K, then its whole V (one stream at a time, hardware prefetch)
 //   tile-rows    per tile, K rows then V rows in whole rows, no software prefetch; -l1: each
 //                stream 8 rows ahead into L1 (-l1-16, -l1-32: 16 or 32 rows); -l1l2: and 64 rows
 //                ahead into L2 (same stream only); -l1-x2 / -x4: each head's keys in 2 or 4 ranges
-//                visited a tile at a time in turn (4 or 8 streams in flight)
+//                visited a tile at a time in turn (4 or 8 streams in flight); -kick1 / 2 / 4: no
+//                per-line prefetch, one prefetch per 4 KiB page that many pages ahead
 //   The rows' bytes (--row-bytes 512 for f32), kv_len, heads and the tile are options; --huge asks
 //   for transparent huge pages (madvise) on both buffers.
 //
@@ -34,9 +37,13 @@
 // core with arithmetic as in the decode body (8 per line is ~32 cycles per key and KV head at two
 // FMAs per cycle; the bf16 body is ~39 cycles cache-resident on Zen 5).
 //
-// Not part of the build (x86 with AVX-512 only; a development probe, not a ceiling):
-//   g++ -O2 -std=c++20 -mavx512f -mavx512bf16 -o /tmp/cpu_pattern_probe dev/cpu_pattern_probe.cpp
+// --threads N reads with N threads at once, each its own heads (N divides --heads).
+//
+// Not part of the build (a development probe, not a ceiling). AVX-512 hosts, or AVX2 ones:
+//   g++ -O2 -std=c++20 -mavx512f -mavx512bf16 -pthread -o /tmp/cpu_pattern_probe dev/cpu_pattern_probe.cpp
+//   g++ -O2 -std=c++20 -mavx2 -mfma -pthread -o /tmp/cpu_pattern_probe dev/cpu_pattern_probe.cpp
 //   taskset -c 1 /tmp/cpu_pattern_probe --reps 11 --work 8
+//   /tmp/cpu_pattern_probe --row-bytes 512 --huge --threads 2 --only seq,decode,tile-rows,kv-inter
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -48,6 +55,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -56,47 +64,77 @@ struct Shape {
   std::int64_t heads = 8, keys = 65536, row = 256, tile = 256;
 };
 
+// One 64-byte line as the host's vectors: one zmm where the probe is built with AVX-512 (-mavx512f
+// -mavx512bf16), else two ymm (-mavx2 -mfma; the Zen 2 hosts, CPU round 32).
+#ifdef __AVX512F__
 using Acc = __m512i;
+using Fv = __m512;
+inline Acc acc_zero() { return _mm512_setzero_si512(); }
+inline void acc_line(Acc& acc, const char* p) { acc = _mm512_xor_si512(acc, _mm512_load_si512(p)); }
+inline Fv fv_set1(float x) { return _mm512_set1_ps(x); }
+inline Fv fv_fma(Fv a, Fv b, Fv c) { return _mm512_fmadd_ps(a, b, c); }
+inline Fv fv_add(Fv a, Fv b) { return _mm512_add_ps(a, b); }
+inline std::uint64_t fold(Acc acc, Fv sum) {
+  alignas(64) std::uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_xor_si512(acc, _mm512_castps_si512(sum)));
+  return lanes[0] ^ lanes[3] ^ lanes[7];
+}
+#else
+using Acc = __m256i;
+using Fv = __m256;
+inline Acc acc_zero() { return _mm256_setzero_si256(); }
+inline void acc_line(Acc& acc, const char* p) {
+  acc = _mm256_xor_si256(acc, _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)),
+                                                 _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32))));
+}
+inline Fv fv_set1(float x) { return _mm256_set1_ps(x); }
+inline Fv fv_fma(Fv a, Fv b, Fv c) { return _mm256_fmadd_ps(a, b, c); }
+inline Fv fv_add(Fv a, Fv b) { return _mm256_add_ps(a, b); }
+inline std::uint64_t fold(Acc acc, Fv sum) {
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_xor_si256(acc, _mm256_castps_si256(sum)));
+  return lanes[0] ^ lanes[3];
+}
+#endif
 
 // Arithmetic beside the loads: kWorkChains independent FMA chains, g_work FMAs per 64-byte line
 // loaded (the decode body's throughput-bound work: ~39 cycles per key and KV head on Zen 5 is
 // ~10 FMA slots per line at 2 per cycle). 0: loads only.
 int g_work = 0;
 constexpr int kWorkChains = 8;
-// --dep: the work consumes the loaded line (vdpbf16ps of the line with itself into the chains, as
-// the decode's dots consume K and V), so it waits for the load in the scheduler; without it the
-// work is independent of the loads (FMAs on constants).
+// --dep (AVX-512 BF16 builds): the work consumes the loaded line (vdpbf16ps of the line with
+// itself into the chains, as the decode's dots consume K and V), so it waits for the load in the
+// scheduler; without it the work is independent of the loads (FMAs on constants).
 bool g_dep = false;
 
 struct Work {
-  __m512 f[kWorkChains];
-  __attribute__((target("avx512f"))) Work() {
-    for (int c = 0; c < kWorkChains; ++c) f[c] = _mm512_set1_ps(0.5f + 0.01f * c);
+  Fv f[kWorkChains];
+  Work() {
+    for (int c = 0; c < kWorkChains; ++c) f[c] = fv_set1(0.5f + 0.01f * c);
   }
-  __attribute__((target("avx512f"))) std::uint64_t done(Acc acc) const {
-    __m512 sum = f[0];
-    for (int c = 1; c < kWorkChains; ++c) sum = _mm512_add_ps(sum, f[c]);
-    alignas(64) std::uint64_t lanes[8];
-    _mm512_store_si512(lanes, _mm512_xor_si512(acc, _mm512_castps_si512(sum)));
-    return lanes[0] ^ lanes[3] ^ lanes[7];
+  std::uint64_t done(Acc acc) const {
+    Fv sum = f[0];
+    for (int c = 1; c < kWorkChains; ++c) sum = fv_add(sum, f[c]);
+    return fold(acc, sum);
   }
 };
 
-__attribute__((target("avx512f,avx512bf16"), always_inline)) inline void load_row(Acc& acc, Work& work, const char* p,
-                                                                                   std::int64_t bytes) {
-  const __m512 a = _mm512_set1_ps(0.9999f), k = _mm512_set1_ps(0.0001f);
+__attribute__((always_inline)) inline void load_row(Acc& acc, Work& work, const char* p, std::int64_t bytes) {
+  const Fv a = fv_set1(0.9999f), k = fv_set1(0.0001f);
   for (std::int64_t b = 0; b < bytes; b += 64) {
-    const __m512i line = _mm512_load_si512(p + b);
-    acc = _mm512_xor_si512(acc, line);
+    acc_line(acc, p + b);
+#ifdef __AVX512BF16__
     if (g_dep) {
+      const __m512i line = _mm512_load_si512(p + b);
       for (int w = 0; w < g_work; w += kWorkChains)
 #pragma GCC unroll 8
         for (int c = 0; c < kWorkChains; ++c) work.f[c] = _mm512_dpbf16_ps(work.f[c], (__m512bh)line, (__m512bh)line);
-    } else {
-      for (int w = 0; w < g_work; w += kWorkChains)
-#pragma GCC unroll 8
-        for (int c = 0; c < kWorkChains; ++c) work.f[c] = _mm512_fmadd_ps(work.f[c], a, k);
+      continue;
     }
+#endif
+    for (int w = 0; w < g_work; w += kWorkChains)
+#pragma GCC unroll 8
+      for (int c = 0; c < kWorkChains; ++c) work.f[c] = fv_fma(work.f[c], a, k);
   }
 }
 
@@ -111,10 +149,10 @@ inline void prefetch_rows(const char* p, std::int64_t rows, std::int64_t row, st
 // The decode's pattern. l2_ahead: tiles between the L2 prefetch and its use (0: as the decode);
 // kL2Hint: _MM_HINT_T1 as the decode, _MM_HINT_NTA for the variant; passes: V column passes.
 template <int kL2Hint>
-__attribute__((target("avx512f"))) std::uint64_t decode_pattern(const char* k, const char* v, const Shape& s,
+std::uint64_t decode_pattern(const char* k, const char* v, const Shape& s,
                                                                  bool prefetch, int l2_ahead, int passes,
                                                                  std::int64_t v_lead = 0) {
-  Acc acc = _mm512_setzero_si512();
+  Acc acc = acc_zero();
   Work work;
   const std::int64_t row = s.row, head_bytes = s.keys * row, pass_bytes = row / passes;
   constexpr std::int64_t kL1Rows = 8;
@@ -156,10 +194,33 @@ __attribute__((target("avx512f"))) std::uint64_t decode_pattern(const char* k, c
   return work.done(acc);
 }
 
+// decode-nopf's loads with V's two column passes taken per block of `block` rows (pass 1 then pass
+// 2 over the same rows) instead of per tile: the second half of each row follows its first within
+// block x row bytes (CPU round 32).
+std::uint64_t decode_blocked_passes(const char* k, const char* v, const Shape& s, std::int64_t block) {
+  Acc acc = acc_zero();
+  Work work;
+  const std::int64_t row = s.row, head_bytes = s.keys * row, half = row / 2;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    const char* kh = k + h * head_bytes;
+    const char* vh = v + h * head_bytes;
+    for (std::int64_t j0 = 0; j0 < s.keys; j0 += s.tile) {
+      const std::int64_t n = std::min(s.tile, s.keys - j0);
+      for (std::int64_t j = 0; j < n; ++j) load_row(acc, work, kh + (j0 + j) * row, row);
+      for (std::int64_t b = 0; b < n; b += block) {
+        for (std::int64_t from = 0; from < row; from += half) {
+          for (std::int64_t j = b; j < std::min(n, b + block); ++j) load_row(acc, work, vh + (j0 + j) * row + from, half);
+        }
+      }
+    }
+  }
+  return work.done(acc);
+}
+
 // Per tile: K rows, then V rows, whole rows, each stream prefetched ahead of itself only: `l1`
 // rows into L1, `l2` rows into L2 (0: none). No prefetch across the K/V phases (CPU round 12).
-__attribute__((target("avx512f"))) std::uint64_t tile_rows(const char* k, const char* v, const Shape& s, int l1, int l2) {
-  Acc acc = _mm512_setzero_si512();
+std::uint64_t tile_rows(const char* k, const char* v, const Shape& s, int l1, int l2) {
+  Acc acc = acc_zero();
   Work work;
   const std::int64_t row = s.row, head_bytes = s.keys * row;
   for (std::int64_t h = 0; h < s.heads; ++h) {
@@ -179,11 +240,40 @@ __attribute__((target("avx512f"))) std::uint64_t tile_rows(const char* k, const 
   return work.done(acc);
 }
 
+// tile_rows with one prefetch per 4 KiB page: when a step's rows reach a page boundary, the first
+// line of the page `pages` ahead (same stream). Hardware prefetchers stop at page boundaries and
+// relearn each page; one early touch per page restarts them before the demand loads arrive, without
+// a software prefetch per line (on AMD cores those hold the L1's miss buffers, CPU round 32).
+std::uint64_t tile_rows_kick(const char* k, const char* v, const Shape& s, int pages) {
+  Acc acc = acc_zero();
+  Work work;
+  const std::int64_t row = s.row, head_bytes = s.keys * row, step = 4 * row, dist = pages * 4096ll;
+  for (std::int64_t h = 0; h < s.heads; ++h) {
+    for (std::int64_t j0 = 0; j0 < s.keys; j0 += s.tile) {
+      const std::int64_t n = std::min(s.tile, s.keys - j0);
+      for (const char* base : {k + h * head_bytes, v + h * head_bytes}) {
+        const char* end = base + head_bytes;
+        for (std::int64_t j = 0; j < n; j += 4) {
+          const char* r0 = base + (j0 + j) * row;
+          const auto a = reinterpret_cast<std::uintptr_t>(r0);
+          const std::uintptr_t page = (a + 4095) & ~std::uintptr_t{4095};  // first boundary at or after r0
+          for (std::uintptr_t b = page; b < a + step; b += 4096) {
+            const char* target = reinterpret_cast<const char*>(b) + dist;
+            if (target < end) _mm_prefetch(target, _MM_HINT_T0);
+          }
+          for (int r = 0; r < 4; ++r) load_row(acc, work, r0 + r * row, row);
+        }
+      }
+    }
+  }
+  return work.done(acc);
+}
+
 // tile_rows's pattern (`l1` rows ahead into L1) over `lanes` contiguous key ranges of each head,
 // visited a tile at a time in turn: 2 x lanes streams in flight instead of 2 (CPU round 15).
-__attribute__((target("avx512f"))) std::uint64_t tile_rows_lanes(const char* k, const char* v, const Shape& s, int l1,
+std::uint64_t tile_rows_lanes(const char* k, const char* v, const Shape& s, int l1,
                                                                   int lanes) {
-  Acc acc = _mm512_setzero_si512();
+  Acc acc = acc_zero();
   Work work;
   const std::int64_t row = s.row, head_bytes = s.keys * row, span = s.keys / lanes;
   for (std::int64_t h = 0; h < s.heads; ++h) {
@@ -204,8 +294,8 @@ __attribute__((target("avx512f"))) std::uint64_t tile_rows_lanes(const char* k, 
   return work.done(acc);
 }
 
-__attribute__((target("avx512f"))) std::uint64_t sequential(const char* p, std::int64_t bytes) {
-  Acc acc = _mm512_setzero_si512();
+std::uint64_t sequential(const char* p, std::int64_t bytes) {
+  Acc acc = acc_zero();
   Work work;
   for (std::int64_t i = 0; i < bytes; i += 256) load_row(acc, work, p + i, 256);
   return work.done(acc);
@@ -213,9 +303,9 @@ __attribute__((target("avx512f"))) std::uint64_t sequential(const char* p, std::
 
 // K row j and V row j per step, both streams at once (hardware prefetch, plus software prefetch
 // `ahead` rows ahead into L1 when ahead > 0).
-__attribute__((target("avx512f"))) std::uint64_t kv_interleaved(const char* k, const char* v, const Shape& s,
+std::uint64_t kv_interleaved(const char* k, const char* v, const Shape& s,
                                                                  std::int64_t ahead) {
-  Acc acc = _mm512_setzero_si512();
+  Acc acc = acc_zero();
   Work work;
   const std::int64_t head_bytes = s.keys * s.row;
   for (std::int64_t h = 0; h < s.heads; ++h) {
@@ -248,12 +338,14 @@ char* allocate(std::int64_t bytes, bool huge) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef __AVX512F__
   if (!__builtin_cpu_supports("avx512f")) {
-    std::fprintf(stderr, "this probe needs AVX-512F\n");
+    std::fprintf(stderr, "this build needs AVX-512F; build with -mavx2 -mfma for this CPU\n");
     return 2;
   }
+#endif
   Shape s;
-  int passes_per_variant = 15;
+  int passes_per_variant = 15, threads = 1;
   bool huge = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
@@ -263,6 +355,7 @@ int main(int argc, char** argv) {
     else if (a == "--kv-len") s.keys = next();
     else if (a == "--heads") s.heads = next();
     else if (a == "--tile") s.tile = next();
+    else if (a == "--threads") threads = static_cast<int>(next());
     else if (a == "--reps") passes_per_variant = static_cast<int>(next());
     else if (a == "--huge") huge = true;
     else if (a == "--work") g_work = static_cast<int>(next());
@@ -271,17 +364,23 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--row-bytes 256] [--kv-len 65536] [--heads 8] [--tile 256] [--reps 15] [--huge] [--work 0] "
-                   "[--dep] [--only name,name]\n",
+                   "[--dep] [--threads 1] [--only name,name]\n",
                    argv[0]);
       return 2;
     }
   }
+#ifndef __AVX512BF16__
+  if (g_dep) {
+    std::fprintf(stderr, "--dep needs a build with -mavx512bf16\n");
+    return 2;
+  }
+#endif
   if (g_dep && !__builtin_cpu_supports("avx512bf16")) {
     std::fprintf(stderr, "--dep needs AVX512_BF16\n");
     return 2;
   }
-  if (s.row % 128 != 0 || s.tile % 4 != 0 || s.keys % s.tile != 0) {
-    std::fprintf(stderr, "Fix: row bytes a multiple of 128, tile a multiple of 4 dividing kv_len\n");
+  if (s.row % 128 != 0 || s.tile % 4 != 0 || s.keys % s.tile != 0 || threads < 1 || s.heads % threads != 0) {
+    std::fprintf(stderr, "Fix: row bytes a multiple of 128, tile a multiple of 4 dividing kv_len, threads dividing heads\n");
     return 2;
   }
   const std::int64_t bytes = s.heads * s.keys * s.row;
@@ -289,33 +388,48 @@ int main(int argc, char** argv) {
   char* v = allocate(bytes, huge);
   const std::int64_t head_bytes = s.keys * s.row;
 
+  // Each variant reads its slice of heads: with --threads N, thread t takes heads [t H/N, (t+1) H/N).
+  using Run = std::function<std::uint64_t(const char* k, const char* v, const Shape& s)>;
   struct Variant {
     const char* name;
-    std::function<std::uint64_t()> run;
+    Run run;
+  };
+  auto seq = [](const char* k, const char* v, const Shape& s) {
+    const std::int64_t b = s.heads * s.keys * s.row;
+    return sequential(k, b) ^ sequential(v, b);
   };
   std::vector<Variant> all = {
-      {"seq", [&] { return sequential(k, bytes) ^ sequential(v, bytes); }},
-      {"decode", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 2); }},
-      {"decode-nopf", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, false, 0, 2); }},
-      {"decode-far", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 1, 2); }},
-      {"decode-nta", [&] { return decode_pattern<_MM_HINT_NTA>(k, v, s, true, 0, 2); }},
-      {"decode-vl1", [&] { return decode_pattern<_MM_HINT_T0>(k, v, s, true, 0, 2, 8); }},
-      {"decode-vl1-0", [&] { return decode_pattern<_MM_HINT_T0>(k, v, s, true, 0, 2, 0); }},
-      {"decode-1pass", [&] { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 1); }},
-      {"tile-rows", [&] { return tile_rows(k, v, s, 0, 0); }},
-      {"tile-rows-l1", [&] { return tile_rows(k, v, s, 8, 0); }},
-      {"tile-rows-l1l2", [&] { return tile_rows(k, v, s, 8, 64); }},
-      {"tile-rows-l1-16", [&] { return tile_rows(k, v, s, 16, 0); }},
-      {"tile-rows-l1-32", [&] { return tile_rows(k, v, s, 32, 0); }},
-      {"kv-inter-pf4", [&] { return kv_interleaved(k, v, s, 4); }},
-      {"kv-inter-pf16", [&] { return kv_interleaved(k, v, s, 16); }},
-      {"tile-rows-l1-x2", [&] { return tile_rows_lanes(k, v, s, 8, 2); }},
-      {"tile-rows-l1-x4", [&] { return tile_rows_lanes(k, v, s, 8, 4); }},
-      {"kv-inter", [&] { return kv_interleaved(k, v, s, 0); }},
-      {"kv-inter-pf8", [&] { return kv_interleaved(k, v, s, 8); }},
+      {"seq", seq},
+      {"decode", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 2); }},
+      {"decode-nopf", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_T1>(k, v, s, false, 0, 2); }},
+      {"decode-far", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 1, 2); }},
+      {"decode-nta", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_NTA>(k, v, s, true, 0, 2); }},
+      {"decode-vl1", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_T0>(k, v, s, true, 0, 2, 8); }},
+      {"decode-vl1-0", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_T0>(k, v, s, true, 0, 2, 0); }},
+      {"decode-1pass", [](const char* k, const char* v, const Shape& s) { return decode_pattern<_MM_HINT_T1>(k, v, s, true, 0, 1); }},
+      {"decode-b8", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 8); }},
+      {"decode-b16", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 16); }},
+      {"decode-b32", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 32); }},
+      {"decode-b64", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 64); }},
+      {"decode-b256", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 256); }},
+      {"tile-rows", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 0, 0); }},
+      {"tile-rows-l1", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 8, 0); }},
+      {"tile-rows-l1l2", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 8, 64); }},
+      {"tile-rows-l1-16", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 16, 0); }},
+      {"tile-rows-l1-32", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 32, 0); }},
+      {"tile-rows-kick1", [](const char* k, const char* v, const Shape& s) { return tile_rows_kick(k, v, s, 1); }},
+      {"tile-rows-kick2", [](const char* k, const char* v, const Shape& s) { return tile_rows_kick(k, v, s, 2); }},
+      {"tile-rows-kick4", [](const char* k, const char* v, const Shape& s) { return tile_rows_kick(k, v, s, 4); }},
+      {"kv-inter-pf4", [](const char* k, const char* v, const Shape& s) { return kv_interleaved(k, v, s, 4); }},
+      {"kv-inter-pf16", [](const char* k, const char* v, const Shape& s) { return kv_interleaved(k, v, s, 16); }},
+      {"tile-rows-l1-x2", [](const char* k, const char* v, const Shape& s) { return tile_rows_lanes(k, v, s, 8, 2); }},
+      {"tile-rows-l1-x4", [](const char* k, const char* v, const Shape& s) { return tile_rows_lanes(k, v, s, 8, 4); }},
+      {"kv-inter", [](const char* k, const char* v, const Shape& s) { return kv_interleaved(k, v, s, 0); }},
+      {"kv-inter-pf8", [](const char* k, const char* v, const Shape& s) { return kv_interleaved(k, v, s, 8); }},
       {"k-then-v",
-       [&] {
+       [](const char* k, const char* v, const Shape& s) {
          std::uint64_t x = 0;
+         const std::int64_t head_bytes = s.keys * s.row;
          for (std::int64_t h = 0; h < s.heads; ++h) x ^= sequential(k + h * head_bytes, head_bytes) ^ sequential(v + h * head_bytes, head_bytes);
          return x;
        }},
@@ -324,21 +438,33 @@ int main(int argc, char** argv) {
   for (auto& v : all) {
     if (only.empty() || ("," + only + ",").find(std::string(",") + v.name + ",") != std::string::npos) variants.push_back(v);
   }
+  Shape slice = s;
+  slice.heads = s.heads / threads;
+  auto run_all = [&](const Run& run) {
+    std::vector<std::uint64_t> out(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] { out[t] = run(k + t * slice.heads * head_bytes, v + t * slice.heads * head_bytes, slice); });
+    }
+    std::uint64_t x = 0;
+    for (int t = 0; t < threads; ++t) pool[t].join(), x ^= out[t];
+    return x;
+  };
   std::vector<std::vector<double>> rates(variants.size());
   volatile std::uint64_t sink = 0;
-  for (auto& v : variants) sink = sink ^ v.run();  // warm-up: page tables, frequency
+  for (auto& v : variants) sink = sink ^ run_all(v.run);  // warm-up: page tables, frequency
   for (int r = 0; r < passes_per_variant; ++r) {
     for (std::size_t i = 0; i < variants.size(); ++i) {
       const auto start = std::chrono::steady_clock::now();
-      sink = sink ^ variants[i].run();
+      sink = sink ^ run_all(variants[i].run);
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       rates[i].push_back(2.0 * static_cast<double>(bytes) / sec / 1e9);
     }
   }
-  std::printf("# %lld heads x %lld keys x %lld-byte rows, tile %lld, K+V %lld MiB, %s pages, %d passes each, %d %s per line\n",
+  std::printf("# %lld heads x %lld keys x %lld-byte rows, tile %lld, K+V %lld MiB, %s pages, %d passes each, %d thread(s), %d %s per line\n",
               static_cast<long long>(s.heads), static_cast<long long>(s.keys), static_cast<long long>(s.row),
               static_cast<long long>(s.tile), static_cast<long long>(2 * bytes >> 20), huge ? "huge (madvise)" : "4 KiB",
-              passes_per_variant, g_work, g_dep ? "vdpbf16ps on the loaded line" : "independent FMAs");
+              passes_per_variant, threads, g_work, g_dep ? "vdpbf16ps on the loaded line" : "independent FMAs");
   std::printf("%-14s %8s %8s %8s  (GB/s)\n", "variant", "median", "min", "max");
   for (std::size_t i = 0; i < variants.size(); ++i) {
     auto r = rates[i];
