@@ -11,6 +11,8 @@
 //   K/V rows 32 ahead (8 for f32 rows) are prefetched into L1, and the other stream (V during
 //   Q K^T, the next tile's K during P V) into L2, so both streams stay in flight across phases.
 //   Bound: memory (K/V read once) for small groups; FMA for large groups (group FLOPs per byte).
+//   Where the plan pipelines a multi-head cache (pipeline_stages 2), decode_pipelined reads each
+//   K row beside the V row of the key one tile earlier instead, with no software prefetch.
 // Prefill (tiled). Inputs: a block of query rows for each head of the group, K/V tiles converted
 //   to f32 once per block. S^T = K Q^T with query rows in the vector lanes (Q transposed once per
 //   block), so the online softmax is lane-parallel over rows; O^T += V^T P^T keeps the rows in the
@@ -312,7 +314,80 @@ void decode_typed(const DecodeTask& t) {
   write_decode_result(t, L.acc, L.dp, L.m, L.l);
 }
 
+// The plan's two-stage pipeline for one query head per KV head (multi-head attention), in tiles of
+// W keys: each key's K row is read beside the V row of the key one tile earlier, so the Q K^T of a
+// tile and the P V of the tile before it run in one loop, with the tile's online softmax between
+// tiles. K and V stream side by side by demand loads in row order, and no software prefetch is
+// issued: on AMD cores the prefetch hints hold the L1's miss buffers, and two threads of a Zen 2
+// read rows this way at ~34 GB/s against ~23 for a tile's K then its V (dev/cpu_pattern_probe.cpp,
+// CPU round 33). O holds tiles up to b - 1 against their running max when tile b's max arrives,
+// so the rescale by alpha falls where the tiled body's does.
+template <class Tag, int kD>
+void decode_pipelined(const DecodeTask& t) {
+  const DecodeLayout L = decode_layout(t.head_dim, 1, t.tile, t.scratch);
+  const std::int64_t d = head_dim_of<kD>(t);
+  for (std::int64_t c = 0; c < L.dp; ++c) L.q[c] = c < d ? t.scale * load_scalar(t.q, t.q.offset + c) : 0.0f;
+  for (std::int64_t c = 0; c < L.dp; ++c) L.acc[c] = 0.0f;
+  float m = kNegInf, l = 0.0f;
+  float* p = L.scores;  // the previous tile's probabilities
+  std::int64_t p_keys = 0, p_first = 0;
+  auto add_pv = [&](std::int64_t key, float pk) {
+    const V pb = Vec::set1(pk);
+    const std::int64_t off = t.v.offset + key * t.v.row_stride;
+#pragma GCC unroll 16
+    for (std::int64_t c = 0; c < d; c += W) {
+      const int w = kD > 0 ? W : static_cast<int>(imin(W, d - c));
+      Vec::store(L.acc + c, Vec::fma(pb, load_chunk<Tag>(t.v.data, off + c, w), Vec::load(L.acc + c)));
+    }
+  };
+  for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += W) {
+    const std::int64_t n = imin(W, t.key_end - j0);
+    typename Vec::Acc acc[W];
+    for (int kk = 0; kk < W; ++kk) {
+      acc[kk] = Vec::zero();
+      if (kk < n) {
+        const std::int64_t off = t.k.offset + (j0 + kk) * t.k.row_stride;
+#pragma GCC unroll 16
+        for (std::int64_t c = 0; c < d; c += W) {
+          const int w = kD > 0 ? W : static_cast<int>(imin(W, d - c));
+          acc[kk] = Vec::acc_fma(Vec::load(L.q + c), load_chunk<Tag>(t.k.data, off + c, w), acc[kk]);
+        }
+      }
+      if (kk < p_keys) add_pv(p_first + kk, p[kk]);
+    }
+    V x = Vec::acc_transpose_sum(acc);
+    Vec::store(L.lanes, x);
+    for (std::int64_t j = n; j < W; ++j) L.lanes[j] = kNegInf;
+    x = Vec::load(L.lanes);
+    if (t.softcap > 0) x = Vec::select_lt(x, Vec::set1(-3.0e38f), x, softcap_v(x, t.softcap));  // keep -inf
+    const RaisedMax r = raise_max(m, Vec::reduce_max(x), L.acc, L.dp);
+    const V e = Vec::exp_nonpositive(Vec::sub(x, Vec::set1(r.m_new)));
+    Vec::store(p, e);
+    l = l * r.alpha + Vec::reduce_add(e);
+    m = r.m_new;
+    p_keys = n;
+    p_first = j0;
+  }
+  for (std::int64_t kk = 0; kk < p_keys; ++kk) add_pv(p_first + kk, p[kk]);
+  L.m[0] = m;
+  L.l[0] = l;
+  write_decode_result(t, L.acc, L.dp, L.m, L.l);
+}
+
+// Where the pipelined body exists: Q K^T accumulators that are plain vectors of at least 8 lanes
+// (the AVX2 and AVX-512 levels; at the scalar level's W of 1 every key would be its own tile).
+constexpr bool kPipelinedDecode = W >= 8 && __is_same(typename Vec::Acc, V);
+
 inline void decode(const DecodeTask& t) {
+  if constexpr (kPipelinedDecode) {
+    if (t.pipelined && t.group == 1 && t.tile == W) {
+      switch (t.k.dtype) {
+        case DType::kF32: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<F32, kD>(t); }); return;
+        case DType::kF16: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<F16, kD>(t); }); return;
+        default: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<BF16, kD>(t); }); return;
+      }
+    }
+  }
   switch (t.k.dtype) {
     case DType::kF32: with_head_dim_instance(t, [&]<int kD>() { decode_typed<F32, kD>(t); }); break;
     case DType::kF16: with_head_dim_instance(t, [&]<int kD>() { decode_typed<F16, kD>(t); }); break;

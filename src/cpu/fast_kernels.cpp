@@ -140,6 +140,7 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       task_args.v = source(t.v_cache, b * t.v_cache.strides[0] + kvh * t.v_cache.strides[1], t.v_cache.strides[2]);
       task_args.key_begin = begin;
       task_args.key_end = end;
+      task_args.pipelined = part.pipeline_stages == 2;
       task_args.scratch = scratch + staging_floats;
       if (splits > 1) {
         task_args.out = state_out + (split * rows + first_row) * d;

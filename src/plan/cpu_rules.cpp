@@ -50,6 +50,15 @@ constexpr std::uint64_t kIntelF32DecodeTile = 16;
 // -17%; 8 and 32 were slower. Multi-head f32 (the generic body) read 3-6% slower, so f32 outside
 // the row-block body keeps the L1-sized tile (CPU round 25).
 constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
+// Multi-head decode (group 1) on cores that are neither Intel's nor AMX ones, at 8 lanes: blocks of
+// 8 keys in a two-stage pipeline, K of block b read beside V of block b - 1 by demand loads (the
+// body, fast_body.hpp's decode_pipelined, issues no software prefetch). Software prefetch hints
+// hold the L1's miss buffers on AMD cores; two threads of a Zen 2 read K and V rows side by side
+// at ~34 GB/s against ~23 for a tile's K then its V, and b1 x 64k ran 23-28 -> 16-21 ms in f32
+// (81-91% of the read ceiling), bf16 and f16 -10 to -15%. An AMX Xeon's 16 threads read it 3-27%
+// slower at its avx512 level (the tiled body's short turns suit Intel's prefetchers), and AMD
+// cores at 16 lanes were not measured (docs/perf-notes.md, CPU round 33).
+constexpr int kPipelinedDecodeLanes = 8;
 // Query rows of the AVX2 prefill's widest register block: VecAvx2::kQkMaxVecs (3) vectors of 8.
 constexpr std::uint64_t kAvx2BlockRows = 24;
 constexpr std::uint64_t kF32Bytes = 4;
@@ -163,7 +172,7 @@ void require_cpu_prefill_dtype(DType dtype, const char* context) {
 }
 
 void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
-                          WorkPartition& p, std::vector<std::string>& reasons) {
+                          WorkPartition& p, std::vector<std::string>& reasons, DecodeCache cache) {
   const char* ctx = "plan_decode";
   const std::uint64_t keys = pr.options.window > 0 ? std::min(u(pr.kv_len), u(pr.options.window)) : u(pr.kv_len);
   if (requested != nullptr && *requested == KernelFamily::kScalarOnline) {
@@ -184,6 +193,8 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
 
   // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
   // stay in half of L1 (the other half streams K and V).
+  const bool pipelined = cache == DecodeCache::kContiguous && group == 1 && !t.cpu_intel_cores &&
+                         !t.cpu_matrix_tiles && t.cpu_vector_lanes == kPipelinedDecodeLanes;
   const std::uint64_t fixed = 2 * group * hd * kF32Bytes;
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
@@ -199,6 +210,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
                       " keys: on Intel cores the decode bodies stream K and V fastest in short turns (a tile's K, "
                       "then its V) rather than in phases of up to 256 rows" +
                       (wide_rows ? std::string(" (8 keys of rows wider than 128 columns: 4 KiB of K per turn)") : std::string{}));
+  } else if (pipelined) {
+    tile = u(t.cpu_vector_lanes);
+    reasons.push_back("tile: " + std::to_string(tile) +
+                      " keys, one vector of scores: multi-head rows stream K beside V in a two-stage pipeline "
+                      "(a tile's Q K^T with the previous tile's P V, one loop, no software prefetch)");
   } else if (t.cpu_vector_lanes < 16 && (pr.kv_dtype != DType::kF32 || group % 4 == 0)) {
     tile = kNarrowVectorDecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
@@ -241,9 +257,12 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   p.o_acc_scratch_elements = u32(group * hd, ctx, "accumulator scratch");
   p.split_reduce_scratch_elements = splits > 1 ? u32(splits * group * (hd + 2), ctx, "split reduce scratch") : 0;
   p.grid_blocks = units * splits;
-  p.pipeline_stages = 1;
-  reasons.push_back("threads: " + std::to_string(threads) + " for " + std::to_string(p.grid_blocks) +
-                    " tasks; keys are streamed (software prefetch ahead of each stream, fast_body.hpp), one stage");
+  p.pipeline_stages = pipelined ? 2 : 1;
+  reasons.push_back("threads: " + std::to_string(threads) + " for " + std::to_string(p.grid_blocks) + " tasks; " +
+                    (pipelined ? std::string("two stages: each key's K row is read beside the V row of the key one "
+                                             "tile earlier, by demand loads (fast_body.hpp, decode_pipelined)")
+                               : std::string("keys are streamed (software prefetch ahead of each stream, "
+                                             "fast_body.hpp), one stage")));
 }
 
 void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const KernelFamily* requested,

@@ -11,14 +11,17 @@ namespace attnkit::detail {
 
 // Each rule fills `partition` (family, tiles, splits, threads, scratch, grid) and appends one
 // line per decision to `reasons`. `requested` is the caller's family, or nullptr to choose.
-void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
-                          WorkPartition& partition, std::vector<std::string>& reasons);
-void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
-                           WorkPartition& partition, std::vector<std::string>& reasons);
 // Which cache the kernel reads: contiguous decode can merge a row's splits inside a cluster and
 // load its K/V evict-first; the paged and extend kernels merge through the workspace and load
 // without a cache hint (evict-first measured no gain there: docs/perf-notes.md, "Decode round 23").
 enum class DecodeCache { kContiguous, kPaged };
+// CPU: a contiguous multi-head cache on cores whose prefetch hints hold L1's miss buffers streams
+// K beside V (pipeline_stages 2); paged tasks read gathered staging and keep the tiled body.
+void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
+                          WorkPartition& partition, std::vector<std::string>& reasons,
+                          DecodeCache cache = DecodeCache::kContiguous);
+void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
+                           WorkPartition& partition, std::vector<std::string>& reasons);
 void partition_cuda_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
                            WorkPartition& partition, std::vector<std::string>& reasons,
                            DecodeCache cache = DecodeCache::kContiguous);

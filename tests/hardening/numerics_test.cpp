@@ -437,15 +437,18 @@ TEST(Numerics, SoftCapsFarAboveTheScoresActAsNoCap) { check_softcaps({1e8f, 1e30
 TEST(Numerics, LengthOneAndLengthEqualToMaxSeq) {
   for (const KernelPath& path : cpu_kernel_paths()) {
     IsaScope isa(path);
-    for (std::int64_t window : {0, 1, 64}) {
-      DecodeProblem p = decode_problem(4, 4, 1, 64, 64);
-      p.options.window = window;
-      DecodeCase c(p, {1, 64, 63, 1});
-      run_decode(decode_plan_on(path, p), c.tensors());
-      const reference::Result golden = reference::decode(p, c.tensors());
-      const std::string what = path.name() + " decode window=" + std::to_string(window) + seed_note(c.seed);
-      expect_matches_golden(c.out, golden.out, DType::kF32, what);
-      expect_lse_matches(c.lse, golden.lse, what);
+    for (std::int64_t kv_heads : {1, 4}) {  // group 4, and multi-head (the two-stage body where planned)
+      for (std::int64_t window : {0, 1, 64}) {
+        DecodeProblem p = decode_problem(4, 4, kv_heads, 64, 64);
+        p.options.window = window;
+        DecodeCase c(p, {1, 64, 63, kv_heads == 1 ? 1 : 9});
+        run_decode(decode_plan_on(path, p), c.tensors());
+        const reference::Result golden = reference::decode(p, c.tensors());
+        const std::string what = path.name() + " decode kv_heads=" + std::to_string(kv_heads) +
+                                 " window=" + std::to_string(window) + seed_note(c.seed);
+        expect_matches_golden(c.out, golden.out, DType::kF32, what);
+        expect_lse_matches(c.lse, golden.lse, what);
+      }
     }
     // A one-key decode returns that key's value exactly (its weight is exp(0) / exp(0)).
     {
@@ -454,6 +457,14 @@ TEST(Numerics, LengthOneAndLengthEqualToMaxSeq) {
       run_decode(decode_plan_on(path, p), c.tensors());
       for (std::size_t i = 0; i < c.out.numel(); ++i) {
         ASSERT_EQ(c.out.get(i), c.v_cache.get(i % 16)) << path.name() << ": one key, element " << i;
+      }
+    }
+    {  // the same with one query head per KV head: head h returns its own KV head's value
+      DecodeProblem p = decode_problem(1, 2, 2, 16, 1);
+      DecodeCase c(p, {1});
+      run_decode(decode_plan_on(path, p), c.tensors());
+      for (std::size_t i = 0; i < c.out.numel(); ++i) {
+        ASSERT_EQ(c.out.get(i), c.v_cache.get(i)) << path.name() << ": one key, multi-head, element " << i;
       }
     }
     for (auto [q_len, kv_len, causal] : {std::tuple{1, 1, true}, std::tuple{1, 333, true}, std::tuple{1, 333, false},

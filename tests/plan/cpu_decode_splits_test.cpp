@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
 
 using namespace attnkit;
@@ -217,8 +218,9 @@ TEST(CpuDecodeTile, CoresWithoutAvx512TakeShortTiles) {
       DecodeProblem p = decode(1, heads, 8, 65536);
       p.kv_dtype = p.q_dtype = p.out_dtype = dt;
       const DecodePlan plan = plan_decode(p, avx2);
-      if (dt == DType::kF32 && heads == 8) {
-        EXPECT_EQ(plan.partition.tile_size, 256u) << describe(plan);
+      if (heads == 8) {  // multi-head: the two-stage pipeline (below)
+        EXPECT_EQ(plan.partition.tile_size, 8u) << describe(plan);
+        EXPECT_EQ(plan.partition.pipeline_stages, 2u) << describe(plan);
         continue;
       }
       EXPECT_EQ(plan.partition.tile_size, 16u) << describe(plan);
@@ -227,5 +229,43 @@ TEST(CpuDecodeTile, CoresWithoutAvx512TakeShortTiles) {
       EXPECT_TRUE(said) << describe(plan);
       EXPECT_EQ(plan_decode(p, cpu(2)).partition.tile_size, 256u);
     }
+  }
+}
+
+// Multi-head decode streams K beside V (tiles of one 8-lane vector, two stages) on the cores where
+// that was measured faster: contiguous caches, 8 lanes, neither Intel cores nor AMX. Everything
+// else keeps the tiled body (one stage): groups above 1, Intel cores, 16 lanes, paged caches (their
+// tasks read gathered staging, not the stream).
+TEST(CpuDecodeTile, MultiHeadStreamsKBesideVOnlyWhereMeasured) {
+  Target amd = cpu(2);
+  amd.cpu_vector_lanes = 8;
+  Target intel = amd;
+  intel.cpu_intel_cores = true;
+  Target wide = cpu(2);  // 16 lanes
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    DecodeProblem p = decode(2, 8, 8, 4096);
+    p.kv_dtype = p.q_dtype = p.out_dtype = dt;
+    const DecodePlan pipelined = plan_decode(p, amd);
+    EXPECT_EQ(pipelined.partition.pipeline_stages, 2u) << describe(pipelined);
+    EXPECT_EQ(pipelined.partition.tile_size, 8u);
+    EXPECT_EQ(pipelined.partition.keys_per_split % 8, 0u);
+    bool said = false;
+    for (const std::string& r : pipelined.reasons) said = said || r.find("two stages") != std::string::npos;
+    EXPECT_TRUE(said) << describe(pipelined);
+    for (const Target& t : {intel, wide}) EXPECT_EQ(plan_decode(p, t).partition.pipeline_stages, 1u);
+    DecodeProblem gqa = p;
+    gqa.num_heads = 16;  // group 2
+    EXPECT_EQ(plan_decode(gqa, amd).partition.pipeline_stages, 1u);
+
+    PagedDecodeProblem paged;
+    paged.batch = 2;
+    paged.num_heads = paged.kv_heads = 8;
+    paged.head_dim = 128;
+    paged.cache = {2 * 256 + 1, 16, 256, PageLayout::kHND};
+    paged.kv_len = 4096;
+    paged.kv_dtype = paged.q_dtype = paged.out_dtype = dt;
+    const PagedDecodePlan from_pages = plan_paged_decode(paged, amd);
+    EXPECT_EQ(from_pages.partition.pipeline_stages, 1u);
+    EXPECT_NE(from_pages.partition.tile_size, 8u);
   }
 }
