@@ -314,63 +314,76 @@ void decode_typed(const DecodeTask& t) {
   write_decode_result(t, L.acc, L.dp, L.m, L.l);
 }
 
-// The plan's two-stage pipeline for one query head per KV head (multi-head attention), in tiles of
-// W keys: each key's K row is read beside the V row of the key one tile earlier, so the Q K^T of a
-// tile and the P V of the tile before it run in one loop, with the tile's online softmax between
-// tiles. K and V stream side by side by demand loads in row order, and no software prefetch is
-// issued: on AMD cores the prefetch hints hold the L1's miss buffers, and two threads of a Zen 2
-// read rows this way at ~34 GB/s against ~23 for a tile's K then its V (dev/cpu_pattern_probe.cpp,
-// CPU round 33). O holds tiles up to b - 1 against their running max when tile b's max arrives,
-// so the rescale by alpha falls where the tiled body's does.
-template <class Tag, int kD>
+// The plan's two-stage pipeline for GQA groups of GC <= 2 query heads (multi-head attention and
+// pairs), in tiles of W / GC keys: each key's K row is read beside the V row of the key one tile
+// earlier, so the Q K^T of a tile and the P V of the tile before it run in one loop, with the
+// tile's online softmax between tiles. K and V stream side by side by demand loads in row order,
+// and no software prefetch is issued: on AMD cores the prefetch hints hold the L1's miss buffers,
+// and two threads of a Zen 2 read rows this way at ~34 GB/s against ~23 for a tile's K then its V
+// (dev/cpu_pattern_probe.cpp, CPU round 33). O holds tiles up to b - 1 against their running max
+// when tile b's max arrives, so the rescale by alpha falls where the tiled body's does.
+// Scores sit in the lanes as [key][head] (lane kk * GC + g), as in decode_scores.
+template <class Tag, int GC, int kD>
 void decode_pipelined(const DecodeTask& t) {
-  const DecodeLayout L = decode_layout(t.head_dim, 1, t.tile, t.scratch);
+  constexpr int kKeys = W / GC;
+  const DecodeLayout L = decode_layout(t.head_dim, GC, t.tile, t.scratch);
   const std::int64_t d = head_dim_of<kD>(t);
-  for (std::int64_t c = 0; c < L.dp; ++c) L.q[c] = c < d ? t.scale * load_scalar(t.q, t.q.offset + c) : 0.0f;
-  for (std::int64_t c = 0; c < L.dp; ++c) L.acc[c] = 0.0f;
-  float m = kNegInf, l = 0.0f;
-  float* p = L.scores;  // the previous tile's probabilities
+  for (int g = 0; g < GC; ++g) {
+    const std::int64_t row = t.q.offset + g * t.q.head_stride;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
+    L.m[g] = kNegInf;
+    L.l[g] = 0.0f;
+  }
+  float* p = L.scores;  // the previous tile's probabilities, [key][head]
   std::int64_t p_keys = 0, p_first = 0;
-  auto add_pv = [&](std::int64_t key, float pk) {
-    const V pb = Vec::set1(pk);
-    const std::int64_t off = t.v.offset + key * t.v.row_stride;
+  auto add_pv = [&](std::int64_t kk) {
+    V pb[GC];
+    for (int g = 0; g < GC; ++g) pb[g] = Vec::set1(p[kk * GC + g]);
+    const std::int64_t off = t.v.offset + (p_first + kk) * t.v.row_stride;
 #pragma GCC unroll 16
     for (std::int64_t c = 0; c < d; c += W) {
       const int w = kD > 0 ? W : static_cast<int>(imin(W, d - c));
-      Vec::store(L.acc + c, Vec::fma(pb, load_chunk<Tag>(t.v.data, off + c, w), Vec::load(L.acc + c)));
+      const V v = load_chunk<Tag>(t.v.data, off + c, w);
+      for (int g = 0; g < GC; ++g) Vec::store(L.acc + g * L.dp + c, Vec::fma(pb[g], v, Vec::load(L.acc + g * L.dp + c)));
     }
   };
-  for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += W) {
-    const std::int64_t n = imin(W, t.key_end - j0);
+  for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += kKeys) {
+    const std::int64_t n = imin(kKeys, t.key_end - j0);
     typename Vec::Acc acc[W];
-    for (int kk = 0; kk < W; ++kk) {
-      acc[kk] = Vec::zero();
+    for (int kk = 0; kk < kKeys; ++kk) {
+      for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::zero();
       if (kk < n) {
         const std::int64_t off = t.k.offset + (j0 + kk) * t.k.row_stride;
 #pragma GCC unroll 16
         for (std::int64_t c = 0; c < d; c += W) {
           const int w = kD > 0 ? W : static_cast<int>(imin(W, d - c));
-          acc[kk] = Vec::acc_fma(Vec::load(L.q + c), load_chunk<Tag>(t.k.data, off + c, w), acc[kk]);
+          const V k = load_chunk<Tag>(t.k.data, off + c, w);
+          for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::acc_fma(Vec::load(L.q + g * L.dp + c), k, acc[kk * GC + g]);
         }
       }
-      if (kk < p_keys) add_pv(p_first + kk, p[kk]);
+      if (kk < p_keys) add_pv(kk);
     }
     V x = Vec::acc_transpose_sum(acc);
+    if (t.softcap > 0) x = softcap_v(x, t.softcap);
     Vec::store(L.lanes, x);
-    for (std::int64_t j = n; j < W; ++j) L.lanes[j] = kNegInf;
-    x = Vec::load(L.lanes);
-    if (t.softcap > 0) x = Vec::select_lt(x, Vec::set1(-3.0e38f), x, softcap_v(x, t.softcap));  // keep -inf
-    const RaisedMax r = raise_max(m, Vec::reduce_max(x), L.acc, L.dp);
-    const V e = Vec::exp_nonpositive(Vec::sub(x, Vec::set1(r.m_new)));
-    Vec::store(p, e);
-    l = l * r.alpha + Vec::reduce_add(e);
-    m = r.m_new;
+    for (std::int64_t i = n * GC; i < W; ++i) L.lanes[i] = kNegInf;
+    alignas(64) float m_lanes[W];
+    for (int g = 0; g < GC; ++g) {
+      float tile_max = kNegInf;
+      for (int kk = 0; kk < n; ++kk) tile_max = L.lanes[kk * GC + g] > tile_max ? L.lanes[kk * GC + g] : tile_max;
+      const RaisedMax r = raise_max(L.m[g], tile_max, L.acc + g * L.dp, L.dp);
+      for (int kk = 0; kk < kKeys; ++kk) m_lanes[kk * GC + g] = r.m_new;
+      L.l[g] *= r.alpha;
+      L.m[g] = r.m_new;
+    }
+    Vec::store(p, Vec::exp_nonpositive(Vec::sub(Vec::load(L.lanes), Vec::load(m_lanes))));
+    for (int kk = 0; kk < n; ++kk)
+      for (int g = 0; g < GC; ++g) L.l[g] += p[kk * GC + g];
     p_keys = n;
     p_first = j0;
   }
-  for (std::int64_t kk = 0; kk < p_keys; ++kk) add_pv(p_first + kk, p[kk]);
-  L.m[0] = m;
-  L.l[0] = l;
+  for (std::int64_t kk = 0; kk < p_keys; ++kk) add_pv(kk);
   write_decode_result(t, L.acc, L.dp, L.m, L.l);
 }
 
@@ -380,12 +393,17 @@ constexpr bool kPipelinedDecode = W >= 8 && __is_same(typename Vec::Acc, V);
 
 inline void decode(const DecodeTask& t) {
   if constexpr (kPipelinedDecode) {
-    if (t.pipelined && t.group == 1 && t.tile == W) {
-      switch (t.k.dtype) {
-        case DType::kF32: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<F32, kD>(t); }); return;
-        case DType::kF16: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<F16, kD>(t); }); return;
-        default: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<BF16, kD>(t); }); return;
-      }
+    if (t.pipelined && (t.group == 1 || t.group == 2) && t.tile * t.group == W) {
+      auto run = [&]<int GC>() {
+        switch (t.k.dtype) {
+          case DType::kF32: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<F32, GC, kD>(t); }); return;
+          case DType::kF16: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<F16, GC, kD>(t); }); return;
+          default: with_head_dim_instance(t, [&]<int kD>() { decode_pipelined<BF16, GC, kD>(t); }); return;
+        }
+      };
+      if (t.group == 1) run.template operator()<1>();
+      else run.template operator()<2>();
+      return;
     }
   }
   switch (t.k.dtype) {

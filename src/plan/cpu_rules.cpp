@@ -50,15 +50,20 @@ constexpr std::uint64_t kIntelF32DecodeTile = 16;
 // -17%; 8 and 32 were slower. Multi-head f32 (the generic body) read 3-6% slower, so f32 outside
 // the row-block body keeps the L1-sized tile (CPU round 25).
 constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
-// Multi-head decode (group 1) on cores that are neither Intel's nor AMX ones, at 8 lanes: blocks of
-// 8 keys in a two-stage pipeline, K of block b read beside V of block b - 1 by demand loads (the
-// body, fast_body.hpp's decode_pipelined, issues no software prefetch). Software prefetch hints
-// hold the L1's miss buffers on AMD cores; two threads of a Zen 2 read K and V rows side by side
-// at ~34 GB/s against ~23 for a tile's K then its V, and b1 x 64k ran 23-28 -> 16-21 ms in f32
-// (81-91% of the read ceiling), bf16 and f16 -10 to -15%. An AMX Xeon's 16 threads read it 3-27%
-// slower at its avx512 level (the tiled body's short turns suit Intel's prefetchers), and AMD
-// cores at 16 lanes were not measured (docs/perf-notes.md, CPU round 33).
+// Decode of one query head per KV head (and pairs of f32 rows) on cores that are neither Intel's
+// nor AMX ones, at 8 lanes: tiles of 8 / group keys in a two-stage pipeline, K of tile b read
+// beside V of tile b - 1 by demand loads (the body, fast_body.hpp's decode_pipelined, issues no
+// software prefetch). Software prefetch hints hold the L1's miss buffers on AMD cores; two threads
+// of a Zen 2 read K and V rows side by side at ~34 GB/s against ~23 for a tile's K then its V, and
+// multi-head b1 / b4 x 64k ran 31-35% faster in f32 (82-92% of the read ceiling), 10-13% in f16
+// and bf16 b4. An AMX Xeon's 16 threads read it 3-27% slower at its avx512 level (the tiled body's
+// short turns suit Intel's prefetchers), and AMD cores at 16 lanes were not measured
+// (docs/perf-notes.md, CPU round 33).
 constexpr int kPipelinedDecodeLanes = 8;
+// Pairs of heads (group 2) only for f32 rows: b1 / b4 x 64k f32 -35%, but bf16 and f16 +25% (their
+// widening and O's per-head load and store per chunk make the pair compute-bound; the tiled body's
+// 16-key tiles read them at ~70%).
+constexpr std::uint64_t kPipelinedF32Group = 2;
 // Query rows of the AVX2 prefill's widest register block: VecAvx2::kQkMaxVecs (3) vectors of 8.
 constexpr std::uint64_t kAvx2BlockRows = 24;
 constexpr std::uint64_t kF32Bytes = 4;
@@ -193,8 +198,9 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
 
   // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
   // stay in half of L1 (the other half streams K and V).
-  const bool pipelined = cache == DecodeCache::kContiguous && group == 1 && !t.cpu_intel_cores &&
-                         !t.cpu_matrix_tiles && t.cpu_vector_lanes == kPipelinedDecodeLanes;
+  const bool pipelined = cache == DecodeCache::kContiguous &&
+                         (group == 1 || (group == kPipelinedF32Group && pr.kv_dtype == DType::kF32)) &&
+                         !t.cpu_intel_cores && !t.cpu_matrix_tiles && t.cpu_vector_lanes == kPipelinedDecodeLanes;
   const std::uint64_t fixed = 2 * group * hd * kF32Bytes;
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
@@ -211,10 +217,10 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
                       "then its V) rather than in phases of up to 256 rows" +
                       (wide_rows ? std::string(" (8 keys of rows wider than 128 columns: 4 KiB of K per turn)") : std::string{}));
   } else if (pipelined) {
-    tile = u(t.cpu_vector_lanes);
-    reasons.push_back("tile: " + std::to_string(tile) +
-                      " keys, one vector of scores: multi-head rows stream K beside V in a two-stage pipeline "
-                      "(a tile's Q K^T with the previous tile's P V, one loop, no software prefetch)");
+    tile = u(t.cpu_vector_lanes) / group;
+    reasons.push_back("tile: " + std::to_string(tile) + " keys, one vector of scores for the group of " +
+                      std::to_string(group) + ": K streams beside V in a two-stage pipeline (a tile's Q K^T "
+                      "with the previous tile's P V, one loop, no software prefetch)");
   } else if (t.cpu_vector_lanes < 16 && (pr.kv_dtype != DType::kF32 || group % 4 == 0)) {
     tile = kNarrowVectorDecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +

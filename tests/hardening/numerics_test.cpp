@@ -437,7 +437,7 @@ TEST(Numerics, SoftCapsFarAboveTheScoresActAsNoCap) { check_softcaps({1e8f, 1e30
 TEST(Numerics, LengthOneAndLengthEqualToMaxSeq) {
   for (const KernelPath& path : cpu_kernel_paths()) {
     IsaScope isa(path);
-    for (std::int64_t kv_heads : {1, 4}) {  // group 4, and multi-head (the two-stage body where planned)
+    for (std::int64_t kv_heads : {1, 2, 4}) {  // groups 4 and 2, and multi-head (two-stage where planned)
       for (std::int64_t window : {0, 1, 64}) {
         DecodeProblem p = decode_problem(4, 4, kv_heads, 64, 64);
         p.options.window = window;

@@ -232,11 +232,11 @@ TEST(CpuDecodeTile, CoresWithoutAvx512TakeShortTiles) {
   }
 }
 
-// Multi-head decode streams K beside V (tiles of one 8-lane vector, two stages) on the cores where
-// that was measured faster: contiguous caches, 8 lanes, neither Intel cores nor AMX. Everything
-// else keeps the tiled body (one stage): groups above 1, Intel cores, 16 lanes, paged caches (their
-// tasks read gathered staging, not the stream).
-TEST(CpuDecodeTile, MultiHeadStreamsKBesideVOnlyWhereMeasured) {
+// Multi-head decode (and f32 pairs of heads) streams K beside V (tiles of one 8-lane vector of
+// scores, two stages) on the cores where that was measured faster: contiguous caches, 8 lanes,
+// neither Intel cores nor AMX. Everything else keeps the tiled body (one stage): 16-bit pairs,
+// groups above 2, Intel cores, 16 lanes, paged caches (their tasks read gathered staging).
+TEST(CpuDecodeTile, MultiHeadAndF32PairsStreamKBesideVOnlyWhereMeasured) {
   Target amd = cpu(2);
   amd.cpu_vector_lanes = 8;
   Target intel = amd;
@@ -253,8 +253,13 @@ TEST(CpuDecodeTile, MultiHeadStreamsKBesideVOnlyWhereMeasured) {
     for (const std::string& r : pipelined.reasons) said = said || r.find("two stages") != std::string::npos;
     EXPECT_TRUE(said) << describe(pipelined);
     for (const Target& t : {intel, wide}) EXPECT_EQ(plan_decode(p, t).partition.pipeline_stages, 1u);
+    DecodeProblem pair = p;
+    pair.num_heads = 16;  // group 2
+    const DecodePlan pairs = plan_decode(pair, amd);
+    EXPECT_EQ(pairs.partition.pipeline_stages, dt == DType::kF32 ? 2u : 1u) << describe(pairs);
+    if (dt == DType::kF32) EXPECT_EQ(pairs.partition.tile_size, 4u);
     DecodeProblem gqa = p;
-    gqa.num_heads = 16;  // group 2
+    gqa.num_heads = 24;  // group 3
     EXPECT_EQ(plan_decode(gqa, amd).partition.pipeline_stages, 1u);
 
     PagedDecodeProblem paged;
