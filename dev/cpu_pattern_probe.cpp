@@ -219,10 +219,13 @@ std::uint64_t decode_blocked_passes(const char* k, const char* v, const Shape& s
 
 // Per tile: K rows, then V rows, whole rows, each stream prefetched ahead of itself only: `l1`
 // rows into L1, `l2` rows into L2 (0: none). No prefetch across the K/V phases (CPU round 12).
-std::uint64_t tile_rows(const char* k, const char* v, const Shape& s, int l1, int l2) {
+// kick_pages > 0: instead one prefetch per 4 KiB page, the first line of the page that many ahead
+// when a step's rows reach a page boundary (hardware prefetchers stop at page boundaries and relearn
+// each page; one early touch restarts them without a software prefetch per line, CPU round 32).
+std::uint64_t tile_rows(const char* k, const char* v, const Shape& s, int l1, int l2, int kick_pages = 0) {
   Acc acc = acc_zero();
   Work work;
-  const std::int64_t row = s.row, head_bytes = s.keys * row;
+  const std::int64_t row = s.row, head_bytes = s.keys * row, step = 4 * row, kick = kick_pages * 4096ll;
   for (std::int64_t h = 0; h < s.heads; ++h) {
     for (std::int64_t j0 = 0; j0 < s.keys; j0 += s.tile) {
       const std::int64_t n = std::min(s.tile, s.keys - j0);
@@ -232,34 +235,11 @@ std::uint64_t tile_rows(const char* k, const char* v, const Shape& s, int l1, in
           const char* r0 = base + (j0 + j) * row;
           if (l1) prefetch_rows<_MM_HINT_T0>(r0 + l1 * row, 4, row, row, end);
           if (l2) prefetch_rows<_MM_HINT_T1>(r0 + l2 * row, 4, row, row, end);
-          for (int r = 0; r < 4; ++r) load_row(acc, work, r0 + r * row, row);
-        }
-      }
-    }
-  }
-  return work.done(acc);
-}
-
-// tile_rows with one prefetch per 4 KiB page: when a step's rows reach a page boundary, the first
-// line of the page `pages` ahead (same stream). Hardware prefetchers stop at page boundaries and
-// relearn each page; one early touch per page restarts them before the demand loads arrive, without
-// a software prefetch per line (on AMD cores those hold the L1's miss buffers, CPU round 32).
-std::uint64_t tile_rows_kick(const char* k, const char* v, const Shape& s, int pages) {
-  Acc acc = acc_zero();
-  Work work;
-  const std::int64_t row = s.row, head_bytes = s.keys * row, step = 4 * row, dist = pages * 4096ll;
-  for (std::int64_t h = 0; h < s.heads; ++h) {
-    for (std::int64_t j0 = 0; j0 < s.keys; j0 += s.tile) {
-      const std::int64_t n = std::min(s.tile, s.keys - j0);
-      for (const char* base : {k + h * head_bytes, v + h * head_bytes}) {
-        const char* end = base + head_bytes;
-        for (std::int64_t j = 0; j < n; j += 4) {
-          const char* r0 = base + (j0 + j) * row;
-          const auto a = reinterpret_cast<std::uintptr_t>(r0);
-          const std::uintptr_t page = (a + 4095) & ~std::uintptr_t{4095};  // first boundary at or after r0
-          for (std::uintptr_t b = page; b < a + step; b += 4096) {
-            const char* target = reinterpret_cast<const char*>(b) + dist;
-            if (target < end) _mm_prefetch(target, _MM_HINT_T0);
+          if (kick) {
+            const auto a = reinterpret_cast<std::uintptr_t>(r0);
+            for (std::uintptr_t b = (a + 4095) & ~std::uintptr_t{4095}; b < a + step; b += 4096) {
+              if (reinterpret_cast<const char*>(b) + kick < end) _mm_prefetch(reinterpret_cast<const char*>(b) + kick, _MM_HINT_T0);
+            }
           }
           for (int r = 0; r < 4; ++r) load_row(acc, work, r0 + r * row, row);
         }
@@ -440,9 +420,9 @@ int main(int argc, char** argv) {
       {"tile-rows-l1l2", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 8, 64); }},
       {"tile-rows-l1-16", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 16, 0); }},
       {"tile-rows-l1-32", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 32, 0); }},
-      {"tile-rows-kick1", [](const char* k, const char* v, const Shape& s) { return tile_rows_kick(k, v, s, 1); }},
-      {"tile-rows-kick2", [](const char* k, const char* v, const Shape& s) { return tile_rows_kick(k, v, s, 2); }},
-      {"tile-rows-kick4", [](const char* k, const char* v, const Shape& s) { return tile_rows_kick(k, v, s, 4); }},
+      {"tile-rows-kick1", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 0, 0, 1); }},
+      {"tile-rows-kick2", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 0, 0, 2); }},
+      {"tile-rows-kick4", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 0, 0, 4); }},
       {"kv-inter-pf4", [](const char* k, const char* v, const Shape& s) { return kv_interleaved(k, v, s, 4); }},
       {"kv-inter-pf16", [](const char* k, const char* v, const Shape& s) { return kv_interleaved(k, v, s, 16); }},
       {"tile-rows-l1-x2", [](const char* k, const char* v, const Shape& s) { return tile_rows_lanes(k, v, s, 8, 2); }},
