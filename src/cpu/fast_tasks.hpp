@@ -43,8 +43,8 @@ struct DecodeTask {
   RowSource q;     // row g = query head g of the group (head_stride apart)
   RowSource k, v;  // row j = key j
   std::int64_t key_begin = 0, key_end = 0;
-  // The plan's two-stage pipeline (pipeline_stages 2: one query head, tiles of one vector of keys):
-  // each key's K row beside the V row of the key one tile earlier (fast_body.hpp, decode_pipelined).
+  // The plan's two-stage pipeline (pipeline_stages 2: groups of 1 or 2 heads, tiles of one vector
+  // of scores): each key's K row beside the V row of the key one tile earlier (decode_pipelined).
   bool pipelined = false;
   float* out = nullptr;  // [group][out_stride] f32, normalised (zeros when no key is visible)
   std::int64_t out_stride = 0;

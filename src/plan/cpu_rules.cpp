@@ -196,11 +196,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   reasons.push_back("family: split_kv_decode: one task per (sequence, KV head, key split), the GQA group of " +
                     std::to_string(group) + " query heads packed so each K/V row is read once");
 
-  // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
-  // stay in half of L1 (the other half streams K and V).
   const bool pipelined = cache == DecodeCache::kContiguous &&
                          (group == 1 || (group == kPipelinedF32Group && pr.kv_dtype == DType::kF32)) &&
                          !t.cpu_intel_cores && !t.cpu_matrix_tiles && t.cpu_vector_lanes == kPipelinedDecodeLanes;
+  // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
+  // stay in half of L1 (the other half streams K and V).
   const std::uint64_t fixed = 2 * group * hd * kF32Bytes;
   const std::uint64_t budget = kAssumedL1Bytes / 2;
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
