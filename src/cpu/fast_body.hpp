@@ -131,6 +131,17 @@ inline DecodeLayout decode_layout(std::int64_t head_dim, std::int64_t group, std
   return L;
 }
 
+// The group's q rows times the scale (zero-padded to dp), O = 0, m = -inf, l = 0.
+inline void start_decode_state(const DecodeTask& t, const DecodeLayout& L) {
+  for (std::int64_t g = 0; g < t.group; ++g) {
+    const std::int64_t row = t.q.offset + g * t.q.head_stride;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < t.head_dim ? t.scale * load_scalar(t.q, row + c) : 0.0f;
+    for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
+    L.m[g] = kNegInf;
+    L.l[g] = 0.0f;
+  }
+}
+
 inline std::size_t decode_scratch_floats(std::int64_t head_dim, std::int64_t group, std::int64_t tile) {
   const std::int64_t dp = round_up(head_dim, W), tp = round_up(tile, W);
   return 2 * floats_for(group * dp) + floats_for(group * tp) + 2 * floats_for(group) + floats_for(W) + 16;
@@ -274,14 +285,8 @@ void for_row_chunks(std::int64_t group, F&& f) {
 template <class Tag, int kD>
 void decode_typed(const DecodeTask& t) {
   const DecodeLayout L = decode_layout(t.head_dim, t.group, t.tile, t.scratch);
-  const std::int64_t G = t.group, d = t.head_dim;
-  for (std::int64_t g = 0; g < G; ++g) {
-    const std::int64_t row = t.q.offset + g * t.q.head_stride;
-    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
-    for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
-    L.m[g] = kNegInf;
-    L.l[g] = 0.0f;
-  }
+  const std::int64_t G = t.group;
+  start_decode_state(t, L);
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += t.tile) {
     const std::int64_t n = imin(t.tile, t.key_end - j0);
     for_row_chunks<(W >= 16 ? 16 : W)>(G, [&]<int GC>(std::int64_t g0) { decode_scores<Tag, GC, kD>(t, L, g0, j0, n); });
@@ -328,13 +333,7 @@ void decode_pipelined(const DecodeTask& t) {
   constexpr int kKeys = W / GC;
   const DecodeLayout L = decode_layout(t.head_dim, GC, t.tile, t.scratch);
   const std::int64_t d = head_dim_of<kD>(t);
-  for (int g = 0; g < GC; ++g) {
-    const std::int64_t row = t.q.offset + g * t.q.head_stride;
-    for (std::int64_t c = 0; c < L.dp; ++c) L.q[g * L.dp + c] = c < d ? t.scale * load_scalar(t.q, row + c) : 0.0f;
-    for (std::int64_t c = 0; c < L.dp; ++c) L.acc[g * L.dp + c] = 0.0f;
-    L.m[g] = kNegInf;
-    L.l[g] = 0.0f;
-  }
+  start_decode_state(t, L);
   float* p = L.scores;  // the previous tile's probabilities, [key][head]
   std::int64_t p_keys = 0, p_first = 0;
   auto add_pv = [&](std::int64_t kk) {
