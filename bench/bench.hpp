@@ -9,17 +9,21 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
 
 namespace attnkit::bench {
 
 struct Case {
-  std::string op = "decode";  // "decode" or "prefill"
+  std::string op = "decode";  // "decode", "paged-decode" or "prefill"
   std::int64_t batch = 1, num_heads = 32, kv_heads = 8, head_dim = 128;
   std::int64_t q_len = 1, kv_len = 4096;
   bool causal = true;
   std::int64_t window = 0;
   DType dtype = DType::kBF16;  // storage dtype of q, k, v (decode: KV; q and out follow it)
+  // paged-decode: the pool's page size and layout (each sequence's pages drawn in a random order).
+  std::int64_t page_size = 16;
+  PageLayout page_layout = PageLayout::kHND;
 };
 
 // The output dtype of a prefill case: its input dtype, except e4m3 (input-only), which writes bf16

@@ -63,6 +63,7 @@ std::string describe(const Case& c) {
                      std::to_string(c.kv_heads) + " d" + std::to_string(c.head_dim);
   if (c.op == "prefill") text += " q" + std::to_string(c.q_len);
   text += " kv" + std::to_string(c.kv_len) + " " + std::string(dtype_name(c.dtype));
+  if (c.op == "paged-decode") text += " page" + std::to_string(c.page_size) + " " + to_string(c.page_layout);
   if (c.op == "prefill" && c.causal) text += " causal";
   if (c.window > 0) text += " w" + std::to_string(c.window);
   return text;
@@ -133,6 +134,64 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
   time_repetitions(row, options, copies, [&](int i) {
     cpu::decode(plan, DecodeTensors{q[i].view, k[i].view, v[i].view, lengths.view, out[i].view, {}}, ws);
+  });
+}
+
+// The decode problem on a page pool: each sequence's kv_len keys in pages of c.page_size, the pages
+// of all sequences dealt in one random order (a serving engine's pool after many admissions and
+// evictions), so the kernel gathers rows from scattered pages as it would in production.
+void run_paged_decode(Row& row, const Case& c, const Target& target, const Options& options) {
+  PagedDecodeProblem p;
+  p.batch = c.batch;
+  p.num_heads = c.num_heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  const std::int64_t pages_per_seq = (c.kv_len + c.page_size - 1) / c.page_size;
+  p.cache.page_size = c.page_size;
+  p.cache.layout = c.page_layout;
+  p.cache.max_pages_per_seq = pages_per_seq;
+  p.cache.num_pages = c.batch * pages_per_seq;
+  p.kv_len = c.kv_len;
+  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+  p.options.window = c.window;
+  p.expected_total_keys = c.batch * c.kv_len;
+  const PagedDecodePlan plan = plan_paged_decode(p, target);
+  fill_from_plan(row, plan);
+
+  const std::int64_t pages = p.cache.num_pages;
+  auto pool = [&] {
+    return c.page_layout == PageLayout::kHND ? Buffer(c.dtype, {pages, c.kv_heads, c.page_size, c.head_dim}, options.huge_pages)
+                                             : Buffer(c.dtype, {pages, c.page_size, c.kv_heads, c.head_dim}, options.huge_pages);
+  };
+  const std::int64_t pool_bytes = 2 * pages * c.page_size * c.kv_heads * c.head_dim * static_cast<std::int64_t>(dtype_size(c.dtype));
+  const int copies = copies_for(pool_bytes, target.cache_bytes);
+  std::vector<Buffer> q, k, v, out;
+  for (int i = 0; i < copies; ++i) {
+    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
+    k.push_back(pool());
+    v.push_back(pool());
+    out.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
+    if (i == 0) {
+      fill_random(q[0], 7);
+      fill_random(k[0], 8);
+      fill_random(v[0], 9);
+    } else {
+      std::memcpy(q[i].bytes.data(), q[0].bytes.data(), q[0].bytes.size());
+      std::memcpy(k[i].bytes.data(), k[0].bytes.data(), k[0].bytes.size());
+      std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
+    }
+  }
+  std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
+  for (std::int64_t i = 0; i < pages; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(10));
+  Buffer table(DType::kI32, {c.batch, pages_per_seq});
+  std::memcpy(table.bytes.data(), order.data(), order.size() * sizeof(std::int32_t));
+  Buffer lengths(DType::kI32, {c.batch});
+  for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
+  std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
+  const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  time_repetitions(row, options, copies, [&](int i) {
+    cpu::paged_decode(plan, PagedDecodeTensors{q[i].view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}}, ws);
   });
 }
 
@@ -224,10 +283,12 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
     row.impl = "attnkit";
     row.timing = "wall";
     try {
-      if (!(c.op == "decode" || c.op == "prefill"))
-        fail("bench::run_cpu", "unknown op '" + c.op + "'", "use op \"decode\" or \"prefill\"");
+      if (!(c.op == "decode" || c.op == "paged-decode" || c.op == "prefill"))
+        fail("bench::run_cpu", "unknown op '" + c.op + "'", "use op \"decode\", \"paged-decode\" or \"prefill\"");
       if (c.op == "decode") {
         run_decode(row, c, target, options);
+      } else if (c.op == "paged-decode") {
+        run_paged_decode(row, c, target, options);
       } else {
         run_prefill(row, c, target, options);
       }
@@ -240,7 +301,7 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
     row.achieved_bytes_per_s = row.bytes / row.median_s;
     row.achieved_flops_per_s = row.flops / row.median_s;
     // Decode is bound by reading the cache, prefill by arithmetic: each is judged by its own limit.
-    if (c.op == "decode") {
+    if (c.op != "prefill") {
       row.ceiling_name = "read-bandwidth";
       row.ceiling_value = read_ceiling;
       row.pct_of_ceiling = 100.0 * row.achieved_bytes_per_s / read_ceiling;

@@ -39,6 +39,8 @@ struct BenchFlags {
   int threads = 0, reps = 0, warmup = 5;
   std::int64_t ceiling_mib = 0;
   std::string pages = "huge";
+  std::int64_t page_size = 16;
+  std::string layout = "hnd";
   bool json = false;
   CLI::Option* model_opt = nullptr;
 };
@@ -69,7 +71,7 @@ std::vector<bench::Case> make_cases(const BenchFlags& f) {
   }
   std::vector<std::string> ops = f.op == "all" ? std::vector<std::string>{"decode", "prefill"} : std::vector<std::string>{f.op};
   for (const std::string& op : ops) {
-    const bool decode = op == "decode";
+    const bool decode = op != "prefill";
     const std::vector<std::int64_t> batches = !f.batches.empty() ? f.batches : decode ? std::vector<std::int64_t>{1, 8} : std::vector<std::int64_t>{1};
     const std::vector<std::int64_t> kv_lens = !f.kv_lens.empty() ? f.kv_lens : std::vector<std::int64_t>{decode ? 4096 : 1024};
     const std::vector<std::string> dtypes = !f.dtypes.empty() ? f.dtypes : std::vector<std::string>{"bf16"};
@@ -83,6 +85,8 @@ std::vector<bench::Case> make_cases(const BenchFlags& f) {
           c.q_len = decode ? 1 : (f.q_len > 0 ? f.q_len : kv_len);
           c.causal = decode || !f.no_causal;
           c.dtype = parse_dtype(dtype);
+          c.page_size = f.page_size;
+          c.page_layout = f.layout == "nhd" ? PageLayout::kNHD : PageLayout::kHND;
           apply_model(c, model, f);
           cases.push_back(c);
         }
@@ -111,6 +115,7 @@ std::string case_shape(const bench::Case& c) {
   text += " kv" + std::to_string(c.kv_len);
   if (c.op == "prefill") text += c.causal ? " causal" : " full";
   if (c.window > 0) text += " w" + std::to_string(c.window);
+  if (c.op == "paged-decode") text += " page" + std::to_string(c.page_size) + " " + to_string(c.page_layout);
   return text;
 }
 
@@ -137,18 +142,18 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     ceilings += (ceilings.empty() ? "" : ", ") + r.ceiling_name + " " + si(r.ceiling_value, rate ? "FLOP/s" : "B/s");
   }
   std::printf("# ceilings measured in this run: %s\n", ceilings.c_str());
-  std::printf("%-8s %-36s %-5s %-22s %-6s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
+  std::printf("%-12s %-36s %-5s %-22s %-6s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
               "median_ms", "min_ms", "achieved", "%ceil", "predicted_ms", "plan_MB");
   for (const bench::Row& r : rows) {
     if (is_ceiling(r)) continue;
     if (!r.skipped.empty()) {
-      std::printf("%-8s %-36s %-5s SKIPPED: %s\n", r.c.op.c_str(), case_shape(r.c).c_str(),
+      std::printf("%-12s %-36s %-5s SKIPPED: %s\n", r.c.op.c_str(), case_shape(r.c).c_str(),
                   std::string(dtype_name(r.c.dtype)).c_str(), r.skipped.c_str());
       continue;
     }
-    const bool decode = r.c.op == "decode";
+    const bool decode = r.c.op != "prefill";
     const std::string achieved = decode ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
-    std::printf("%-8s %-36s %-5s %-22s %-6s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
+    std::printf("%-12s %-36s %-5s %-22s %-6s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
                 case_shape(r.c).c_str(), std::string(dtype_name(r.c.dtype)).c_str(), family_of(r).c_str(),
                 r.timing.c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(), r.pct_of_ceiling,
                 r.predicted_s * 1e3, r.bytes / (1 << 20));
@@ -170,6 +175,10 @@ nlohmann::json row_json(const bench::Row& r) {
       {"flops", r.flops}, {"achieved_bytes_per_s", r.achieved_bytes_per_s},
       {"achieved_flops_per_s", r.achieved_flops_per_s}, {"ceiling_name", r.ceiling_name},
       {"ceiling_value", r.ceiling_value}, {"pct_of_ceiling", r.pct_of_ceiling}, {"predicted_s", r.predicted_s}};
+  if (r.c.op == "paged-decode") {
+    j["page_size"] = r.c.page_size;
+    j["page_layout"] = to_string(r.c.page_layout);
+  }
   if (!r.skipped.empty()) j["skipped"] = r.skipped;
   if (!r.plan_json.empty()) {
     // Embedded as an object when it parses (it should); as the raw text otherwise.
@@ -180,15 +189,40 @@ nlohmann::json row_json(const bench::Row& r) {
 }
 
 // Rejects bad flags before any measurement (a case the planner cannot take is reported per row).
-void validate_flags(const BenchFlags& f, const std::vector<bench::Case>& cases) {
+void validate_flags(const BenchFlags& f, const std::string& backend, const std::vector<bench::Case>& cases) {
   if (f.reps < 0)
     fail("attnkit bench", "--reps " + std::to_string(f.reps) + " is negative",
          "pass --reps N with N >= 1 (or leave it out for the default)");
   if (f.warmup < 0)
     fail("attnkit bench", "--warmup " + std::to_string(f.warmup) + " is negative", "pass --warmup N with N >= 0");
   if (f.ceiling_mib < 0) fail("attnkit bench", "--ceiling-mib is negative", "pass a size in MiB, or leave it out");
+  if (f.op == "paged-decode") {
+    if (backend == "cuda")
+      fail("attnkit bench --op paged-decode", "the CUDA paged decode has its own benchmark program",
+           "run attnkit_paged_bench (scripts/device-paged.sh; paged beside contiguous and PyTorch), or pass --backend cpu");
+    if (!f.family.empty())
+      fail("attnkit bench --op paged-decode", "--family applies to decode and prefill (paged decode has one family)",
+           "drop --family");
+  }
   for (const bench::Case& c : cases) {
-    if (c.op == "decode") {
+    if (c.op == "paged-decode") {
+      if (is_fp8(c.dtype))
+        fail("attnkit bench", "--dtype e4m3 with paged-decode: only prefill takes e4m3 inputs",
+             "pass --op prefill with --dtype e4m3");
+      PagedDecodeProblem p;
+      p.batch = c.batch;
+      p.num_heads = c.num_heads;
+      p.kv_heads = c.kv_heads;
+      p.head_dim = c.head_dim;
+      p.cache.page_size = c.page_size;
+      p.cache.layout = c.page_layout;
+      p.cache.max_pages_per_seq = c.page_size > 0 ? (c.kv_len + c.page_size - 1) / c.page_size : 1;
+      p.cache.num_pages = c.batch * p.cache.max_pages_per_seq;
+      p.kv_len = c.kv_len;
+      p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+      p.options.window = c.window;
+      p.validate();
+    } else if (c.op == "decode") {
       if (is_fp8(c.dtype))
         fail("attnkit bench", "--dtype e4m3 with decode: only prefill takes e4m3 inputs",
              "pass --op prefill with --dtype e4m3");
@@ -230,7 +264,7 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
            "run on a machine with an NVIDIA GPU, or pass --backend cpu");
   }
   const std::vector<bench::Case> cases = make_cases(f);
-  validate_flags(f, cases);
+  validate_flags(f, backend, cases);
   bench::Options options;
   options.repetitions = f.reps > 0 ? f.reps : (backend == "cuda" ? kCudaRepetitions : kCpuRepetitions);
   options.warmup = f.warmup;
@@ -280,7 +314,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   CLI::App* cmd = app.add_subcommand("bench", "Time attnkit's kernels against ceilings measured in the same run");
   cmd->add_option("--backend", f->backend, "cpu or cuda (default: cuda when built and a device is visible)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--op", f->op, "decode, prefill or all")->check(CLI::IsMember({"decode", "prefill", "all"}))->capture_default_str();
+  cmd->add_option("--op", f->op, "decode, paged-decode (CPU), prefill or all (decode and prefill)")
+      ->check(CLI::IsMember({"decode", "paged-decode", "prefill", "all"}))
+      ->capture_default_str();
   f->model_opt = cmd->add_option("--model", f->model, "shape preset: " + model_preset_names())->capture_default_str();
   cmd->add_option("--batch", f->batches, "batch sizes, comma-separated (default: decode 1,8; prefill 1)")->delimiter(',');
   cmd->add_option("--kv-len", f->kv_lens, "key counts, comma-separated (default: decode 4096; prefill 1024)")->delimiter(',');
@@ -305,6 +341,11 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
                   "CPU inputs of 2 MiB and more on huge pages (huge, as an engine would place a KV cache) or "
                   "4k (the allocator's pages); the read ceiling is the best of both either way")
       ->check(CLI::IsMember({"huge", "4k"}))
+      ->capture_default_str();
+  cmd->add_option("--page-size", f->page_size, "paged-decode: keys per page (pages dealt in a random order)")
+      ->capture_default_str();
+  cmd->add_option("--layout", f->layout, "paged-decode: page layout hnd or nhd")
+      ->check(CLI::IsMember({"hnd", "nhd"}))
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "one JSON document: commit, device, command, rows");
   cmd->callback([f, command_line, &exit_code] { run_bench(*f, command_line, exit_code); });
