@@ -156,7 +156,10 @@ struct PagedDecodePlan {
   WorkPartition partition;
   Evidence evidence;
   PlanBounds bounds;
-  std::uint32_t gather_keys = 0;  // CPU: keys gathered from pages per kernel call (multiple of the tile)
+  // CPU: keys gathered from pages into contiguous staging per kernel call (a multiple of the tile),
+  // or 0: the decode bodies read every tile in place in its page (pages of a power of two keys that
+  // the tile divides, no window).
+  std::uint32_t gather_keys = 0;
   // CUDA: tiles are page-aligned (no window, pages of >= 16 rows that divide or are divided by the
   // tile), so a producer warp copies each page run as TMA boxes; else every thread copies rows.
   bool page_boxes = false;

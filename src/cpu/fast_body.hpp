@@ -164,13 +164,14 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
   static_assert(kKeys * GC <= W || W == 1, "accumulators exceed the vector width");
   constexpr std::int64_t eb = tag_bytes<Tag>();
   const std::int64_t d = head_dim_of<kD>(t), ahead = decode_prefetch_rows<Tag>(t);
+  const std::int64_t tile_offset = row_offset(t.k, j0);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     typename Vec::Acc acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     std::int64_t key_offset[kKeys];
     for (int kk = 0; kk < kKeys; ++kk) {
       // A short last pass repeats its last key; those lanes are discarded.
-      key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
+      key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
     }
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
@@ -226,7 +227,7 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   for (int v = 0; v < NV; ++v) width[v] = kD > 0 ? W : static_cast<int>(imin(W, d - (c0 + v) * W));
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + (c0 + v) * W);
-  std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  std::int64_t offset = row_offset(t.v, j0) + c0 * W;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = kD > 0 ? NV * W * eb : imin(NV * W, d - c0 * W) * eb;
   const std::int64_t ahead = decode_prefetch_rows<Tag>(t);
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
@@ -335,11 +336,11 @@ void decode_pipelined(const DecodeTask& t) {
   const std::int64_t d = head_dim_of<kD>(t);
   start_decode_state(t, L);
   float* p = L.scores;  // the previous tile's probabilities, [key][head]
-  std::int64_t p_keys = 0, p_first = 0;
+  std::int64_t p_keys = 0, p_offset = 0;  // and the offset of its first V row
   auto add_pv = [&](std::int64_t kk) {
     V pb[GC];
     for (int g = 0; g < GC; ++g) pb[g] = Vec::set1(p[kk * GC + g]);
-    const std::int64_t off = t.v.offset + (p_first + kk) * t.v.row_stride;
+    const std::int64_t off = p_offset + kk * t.v.row_stride;
 #pragma GCC unroll 16
     for (std::int64_t c = 0; c < d; c += W) {
       const int w = kD > 0 ? W : static_cast<int>(imin(W, d - c));
@@ -350,10 +351,11 @@ void decode_pipelined(const DecodeTask& t) {
   for (std::int64_t j0 = t.key_begin; j0 < t.key_end; j0 += kKeys) {
     const std::int64_t n = imin(kKeys, t.key_end - j0);
     typename Vec::Acc acc[W];
+    const std::int64_t k_offset = row_offset(t.k, j0);
     for (int kk = 0; kk < kKeys; ++kk) {
       for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::zero();
       if (kk < n) {
-        const std::int64_t off = t.k.offset + (j0 + kk) * t.k.row_stride;
+        const std::int64_t off = k_offset + kk * t.k.row_stride;
 #pragma GCC unroll 16
         for (std::int64_t c = 0; c < d; c += W) {
           const int w = kD > 0 ? W : static_cast<int>(imin(W, d - c));
@@ -380,7 +382,7 @@ void decode_pipelined(const DecodeTask& t) {
     for (int kk = 0; kk < n; ++kk)
       for (int g = 0; g < GC; ++g) L.l[g] += p[kk * GC + g];
     p_keys = n;
-    p_first = j0;
+    p_offset = row_offset(t.v, j0);
   }
   for (std::int64_t kk = 0; kk < p_keys; ++kk) add_pv(kk);
   write_decode_result(t, L.acc, L.dp, L.m, L.l);

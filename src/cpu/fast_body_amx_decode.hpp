@@ -75,7 +75,7 @@ struct AmxTileUnits {
         pv.rows<2, 4, kRowBytes>(j0 + j + kVRowsFetched);
       }
     }
-    const std::uint16_t* k = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset + j0 * stride;
+    const std::uint16_t* k = static_cast<const std::uint16_t*>(t.k.data) + row_offset(t.k, j0);
     const std::uint32_t* q = L.qt + h0 / 4 * (L.dp / 2) * 4;
     _tile_zero(0);
     for (std::int64_t c = 0; c < d; c += kChunk, q += kKeys * 4) {

@@ -117,12 +117,12 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
   for (int g = 0; g < GC; ++g)
     for (int kk = 0; kk < kKeys; ++kk) order[g * kKeys + kk] = kk * GC + g;
   const __m512i by_row = _mm512_load_si512(order);
-  const std::int64_t ahead = decode_bf16_prefetch_rows(t);
+  const std::int64_t ahead = decode_bf16_prefetch_rows(t), tile_offset = row_offset(t.k, j0);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     std::int64_t key_offset[kKeys];
-    for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * t.k.row_stride;
+    for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
         prefetch_row<3, 2>(t.k, j0 + j + kk + ahead, t.key_end - 1, d);
@@ -163,7 +163,7 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
   for (int b = 0; b < CB; ++b) mask[b] = B16::tail32(static_cast<int>(imin(kPairChunk, d - (b0 + b) * kPairChunk)));
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + b0 * kPairChunk + v * W);
-  const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
+  const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0) + b0 * kPairChunk;
   const std::uint16_t* pp = L.p + g0 * L.tp;
   // One key pair: rows a and b (b all zero for a lone last key, whose p is 0 too).
   auto pair = [&](const std::uint16_t* rb, std::int64_t j) {
@@ -181,12 +181,20 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
   };
-  const char* pf = reinterpret_cast<const char*>(ra + decode_bf16_prefetch_rows(t) * stride);
+  // Rows ahead of the pair, by pointer steps in one strided run (paged rows: looked up per row).
+  const std::int64_t ahead = decode_bf16_prefetch_rows(t), last = t.key_end - 1;
+  const char* pf = reinterpret_cast<const char*>(ra + ahead * stride);
   const char* pf_end = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(t.v.data) + t.v.offset +
-                                                     (t.key_end - 1) * stride + b0 * kPairChunk);
+                                                     last * stride + b0 * kPairChunk);
   std::int64_t j = 0;
   for (; j + 1 < n; j += 2, ra += 2 * stride, pf += 4 * stride) {
-    if (g0 == 0 && pf <= pf_end) {
+    if (g0 == 0 && t.v.pages != nullptr) {
+      const std::int64_t r = j0 + ahead + 2 * j;
+      if (r <= last) {
+        prefetch_bytes<3, 2>(t.v, r, last, b0 * kPairChunk * 2, CB * 64);
+        prefetch_bytes<3, 2>(t.v, r + 2, last, b0 * kPairChunk * 2, CB * 64);
+      }
+    } else if (g0 == 0 && pf <= pf_end) {
       for (int b = 0; b < CB; ++b) {
         _mm_prefetch(pf + b * 64, _MM_HINT_T0);
         _mm_prefetch(pf + 2 * stride + b * 64, _MM_HINT_T0);

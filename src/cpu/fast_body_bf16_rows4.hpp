@@ -108,7 +108,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
                   bool prefetch) {
   constexpr std::int64_t kRowBytes = kD * 2;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
-  const std::uint16_t* kbase = static_cast<const std::uint16_t*>(t.k.data) + t.k.offset + j0 * stride;
+  const std::uint16_t* kbase = static_cast<const std::uint16_t*>(t.k.data) + row_offset(t.k, j0);
   const std::uint16_t* qh = L.qh + h0 * L.dp;
   const std::uint16_t* ql = L.ql + h0 * L.dp;
   const PrefetchRows pk(t.k, 2, 0, d * 2, last), pv(t.v, 2, 0, d * 2, last);
@@ -216,7 +216,7 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
   for (int g = 0; g < 4; ++g)
 #pragma GCC unroll 8
     for (int v = 0; v < 2 * CB; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + b0 * kPairChunk + v * W);
-  const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + t.v.offset + j0 * stride + b0 * kPairChunk;
+  const std::uint16_t* ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0) + b0 * kPairChunk;
   const std::uint32_t* pp = L.pp;
   // This pass's columns of the V rows ahead into L1, and its share of the next tile's K rows into
   // L2 as whole rows in key order: every pass keeps the DRAM stream going (only the first pass

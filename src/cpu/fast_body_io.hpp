@@ -50,7 +50,7 @@ template <int kLocality = 3, int kElemBytes = 0>
 inline void prefetch_bytes(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t from,
                            std::int64_t bytes) {
   const std::int64_t eb = kElemBytes > 0 ? kElemBytes : elem_bytes(s.dtype);
-  const char* p = static_cast<const char*>(s.data) + (s.offset + (row < last ? row : last) * s.row_stride) * eb + from;
+  const char* p = static_cast<const char*>(s.data) + row_offset(s, row < last ? row : last) * eb + from;
   for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
 }
 

@@ -70,13 +70,26 @@ std::int64_t rows4_f_prefetch_rows(const DecodeTask& t) {
 struct PrefetchRows {
   const char* base;  // row 0, byte `from`
   std::int64_t stride, bytes, last;
-  PrefetchRows(const RowSource& s, std::int64_t elem, std::int64_t from, std::int64_t bytes_, std::int64_t last_)
-      : base(static_cast<const char*>(s.data) + s.offset * elem + from), stride(s.row_stride * elem), bytes(bytes_),
-        last(last_) {}
+  const RowSource* paged;  // the source when its rows are paged (looked up row by row), else null
+  std::int64_t elem, from;
+  PrefetchRows(const RowSource& s, std::int64_t elem_, std::int64_t from_, std::int64_t bytes_, std::int64_t last_)
+      : base(static_cast<const char*>(s.data) + s.offset * elem_ + from_), stride(s.row_stride * elem_), bytes(bytes_),
+        last(last_), paged(s.pages != nullptr ? &s : nullptr), elem(elem_), from(from_) {}
   template <int kLocality, int kRows, std::int64_t kBytes = 0>
   inline __attribute__((always_inline)) void rows(std::int64_t row) const {
     const std::int64_t n = kBytes > 0 ? kBytes : bytes;
     const char* p = base + row * stride;
+    if (paged != nullptr) {
+      if (kRows > 1 && (row >> paged->page_shift) != ((row + kRows - 1) >> paged->page_shift)) {
+        for (std::int64_t r = row; r < row + kRows && r <= last; ++r) {
+          const char* q = static_cast<const char*>(paged->data) + row_offset(*paged, r) * elem + from;
+          for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(q + b, 0, kLocality);
+        }
+        return;
+      }
+      // The rows share a page: one lookup (clamped: rows past `last` may have no page), then strides.
+      p = static_cast<const char*>(paged->data) + row_offset(*paged, row < last ? row : last) * elem + from;
+    }
     if (row + kRows - 1 <= last) {
       if constexpr (kBytes > 0) {
 #pragma GCC unroll 4
@@ -178,7 +191,7 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
   const PrefetchRows pk(t.k, eb, 0, d * eb, last), pv(t.v, eb, 0, d * eb, last);
-  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t);
+  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t), tile_offset = row_offset(t.k, j0);
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += kRows4Keys) {
     if (prefetch) {
@@ -187,7 +200,7 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
     }
     std::int64_t kr[kRows4Keys];
 #pragma GCC unroll 4
-    for (int kk = 0; kk < kRows4Keys; ++kk) kr[kk] = t.k.offset + (j0 + imin(j + kk, n - 1)) * stride;
+    for (int kk = 0; kk < kRows4Keys; ++kk) kr[kk] = tile_offset + imin(j + kk, n - 1) * stride;
     V acc[W];
 #pragma GCC unroll 16
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
@@ -274,7 +287,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   for (int g = 0; g < 2; ++g)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h + g) * L.dp + (c0 + v) * W);
-  std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  std::int64_t offset = row_offset(t.v, j0) + c0 * W;
   const float* p = L.s + s_lane;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride, p += 4) {
     if (prefetch) {
@@ -328,7 +341,7 @@ ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F
   for (int g = 0; g < 4; ++g)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + (c0 + v) * W);
-  std::int64_t offset = t.v.offset + j0 * t.v.row_stride + c0 * W;
+  std::int64_t offset = row_offset(t.v, j0) + c0 * W;
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (prefetch) {
       pv.rows<3, 1, kPassBytes>(j0 + j + ahead);

@@ -11,14 +11,26 @@
 
 namespace attnkit::cpu::detail {
 
-// Elements of one input row set: row r starts at data + offset + r * row_stride (in elements).
+// Elements of one input row set: row r starts at data + row_offset(*this, r) (in elements): at
+// offset + r * row_stride, or, for the rows of a paged KV cache (pages non-null), in page
+// pages[(r >> page_shift) * table_stride] of 2^page_shift rows, page_stride elements apart.
 struct RowSource {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   std::int64_t offset = 0;
   std::int64_t row_stride = 0;
   std::int64_t head_stride = 0;  // next query head (q only)
+  const std::int32_t* pages = nullptr;  // the sequence's page-table row, or null: one strided run
+  std::int64_t table_stride = 1;
+  std::int64_t page_stride = 0;
+  int page_shift = 0;
 };
+
+inline std::int64_t row_offset(const RowSource& s, std::int64_t r) {
+  if (s.pages == nullptr) return s.offset + r * s.row_stride;
+  const std::int64_t page = s.pages[(r >> s.page_shift) * s.table_stride];
+  return s.offset + page * s.page_stride + (r & ((std::int64_t{1} << s.page_shift) - 1)) * s.row_stride;
+}
 
 // Where a task's output rows go: the caller's tensor (any dtype, its strides) or f32 scratch.
 struct RowSink {
@@ -36,7 +48,9 @@ struct LseSink {
 };
 
 // Decode: one (sequence, KV head, key split): the `group` query heads of the KV head against
-// keys [key_begin, key_end), in tiles of `tile` keys.
+// keys [key_begin, key_end), in tiles of `tile` keys. Paged K/V rows: key_begin is a multiple of
+// the tile and the tile divides the page, so a tile's rows are one strided run (the bodies find a
+// tile's first row with row_offset, the rest row_stride apart; prefetches look up every row).
 struct DecodeTask {
   std::int64_t head_dim = 0, group = 0, tile = 0;
   float scale = 1, softcap = 0;

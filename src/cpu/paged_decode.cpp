@@ -2,12 +2,15 @@
 // Inputs: validated views; q/out [batch, num_heads, head_dim]; K/V pools in HND or NHD
 //   (paged.hpp); i32 page table [batch, max_pages_per_seq] and lengths [batch], on the host.
 // Parallelism: the plan's tasks, (sequence, KV head, key split), on OpenMP threads, dynamic
-//   scheduling. A task packs the GQA group and walks its keys in chunks of plan.gather_keys:
-//   gather the chunk's K and V rows from their pages into L2-resident staging, run the fast
-//   decode body (fast_body.hpp) on it, merge the chunk's state into the task's running state.
+//   scheduling. A task packs the GQA group and runs the fast decode body (fast_body.hpp) on its
+//   keys. Where the plan reads pages in place (gather_keys 0: every tile inside one page), the
+//   body reads the rows from the pool itself, one call per task, as on a contiguous cache.
+//   Otherwise the task walks its keys in chunks of plan.gather_keys: gather the chunk's K and V
+//   rows from their pages into L2-resident staging, run the body on it, merge the chunk's state
+//   into the task's running state.
 //   Split states go to the caller's workspace ([splits][rows][head_dim] then [splits][rows]) and
 //   one parallel pass merges them, as the contiguous kernel does.
-// Bound: memory (K/V read once per KV head from DRAM, then once more from L2 by the body).
+// Bound: memory (K/V read once per KV head from DRAM; gathered chunks once more from L2).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,9 +45,15 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   const PagedDecodeProblem& p = plan.problem;
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
+  const bool in_place = plan.gather_keys == 0;
+  const std::int64_t page = p.cache.page_size;
   if (!(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
-        part.keys_per_split >= 1 && part.tile_size >= 1 && plan.gather_keys >= part.tile_size))
-    fail(ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G),
+        part.keys_per_split >= 1 && part.tile_size >= 1 &&
+        (in_place ? (page & (page - 1)) == 0 && page % part.tile_size == 0 && p.options.window == 0 &&
+                        (part.sequence_splits == 1 || part.keys_per_split % part.tile_size == 0)
+                  : plan.gather_keys >= part.tile_size)))
+    fail(ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G) +
+                  (in_place ? " whose tiles nest in the pages" : ""),
          "plan with plan_paged_decode(problem, cpu_target())");
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
@@ -60,7 +69,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
     state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * rows * d;
   }
-  const std::size_t stage_bytes = static_cast<std::size_t>(chunk * d) * dtype_size(p.kv_dtype);
+  const std::size_t stage_bytes = in_place ? 0 : static_cast<std::size_t>(chunk * d) * dtype_size(p.kv_dtype);
   const std::size_t stage_floats = detail::floats_for_bytes(stage_bytes);
   const std::size_t state_floats = static_cast<std::size_t>(G * d + G);  // one (out, lse) set
   const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);
@@ -98,7 +107,16 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
       a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
       a.out_stride = d;
       a.scratch = body_scratch;
-      for (std::int64_t c0 = begin; c0 < end; c0 += chunk) {
+      if (in_place) {
+        a.k = keys.in_place(p.kv_dtype);
+        a.v = values.in_place(p.kv_dtype);
+        a.key_begin = begin;
+        a.key_end = end;
+        a.out = run;
+        a.lse = run + G * d;
+        bodies.decode(a);
+      }
+      for (std::int64_t c0 = begin; !in_place && c0 < end; c0 += chunk) {
         const std::int64_t n = std::min(chunk, end - c0);
         keys.gather(c0, n, stage_k);
         values.gather(c0, n, stage_v);

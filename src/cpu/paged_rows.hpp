@@ -1,10 +1,13 @@
 // Internal: what the paged CPU kernels share. They reuse the fast kernels' task bodies
-// (fast_body.hpp, unchanged) on contiguous staging copies of the keys: a chunk of one sequence's
-// K and V rows for one KV head is gathered from its pages (one memcpy per page run in HND, one per
-// row in NHD), the body attends to the chunk, and the chunk's normalised partial state is merged
-// into the running one. The chunk size is the plan's gather_keys (L2-resident).
+// (fast_body.hpp): paged decode, where every tile sits inside one page, hands the bodies the pool
+// itself (PagedRows::in_place: a RowSource with the page-table row). Otherwise, and for extend, the
+// bodies run on contiguous staging copies: a chunk of one sequence's K and V rows for one KV head is
+// gathered from its pages (one memcpy per page run in HND, one per row in NHD), the body attends to
+// the chunk, and the chunk's normalised partial state is merged into the running one. The chunk
+// size is the plan's gather_keys (L2-resident).
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +51,16 @@ struct PagedRows {
     return base + static_cast<std::size_t>(page * page_stride + head_offset + (j % page_size) * slot_stride) * elem_bytes;
   }
   std::uint8_t* mutable_row(std::int64_t j) const { return const_cast<std::uint8_t*>(row(j)); }
+
+  // The rows as the decode bodies' source, read in place (page_size a power of two).
+  RowSource in_place(DType dtype) const {
+    RowSource s{base, dtype, head_offset, slot_stride, 0};
+    s.pages = table_row;
+    s.table_stride = table_stride;
+    s.page_stride = page_stride;
+    s.page_shift = std::countr_zero(static_cast<std::uint64_t>(page_size));
+    return s;
+  }
 
   // Keys [j0, j0 + n) into dst as n contiguous rows of head_dim elements (the pool's dtype).
   void gather(std::int64_t j0, std::int64_t n, void* dst) const {

@@ -55,6 +55,15 @@ void add_page_table_reads(Evidence& e, std::int64_t batch, std::int64_t kv_len, 
   if (target.peak_read_bytes_per_s > 0) e.predicted_seconds += static_cast<double>(bytes) / target.peak_read_bytes_per_s;
 }
 
+// CPU decode: whether the bodies can read each tile's rows in place in its page. A tile's rows must
+// be one strided run (the page holds whole tiles: a power-of-two page the tile divides) and every
+// task must start on a tile (no window: splits start at multiples of keys_per_split, themselves
+// whole tiles). Else chunks are gathered into contiguous staging first.
+bool cpu_reads_pages_in_place(const PagedDecodeProblem& problem, std::uint32_t tile) {
+  const std::int64_t page = problem.cache.page_size;
+  return (page & (page - 1)) == 0 && page % tile == 0 && problem.options.window == 0;
+}
+
 std::uint32_t gather_keys_for(const Target& target, std::int64_t head_dim, DType kv_dtype, std::uint32_t tile) {
   if (target.backend != Backend::kCpu) return 0;  // the GPU kernels read pages in place
   const std::uint64_t per_key = 2 * u(head_dim) * dtype_size(kv_dtype);
@@ -326,12 +335,19 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
               "pairs are looked up once per key row, one tile ahead of its copies (no page_boxes: a window, pages "
               "under " + std::to_string(geo::kMinBoxPageRows) + " rows, or pages and tiles that do not nest)");
   }
-  plan.gather_keys = gather_keys_for(target, problem.head_dim, problem.kv_dtype, plan.partition.tile_size);
+  const std::uint32_t tile = plan.partition.tile_size;
+  const bool in_place = target.backend == Backend::kCpu && cpu_reads_pages_in_place(problem, tile);
+  plan.gather_keys = in_place ? 0 : gather_keys_for(target, problem.head_dim, problem.kv_dtype, tile);
   plan.reasons.push_back(cache_line(problem.cache));
-  if (plan.gather_keys > 0) {
+  if (in_place) {
+    plan.reasons.push_back("in place: the decode bodies read each tile of " + std::to_string(tile) +
+                           " keys from its page (pages of a power of two keys that the tile divides, no window), "
+                           "one table lookup per tile and per prefetched row, no staging copy");
+  } else if (plan.gather_keys > 0) {
     plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
                            " keys of K and V copied from their pages per kernel call (half of an assumed 1 MiB L2), "
-                           "each chunk's partial state merged into the task's");
+                           "each chunk's partial state merged into the task's (in place needs pages of a power of "
+                           "two keys that the tile of " + std::to_string(tile) + " divides, and no window)");
   }
   plan.bounds = PlanBounds{problem.batch, problem.kv_len, 1, problem.batch, plan.evidence.workspace_bytes};
   plan.reasons.push_back(bounds_line(plan.bounds));

@@ -62,6 +62,46 @@ TEST(PagedDecode, EveryLayoutPageSizeAndGroupMatchesGolden) {
   }
 }
 
+// Pages read in place (the plan's gather_keys 0): each dtype, head_dim instances 64 / 128 / 256 and
+// a generic 72, groups 1 / 2 / 4 / 8 (the row-block and tile-unit bodies take groups of 4k), both
+// layouts, pages of 16 and 64 keys, lengths ending mid-page and on a page boundary, one thread and
+// split plans. A body that stepped past a tile as if the cache were contiguous would read another
+// sequence's pages or the spare pages, which hold NaN.
+TEST(PagedDecode, TilesReadInPlaceFromTheirPagesMatchGolden) {
+  int split_plans = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (std::int64_t head_dim : {64, 128, 256, 72}) {
+      for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{8, 4}, std::pair{8, 2}, std::pair{16, 2}}) {
+        const std::uint64_t seed = fresh_seed();
+        std::mt19937_64 rng(seed);
+        PagedSetup s;
+        s.layout = heads == 8 ? PageLayout::kNHD : PageLayout::kHND;
+        s.page_size = head_dim == 128 ? 64 : 16;
+        s.batch = 3;
+        s.heads = heads;
+        s.kv_heads = kv_heads;
+        s.head_dim = head_dim;
+        s.dtype = dtype;
+        // Pages at least as long as this host's tile (the tile does not depend on the page).
+        s.lengths = {1999, 1, 1};
+        PagedCase probe(s, rng);
+        const auto probe_plan = plan_paged_decode(paged_decode_problem(probe, 2000), cpu_target(1));
+        s.page_size = std::max<std::int64_t>(s.page_size, probe_plan.partition.tile_size);
+        s.lengths = {1999, static_cast<std::int32_t>(4 * s.page_size), 37};
+        PagedCase c(s, rng);
+        for (int threads : {1, 8}) {
+          const auto plan = plan_paged_decode(paged_decode_problem(c, 2000), cpu_target(threads));
+          ASSERT_EQ(plan.gather_keys, 0u) << "tile " << plan.partition.tile_size << ", page " << s.page_size;
+          split_plans += plan.partition.sequence_splits > 1 ? 1 : 0;
+          const DecodeRun r = run_paged_decode(c, plan, rng);
+          check_against_golden(c, plan, r, describe_setup(s, seed) + " threads=" + std::to_string(threads));
+        }
+      }
+    }
+  }
+  EXPECT_GT(split_plans, 0) << "no case exercised split-KV in place";
+}
+
 TEST(PagedDecode, SplitKvWindowsSoftcapEmptySequencesAndDtypes) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (std::int64_t window : {0, 1, 37}) {
