@@ -107,7 +107,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
       a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
       a.out_stride = d;
       a.scratch = body_scratch;
-      if (in_place) {
+      if (in_place && begin < end) {  // (an empty range keeps the zeros and -inf set above)
         a.k = keys.in_place(p.kv_dtype);
         a.v = values.in_place(p.kv_dtype);
         a.key_begin = begin;
