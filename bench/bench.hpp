@@ -30,6 +30,12 @@ struct Case {
 // (unit scales: the benchmark times the kernel, the values do not matter).
 constexpr DType prefill_out_dtype(DType input) { return is_fp8(input) ? DType::kBF16 : input; }
 
+// The problem a case describes, as its planner takes it (case_problems.cpp). Paged decode: every
+// sequence's kv_len keys in pages of page_size, the pool exactly batch x ceil(kv_len / page_size).
+DecodeProblem decode_problem(const Case& c);
+PagedDecodeProblem paged_decode_problem(const Case& c);
+PrefillProblem prefill_problem(const Case& c);
+
 struct Row {
   Case c;
   std::string backend;   // "cpu" or "cuda"

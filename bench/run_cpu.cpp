@@ -98,15 +98,7 @@ void fill_from_plan(Row& row, const Plan& plan) {
 }
 
 void run_decode(Row& row, const Case& c, const Target& target, const Options& options) {
-  DecodeProblem p;
-  p.batch = c.batch;
-  p.num_heads = c.num_heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.max_seq = c.kv_len;
-  p.kv_len = c.kv_len;
-  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
-  p.options.window = c.window;
+  const DecodeProblem p = decode_problem(c);
   const DecodePlan plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);
   fill_from_plan(row, plan);
 
@@ -141,20 +133,8 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
 // of all sequences dealt in one random order (a serving engine's pool after many admissions and
 // evictions), so the kernel gathers rows from scattered pages as it would in production.
 void run_paged_decode(Row& row, const Case& c, const Target& target, const Options& options) {
-  PagedDecodeProblem p;
-  p.batch = c.batch;
-  p.num_heads = c.num_heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  const std::int64_t pages_per_seq = (c.kv_len + c.page_size - 1) / c.page_size;
-  p.cache.page_size = c.page_size;
-  p.cache.layout = c.page_layout;
-  p.cache.max_pages_per_seq = pages_per_seq;
-  p.cache.num_pages = c.batch * pages_per_seq;
-  p.kv_len = c.kv_len;
-  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
-  p.options.window = c.window;
-  p.expected_total_keys = c.batch * c.kv_len;
+  const PagedDecodeProblem p = paged_decode_problem(c);
+  const std::int64_t pages_per_seq = p.cache.max_pages_per_seq;
   const PagedDecodePlan plan = plan_paged_decode(p, target);
   fill_from_plan(row, plan);
 
@@ -196,17 +176,7 @@ void run_paged_decode(Row& row, const Case& c, const Target& target, const Optio
 }
 
 void run_prefill(Row& row, const Case& c, const Target& target, const Options& options) {
-  PrefillProblem p;
-  p.batch = c.batch;
-  p.num_heads = c.num_heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.q_len = c.q_len;
-  p.kv_len = c.kv_len;
-  p.causal = c.causal;
-  p.dtype = c.dtype;
-  p.out_dtype = prefill_out_dtype(c.dtype);  // (the CPU plan rejects e4m3: the row says why)
-  p.options.window = c.window;
+  const PrefillProblem p = prefill_problem(c);
   const PrefillPlan plan = options.family ? plan_prefill(p, target, *options.family) : plan_prefill(p, target);
   fill_from_plan(row, plan);
 

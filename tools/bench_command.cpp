@@ -209,44 +209,14 @@ void validate_flags(const BenchFlags& f, const std::string& backend, const std::
       if (is_fp8(c.dtype))
         fail("attnkit bench", "--dtype e4m3 with paged-decode: only prefill takes e4m3 inputs",
              "pass --op prefill with --dtype e4m3");
-      PagedDecodeProblem p;
-      p.batch = c.batch;
-      p.num_heads = c.num_heads;
-      p.kv_heads = c.kv_heads;
-      p.head_dim = c.head_dim;
-      p.cache.page_size = c.page_size;
-      p.cache.layout = c.page_layout;
-      p.cache.max_pages_per_seq = c.page_size > 0 ? (c.kv_len + c.page_size - 1) / c.page_size : 1;
-      p.cache.num_pages = c.batch * p.cache.max_pages_per_seq;
-      p.kv_len = c.kv_len;
-      p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
-      p.options.window = c.window;
-      p.validate();
+      bench::paged_decode_problem(c).validate();
     } else if (c.op == "decode") {
       if (is_fp8(c.dtype))
         fail("attnkit bench", "--dtype e4m3 with decode: only prefill takes e4m3 inputs",
              "pass --op prefill with --dtype e4m3");
-      DecodeProblem p;
-      p.batch = c.batch;
-      p.num_heads = c.num_heads;
-      p.kv_heads = c.kv_heads;
-      p.head_dim = c.head_dim;
-      p.max_seq = p.kv_len = c.kv_len;
-      p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
-      p.options.window = c.window;
-      p.validate();
+      bench::decode_problem(c).validate();
     } else {
-      PrefillProblem p;
-      p.batch = c.batch;
-      p.num_heads = c.num_heads;
-      p.kv_heads = c.kv_heads;
-      p.head_dim = c.head_dim;
-      p.q_len = c.q_len;
-      p.kv_len = c.kv_len;
-      p.dtype = c.dtype;
-      p.out_dtype = bench::prefill_out_dtype(c.dtype);
-      p.options.window = c.window;
-      p.validate();
+      bench::prefill_problem(c).validate();
     }
   }
 }

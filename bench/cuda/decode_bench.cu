@@ -60,18 +60,6 @@ __global__ void read_ceiling_kernel(const uint4* data, std::int64_t n, unsigned*
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-DecodeProblem problem_of(const Case& c) {
-  DecodeProblem p;
-  p.batch = c.batch;
-  p.num_heads = c.num_heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.max_seq = p.kv_len = c.kv_len;
-  p.options.window = c.window;
-  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
-  return p;
-}
-
 Row base_row(const Case& c, const DecodePlan& plan, double ceiling) {
   Row r;
   r.c = c;
@@ -109,7 +97,7 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
       options.progress("decode " + std::string(dtype_name(c.dtype)) + " b" + std::to_string(c.batch) + " kv" +
                        std::to_string(c.kv_len));
     }
-    const DecodeProblem p = problem_of(c);
+    const DecodeProblem p = decode_problem(c);
     DecodePlan plan;
     try {
       plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);

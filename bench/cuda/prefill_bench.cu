@@ -41,21 +41,6 @@ Timing time_events(const Options& options, Buffer& flush, Run&& run) {
   return device::time_events(options, nullptr, flush.data, run);
 }
 
-PrefillProblem problem_of(const Case& c) {
-  PrefillProblem p;
-  p.batch = c.batch;
-  p.num_heads = c.num_heads;
-  p.kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.q_len = c.q_len;
-  p.kv_len = c.kv_len;
-  p.causal = c.causal;
-  p.options.window = c.window;
-  p.dtype = c.dtype;
-  p.out_dtype = prefill_out_dtype(c.dtype);
-  return p;
-}
-
 }  // namespace
 
 double cuda_bf16_gemm_ceiling(const Options& options, int size) {
@@ -184,7 +169,7 @@ std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const O
   for (const Case& c : cases) {
     if (c.op != "prefill") continue;
     if (options.progress) options.progress("prefill d" + std::to_string(c.head_dim) + " s" + std::to_string(c.q_len));
-    const PrefillProblem p = problem_of(c);
+    const PrefillProblem p = prefill_problem(c);
     PrefillPlan plan;
     try {
       plan = family != nullptr ? plan_prefill(p, target, *family) : plan_prefill(p, target);
