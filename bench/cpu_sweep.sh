@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU benchmark in one command: builds attnkit if needed, then measures, in each of several
-# rounds: the read and FMA ceilings, attnkit's decode (KV caches larger than the last-level cache)
+# rounds: the read and FMA ceilings, attnkit's decode (KV caches larger than the last-level cache;
+# contiguous, and paged for the GQA shape)
 # and prefill (seq_len 1k-4k, head_dim 128, causal and not; bf16, f16 and f32), and PyTorch's CPU
 # SDPA on the same prefill shapes and dtypes with the same thread count, recording the load average before each step (the
 # host is shared). Writes bench/results/cpu-<date>-<time>[-<tag>].json and .md and prints the table.
@@ -46,6 +47,9 @@ for ((r = 1; r <= rounds; ++r)); do
   ak --op decode --batch 1,4 --kv-len $kv --dtype bf16,f16,f32 --reps $dreps --warmup 2 >"$d/decode-gqa.json"
   load decode-mha "$d"
   ak --op decode --batch 1,4 --kv-len $kv --dtype bf16,f16,f32 --heads 8 --kv-heads 8 --reps $dreps --warmup 2 >"$d/decode-mha.json"
+  # The llama3-8b decode again on a paged cache (pages of 16 keys, HND, dealt in a random order).
+  load decode-paged "$d"
+  ak --op paged-decode --batch 1,4 --kv-len $kv --dtype bf16,f16,f32 --reps $dreps --warmup 2 >"$d/decode-paged.json"
   # Prefill: causal and not, then the peer on the same shapes. Inputs on the allocator's pages, as
   # PyTorch's are (its switch for huge pages covers its temporaries too, which would slow it).
   load prefill-causal "$d"

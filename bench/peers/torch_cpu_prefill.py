@@ -14,6 +14,7 @@ FLOPs: 4 * batch * heads * visible pairs * head_dim (the plan's matmul FLOPs).
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -59,8 +60,10 @@ def measure(args):
 
 
 def load_round(d):
-    """One round's documents: attnkit decode (two runs) and prefill (two runs), the peer, loads."""
-    decodes = [json.load(open(f"{d}/decode-{n}.json")) for n in ("gqa", "mha")]
+    """One round's documents: attnkit decode (two or three runs: paged since session 37) and prefill
+    (two runs), the peer, loads."""
+    decodes = [json.load(open(f"{d}/decode-{n}.json")) for n in ("gqa", "mha", "paged")
+               if os.path.exists(f"{d}/decode-{n}.json")]
     prefills = [json.load(open(f"{d}/prefill-{n}.json")) for n in ("causal", "full")]
     peers = [json.loads(line) for line in open(f"{d}/torch.jsonl") if line.strip()]
     loads = dict((ln.split()[0], ln.split()[1:]) for ln in open(f"{d}/load.txt") if ln.strip())
@@ -105,12 +108,13 @@ def render(args):
     lines.append("")
     lines.append("## Decode (KV read rate against the read ceiling measured in the same run)")
     lines.append("")
-    lines.append("| batch | heads/kv | head_dim | kv_len | dtype | KV MiB | median ms | min ms | GB/s | read ceiling GB/s | % of read ceiling | GFLOP/s |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    key = lambda r: (r["num_heads"], r["kv_heads"], r["batch"], r["dtype"])
+    lines.append("| batch | heads/kv | head_dim | kv_len | cache | dtype | KV MiB | median ms | min ms | GB/s | read ceiling GB/s | % of read ceiling | GFLOP/s |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    cache = lambda r: (f"paged {r['page_size']} {r['page_layout']}" if r.get("op") == "paged-decode" else "contiguous")
+    key = lambda r: (r["num_heads"], r["kv_heads"], r["batch"], r["dtype"], cache(r))
     for r0 in rounds[0]["decode"]:
         same = [r for rd in rounds for r in rd["decode"] if key(r) == key(r0)]
-        lines.append(f"| {r0['batch']} | {r0['num_heads']}/{r0['kv_heads']} | {r0['head_dim']} | {r0['kv_len']} | {r0['dtype']} | "
+        lines.append(f"| {r0['batch']} | {r0['num_heads']}/{r0['kv_heads']} | {r0['head_dim']} | {r0['kv_len']} | {cache(r0)} | {r0['dtype']} | "
                      f"{r0['bytes'] / 2**20:.0f} | {spread([r['median_s'] * 1e3 for r in same], '{:.2f}')} | "
                      f"{spread([r['min_s'] * 1e3 for r in same], '{:.2f}')} | "
                      f"{spread([r['achieved_bytes_per_s'] / 1e9 for r in same], '{:.1f}')} | "
