@@ -158,7 +158,7 @@ struct PagedDecodePlan {
   PlanBounds bounds;
   // CPU: keys gathered from pages into contiguous staging per kernel call (a multiple of the tile),
   // or 0: the decode bodies read every tile in place in its page (pages of a power of two keys that
-  // the tile divides, no window).
+  // the tile divides; a window's keys before its first tile boundary are copied).
   std::uint32_t gather_keys = 0;
   // CUDA: tiles are page-aligned (no window, pages of >= 16 rows that divide or are divided by the
   // tile), so a producer warp copies each page run as TMA boxes; else every thread copies rows.

@@ -4,7 +4,8 @@
 // Parallelism: the plan's tasks, (sequence, KV head, key split), on OpenMP threads, dynamic
 //   scheduling. A task packs the GQA group and runs the fast decode body (fast_body.hpp) on its
 //   keys. Where the plan reads pages in place (gather_keys 0: every tile inside one page), the
-//   body reads the rows from the pool itself, one call per task, as on a contiguous cache.
+//   body reads the rows from the pool itself, one call per task from the task's first tile
+//   boundary on, as on a contiguous cache (a window's first keys before it are gathered first).
 //   Otherwise the task walks its keys in chunks of plan.gather_keys: gather the chunk's K and V
 //   rows from their pages into L2-resident staging, run the body on it, merge the chunk's state
 //   into the task's running state.
@@ -49,15 +50,14 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   const std::int64_t page = p.cache.page_size;
   if (!(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
         part.keys_per_split >= 1 && part.tile_size >= 1 &&
-        (in_place ? (page & (page - 1)) == 0 && page % part.tile_size == 0 && p.options.window == 0 &&
-                        (part.sequence_splits == 1 || part.keys_per_split % part.tile_size == 0)
-                  : plan.gather_keys >= part.tile_size)))
+        (in_place ? (page & (page - 1)) == 0 && page % part.tile_size == 0 : plan.gather_keys >= part.tile_size)))
     fail(ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G) +
                   (in_place ? " whose tiles nest in the pages" : ""),
          "plan with plan_paged_decode(problem, cpu_target())");
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
-  const std::int64_t tile = part.tile_size, chunk = plan.gather_keys;
+  // In place, only a task's keys before its first tile boundary are gathered: less than a tile.
+  const std::int64_t tile = part.tile_size, chunk = in_place ? tile : plan.gather_keys;
   const std::int64_t rows = p.batch * H, tasks = p.batch * KH * splits;
 
   float* state_out = nullptr;
@@ -69,7 +69,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
     state_out = static_cast<float*>(workspace.data);
     state_lse = state_out + splits * rows * d;
   }
-  const std::size_t stage_bytes = in_place ? 0 : static_cast<std::size_t>(chunk * d) * dtype_size(p.kv_dtype);
+  const std::size_t stage_bytes = static_cast<std::size_t>(chunk * d) * dtype_size(p.kv_dtype);
   const std::size_t stage_floats = detail::floats_for_bytes(stage_bytes);
   const std::size_t state_floats = static_cast<std::size_t>(G * d + G);  // one (out, lse) set
   const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);
@@ -103,30 +103,37 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
       a.scale = p.effective_scale();
       a.softcap = p.options.softcap;
       a.q = detail::RowSource{t.q.data, t.q.dtype, b * t.q.strides[0] + kvh * G * t.q.strides[1], 0, t.q.strides[1]};
-      a.k = detail::RowSource{stage_k, p.kv_dtype, 0, d, 0};
-      a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
       a.out_stride = d;
       a.scratch = body_scratch;
-      if (in_place && begin < end) {  // (an empty range keeps the zeros and -inf set above)
-        a.k = keys.in_place(p.kv_dtype);
-        a.v = values.in_place(p.kv_dtype);
-        a.key_begin = begin;
-        a.key_end = end;
-        a.out = run;
-        a.lse = run + G * d;
-        bodies.decode(a);
-      }
-      for (std::int64_t c0 = begin; !in_place && c0 < end; c0 += chunk) {
-        const std::int64_t n = std::min(chunk, end - c0);
-        keys.gather(c0, n, stage_k);
-        values.gather(c0, n, stage_v);
-        a.key_begin = 0;
-        a.key_end = n;
-        const bool first = c0 == begin;  // the first chunk writes the running state directly
+      // The first body call writes the running state directly, later ones are merged into it (an
+      // empty range keeps the zeros and -inf set above).
+      bool first = true;
+      auto attend = [&] {
         a.out = first ? run : part_state;
         a.lse = first ? run + G * d : part_state + G * d;
         bodies.decode(a);
         if (!first) detail::merge_partial(G, d, part_state, d, part_state + G * d, run, d, run + G * d);
+        first = false;
+      };
+      // Gathered: every key, or in place only the keys before the first tile boundary (a window's
+      // start); the rest in place, tiles from that boundary on.
+      const std::int64_t gathered_end = in_place ? std::min(end, (begin + tile - 1) / tile * tile) : end;
+      for (std::int64_t c0 = begin; c0 < gathered_end; c0 += chunk) {
+        const std::int64_t n = std::min(chunk, gathered_end - c0);
+        keys.gather(c0, n, stage_k);
+        values.gather(c0, n, stage_v);
+        a.k = detail::RowSource{stage_k, p.kv_dtype, 0, d, 0};
+        a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
+        a.key_begin = 0;
+        a.key_end = n;
+        attend();
+      }
+      if (gathered_end < end) {
+        a.k = keys.in_place(p.kv_dtype);
+        a.v = values.in_place(p.kv_dtype);
+        a.key_begin = gathered_end;
+        a.key_end = end;
+        attend();
       }
       const std::int64_t first_row = b * H + kvh * G;
       if (splits > 1) {

@@ -56,12 +56,12 @@ void add_page_table_reads(Evidence& e, std::int64_t batch, std::int64_t kv_len, 
 }
 
 // CPU decode: whether the bodies can read each tile's rows in place in its page. A tile's rows must
-// be one strided run (the page holds whole tiles: a power-of-two page the tile divides) and every
-// task must start on a tile (no window: splits start at multiples of keys_per_split, themselves
-// whole tiles). Else chunks are gathered into contiguous staging first.
+// be one strided run: the page holds whole tiles (a power-of-two page the tile divides) and tiles
+// start on multiples of the tile (the kernel gathers the few keys of a window before its first
+// boundary). Else chunks are gathered into contiguous staging first.
 bool cpu_reads_pages_in_place(const PagedDecodeProblem& problem, std::uint32_t tile) {
   const std::int64_t page = problem.cache.page_size;
-  return (page & (page - 1)) == 0 && page % tile == 0 && problem.options.window == 0;
+  return (page & (page - 1)) == 0 && page % tile == 0;
 }
 
 std::uint32_t gather_keys_for(const Target& target, std::int64_t head_dim, DType kv_dtype, std::uint32_t tile) {
@@ -341,13 +341,14 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   plan.reasons.push_back(cache_line(problem.cache));
   if (in_place) {
     plan.reasons.push_back("in place: the decode bodies read each tile of " + std::to_string(tile) +
-                           " keys from its page (pages of a power of two keys that the tile divides, no window), "
-                           "one table lookup per tile and per prefetched row, no staging copy");
+                           " keys from its page (pages of a power of two keys that the tile divides), one table "
+                           "lookup per tile and per prefetched row, no staging copy (a window's keys before its "
+                           "first tile boundary are copied)");
   } else if (plan.gather_keys > 0) {
     plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
                            " keys of K and V copied from their pages per kernel call (half of an assumed 1 MiB L2), "
                            "each chunk's partial state merged into the task's (in place needs pages of a power of "
-                           "two keys that the tile of " + std::to_string(tile) + " divides, and no window)");
+                           "two keys that the tile of " + std::to_string(tile) + " divides)");
   }
   plan.bounds = PlanBounds{problem.batch, problem.kv_len, 1, problem.batch, plan.evidence.workspace_bytes};
   plan.reasons.push_back(bounds_line(plan.bounds));

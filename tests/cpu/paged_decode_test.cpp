@@ -120,8 +120,10 @@ TEST(PagedDecode, SplitKvWindowsSoftcapEmptySequencesAndDtypes) {
       auto problem = paged_decode_problem(c, 5000);
       problem.options.window = window;
       problem.options.softcap = window == 1 ? 0.0f : 20.0f;
-      // Few (sequence, KV head) units for 8 threads: the planner splits the keys.
+      // Few (sequence, KV head) units for 8 threads: the planner splits the keys. Windows start
+      // mid-tile: in place, the keys before the first tile boundary are gathered.
       const auto plan = plan_paged_decode(problem, cpu_target(8));
+      if (16 % plan.partition.tile_size == 0) ASSERT_EQ(plan.gather_keys, 0u);
       if (window == 0) {  // a window of a few keys is too short to split (>= 4 tiles per split)
         ASSERT_GT(plan.partition.sequence_splits, 1u) << "the case should exercise split-KV";
         ASSERT_GT(plan.bounds.workspace_bytes, 0u);
