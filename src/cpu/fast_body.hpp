@@ -163,8 +163,10 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
   constexpr int kKeys = W / GC > 0 ? W / GC : 1;
   static_assert(kKeys * GC <= W || W == 1, "accumulators exceed the vector width");
   constexpr std::int64_t eb = tag_bytes<Tag>();
-  const std::int64_t d = head_dim_of<kD>(t), ahead = decode_prefetch_rows<Tag>(t);
+  constexpr std::int64_t kRowBytes = kD * eb;  // 0: not known at compile time
+  const std::int64_t d = head_dim_of<kD>(t), ahead = decode_prefetch_rows<Tag>(t), last = t.key_end - 1;
   const std::int64_t tile_offset = row_offset(t.k, j0);
+  const PrefetchRows pk(t.k, eb, 0, d * eb, last, j0), pv(t.v, eb, 0, d * eb, last, j0);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     typename Vec::Acc acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
@@ -175,8 +177,8 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
     }
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row<3, eb>(t.k, j0 + j + kk + ahead, t.key_end - 1, d);
-        prefetch_row<2, eb>(t.v, j0 + j + kk, t.key_end - 1, d);
+        pk.rows<3, 1, kRowBytes>(j0 + j + kk + ahead);
+        pv.rows<2, 1, kRowBytes>(j0 + j + kk);
       }
     }
     // Pairs hold 2 x kKeys K vectors beside the W accumulators: only for a few keys per pass.
@@ -229,11 +231,13 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + (c0 + v) * W);
   std::int64_t offset = row_offset(t.v, j0) + c0 * W;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = kD > 0 ? NV * W * eb : imin(NV * W, d - c0 * W) * eb;
-  const std::int64_t ahead = decode_prefetch_rows<Tag>(t);
+  constexpr std::int64_t kVBytes = kD > 0 ? NV * W * eb : 0, kKBytes = kD * eb;  // 0: known at run time
+  const std::int64_t ahead = decode_prefetch_rows<Tag>(t), last = t.key_end - 1;
+  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last, j0), pk(t.k, eb, 0, d * eb, last, j0);
   for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
     if (g0 == 0) {
-      prefetch_bytes<3, eb>(t.v, j0 + j + ahead, t.key_end - 1, pf_from, pf_bytes);
-      if (c0 == 0) prefetch_row<2, eb>(t.k, j0 + n + j, t.key_end - 1, d);
+      pv.rows<3, 1, kVBytes>(j0 + j + ahead);
+      if (c0 == 0) pk.rows<2, 1, kKBytes>(j0 + n + j);
     }
     V vv[NV];
     if constexpr (kPairChunks<Tag, kD> && NV % 2 == 0) {

@@ -68,7 +68,7 @@ struct AmxTileUnits {
     constexpr std::int64_t kRowBytes = kD * 2;  // 0: not known at compile time
     const std::int64_t stride = t.k.row_stride, last = t.key_end - 1;
     if (prefetch) {
-      const PrefetchRows pk(t.k, 2, 0, d * 2, last), pv(t.v, 2, 0, d * 2, last);
+      const PrefetchRows pk(t.k, 2, 0, d * 2, last, j0), pv(t.v, 2, 0, d * 2, last, j0);
 #pragma GCC unroll 4
       for (std::int64_t j = 0; j < kKeys; j += 4) {
         pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);

@@ -117,7 +117,8 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
   for (int g = 0; g < GC; ++g)
     for (int kk = 0; kk < kKeys; ++kk) order[g * kKeys + kk] = kk * GC + g;
   const __m512i by_row = _mm512_load_si512(order);
-  const std::int64_t ahead = decode_bf16_prefetch_rows(t), tile_offset = row_offset(t.k, j0);
+  const std::int64_t ahead = decode_bf16_prefetch_rows(t), tile_offset = row_offset(t.k, j0), last = t.key_end - 1;
+  const PrefetchRows pk(t.k, 2, 0, d * 2, last, j0), pv(t.v, 2, 0, d * 2, last, j0);
   for (std::int64_t j = 0; j < n; j += kKeys) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
@@ -125,8 +126,8 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
     for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
     if (g0 == 0) {
       for (int kk = 0; kk < kKeys; ++kk) {
-        prefetch_row<3, 2>(t.k, j0 + j + kk + ahead, t.key_end - 1, d);
-        prefetch_row<2, 2>(t.v, j0 + j + kk, t.key_end - 1, d);
+        pk.rows<3, 1>(j0 + j + kk + ahead);
+        pv.rows<2, 1>(j0 + j + kk);
       }
     }
     for (std::int64_t c = 0; c < d; c += kPairChunk) {
@@ -181,8 +182,9 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
   };
-  // Rows ahead of the pair, by pointer steps in one strided run (paged rows: looked up per row).
+  // Rows ahead of the pair, by pointer steps in one strided run (paged rows: from their pages).
   const std::int64_t ahead = decode_bf16_prefetch_rows(t), last = t.key_end - 1;
+  const PrefetchRows pv(t.v, 2, b0 * kPairChunk * 2, CB * 64, last, j0), pk(t.k, 2, 0, d * 2, last, j0);
   const char* pf = reinterpret_cast<const char*>(ra + ahead * stride);
   const char* pf_end = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(t.v.data) + t.v.offset +
                                                      last * stride + b0 * kPairChunk);
@@ -190,10 +192,8 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
   for (; j + 1 < n; j += 2, ra += 2 * stride, pf += 4 * stride) {
     if (g0 == 0 && t.v.pages != nullptr) {
       const std::int64_t r = j0 + ahead + 2 * j;
-      if (r <= last) {
-        prefetch_bytes<3, 2>(t.v, r, last, b0 * kPairChunk * 2, CB * 64);
-        prefetch_bytes<3, 2>(t.v, r + 2, last, b0 * kPairChunk * 2, CB * 64);
-      }
+      pv.rows<3, 1, CB * 64>(r);
+      pv.rows<3, 1, CB * 64>(r + 2);
     } else if (g0 == 0 && pf <= pf_end) {
       for (int b = 0; b < CB; ++b) {
         _mm_prefetch(pf + b * 64, _MM_HINT_T0);
@@ -201,8 +201,7 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       }
     }
     if (g0 == 0 && b0 == 0) {
-      prefetch_row<2, 2>(t.k, j0 + n + j, t.key_end - 1, d);
-      prefetch_row<2, 2>(t.k, j0 + n + j + 1, t.key_end - 1, d);
+      pk.rows<2, 2>(j0 + n + j);
     }
     pair(ra + stride, j);
   }

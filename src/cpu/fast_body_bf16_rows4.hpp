@@ -111,7 +111,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   const std::uint16_t* kbase = static_cast<const std::uint16_t*>(t.k.data) + row_offset(t.k, j0);
   const std::uint16_t* qh = L.qh + h0 * L.dp;
   const std::uint16_t* ql = L.ql + h0 * L.dp;
-  const PrefetchRows pk(t.k, 2, 0, d * 2, last), pv(t.v, 2, 0, d * 2, last);
+  const PrefetchRows pk(t.k, 2, 0, d * 2, last, j0), pv(t.v, 2, 0, d * 2, last, j0);
   std::int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
     if (prefetch) {
@@ -223,7 +223,7 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
   // fetching K left it idle during the others), and each row is fetched in one piece (3-8% faster
   // than each pass fetching its columns of every row; docs/perf-notes.md, CPU round 6).
   const std::int64_t pf_from = b0 * kPairChunk * 2, pf_bytes = imin(CB * kPairChunk, d - b0 * kPairChunk) * 2;
-  const PrefetchRows pv(t.v, 2, pf_from, pf_bytes, last), pk(t.k, 2, 0, d * 2, last);
+  const PrefetchRows pv(t.v, 2, pf_from, pf_bytes, last, j0), pk(t.k, 2, 0, d * 2, last, j0);
   // With head_dim known, so are the byte counts and the passes: each prefetch is one instruction,
   // and the next tile's K rows of a key step follow from the step (no credit counter).
   constexpr std::int64_t kVBytes = kD > 0 && !kTail ? CB * kPairChunk * 2 : 0, kKBytes = kD * 2;

@@ -11,6 +11,8 @@
 #endif
 #pragma once
 
+#include "cpu/prefetch_rows.hpp"
+
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
 using Vec = ATTNKIT_VEC;
@@ -37,28 +39,9 @@ inline float load_scalar(const RowSource& s, std::int64_t offset) {
 // Prefetch
 
 // Decode streams K and V from DRAM between dot products; one core keeps too few misses in flight
-// on its own, so rows this far ahead are prefetched (clamped to the task's last key).
+// on its own, so rows this far ahead are prefetched (none past the task's last key), by
+// PrefetchRows (prefetch_rows.hpp).
 constexpr std::int64_t kDecodePrefetchRows = 32;
-
-// Bytes [from, from + bytes) of row `row` (clamped to `last`) of `s`.
-// kLocality 3: into L1 (rows about to be used); 2: into L2 (the other stream's rows for the next
-// phase: V during Q K^T, the next tile's K during P V, so both streams stay in flight instead of
-// restarting at every phase). kElemBytes: the element size when the body knows it at compile time
-// (the bf16 bodies: these run per key, and a group-4 bf16 decode is close to issue-bound); 0 reads
-// it from the dtype.
-template <int kLocality = 3, int kElemBytes = 0>
-inline void prefetch_bytes(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t from,
-                           std::int64_t bytes) {
-  const std::int64_t eb = kElemBytes > 0 ? kElemBytes : elem_bytes(s.dtype);
-  const char* p = static_cast<const char*>(s.data) + row_offset(s, row < last ? row : last) * eb + from;
-  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-}
-
-// A whole row of `s` (head_dim elements).
-template <int kLocality = 3, int kElemBytes = 0>
-inline void prefetch_row(const RowSource& s, std::int64_t row, std::int64_t last, std::int64_t head_dim) {
-  prefetch_bytes<kLocality, kElemBytes>(s, row, last, 0, head_dim * (kElemBytes > 0 ? kElemBytes : elem_bytes(s.dtype)));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Running softmax state

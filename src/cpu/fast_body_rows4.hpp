@@ -60,53 +60,6 @@ std::int64_t rows4_f_prefetch_rows(const DecodeTask& t) {
                              : imin(kDecodePrefetchRows, imax(t.tile / 4, 2));
 }
 
-// Prefetch of kRows consecutive rows of a source, `bytes` of each from byte `from`. Rows past
-// `last` are skipped (they were prefetched already or are not the task's). Issued per key step,
-// so the addressing is one multiply and adds: written per row with a clamp, the prefetches'
-// instructions were a quarter of the bf16 body's time. kBytes > 0: the bytes per row known at
-// compile time (head_dim 128), so each line is one instruction; with a run-time byte count every
-// line also cost an add, a compare and a branch (on Zen 5 a third of the bf16 body's
-// instructions; docs/perf-notes.md, CPU round 8).
-struct PrefetchRows {
-  const char* base;  // row 0, byte `from`
-  std::int64_t stride, bytes, last;
-  const RowSource* paged;  // the source when its rows are paged (looked up row by row), else null
-  std::int64_t elem, from;
-  PrefetchRows(const RowSource& s, std::int64_t elem_, std::int64_t from_, std::int64_t bytes_, std::int64_t last_)
-      : base(static_cast<const char*>(s.data) + s.offset * elem_ + from_), stride(s.row_stride * elem_), bytes(bytes_),
-        last(last_), paged(s.pages != nullptr ? &s : nullptr), elem(elem_), from(from_) {}
-  template <int kLocality, int kRows, std::int64_t kBytes = 0>
-  inline __attribute__((always_inline)) void rows(std::int64_t row) const {
-    const std::int64_t n = kBytes > 0 ? kBytes : bytes;
-    const char* p = base + row * stride;
-    if (paged != nullptr) {
-      if (kRows > 1 && (row >> paged->page_shift) != ((row + kRows - 1) >> paged->page_shift)) {
-        for (std::int64_t r = row; r < row + kRows && r <= last; ++r) {
-          const char* q = static_cast<const char*>(paged->data) + row_offset(*paged, r) * elem + from;
-          for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(q + b, 0, kLocality);
-        }
-        return;
-      }
-      // The rows share a page: one lookup (clamped: rows past `last` may have no page), then strides.
-      p = static_cast<const char*>(paged->data) + row_offset(*paged, row < last ? row : last) * elem + from;
-    }
-    if (row + kRows - 1 <= last) {
-      if constexpr (kBytes > 0) {
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r, p += stride)
-#pragma GCC unroll 8
-          for (std::int64_t b = 0; b < kBytes; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-      } else {
-#pragma GCC unroll 4
-        for (int r = 0; r < kRows; ++r, p += stride)
-          for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-      }
-    } else {
-      for (std::int64_t r = row; r <= last; ++r, p += stride)
-        for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, kLocality);
-    }
-  }
-};
 
 // Scores x of vector v's keys ([key][head] lanes) after scale and soft-cap, -inf for keys >= n.
 inline V finish_scores_rows4(V x, float scale, float softcap, std::int64_t v, std::int64_t n) {
@@ -190,7 +143,7 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
                                        std::int64_t j0, std::int64_t n, bool prefetch) {
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
-  const PrefetchRows pk(t.k, eb, 0, d * eb, last), pv(t.v, eb, 0, d * eb, last);
+  const PrefetchRows pk(t.k, eb, 0, d * eb, last, j0), pv(t.v, eb, 0, d * eb, last, j0);
   const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t), tile_offset = row_offset(t.k, j0);
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t j = 0; j < n; j += kRows4Keys) {
@@ -274,7 +227,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   static_assert(kD == 0 || kWhole, "a head_dim instance takes whole passes");
   const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
-  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, 0, d * eb, last);
+  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last, j0), pk(t.k, eb, 0, d * eb, last, j0);
   const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t);
   const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
   std::int64_t k_next = j0 + n + pass * n / passes, k_credit = 0;
@@ -331,7 +284,7 @@ ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F
   constexpr std::int64_t kPassBytes = kWhole ? NV * W * eb : 0;
   const std::int64_t d = head_dim_of<kD>(t), last = t.key_end - 1;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = imin(NV * W, d - c0 * W) * eb;
-  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last), pk(t.k, eb, pf_from, pf_bytes, last);
+  const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last, j0), pk(t.k, eb, pf_from, pf_bytes, last, j0);
   const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t);
   int width[NV];
 #pragma GCC unroll 4

@@ -341,9 +341,9 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   plan.reasons.push_back(cache_line(problem.cache));
   if (in_place) {
     plan.reasons.push_back("in place: the decode bodies read each tile of " + std::to_string(tile) +
-                           " keys from its page (pages of a power of two keys that the tile divides), one table "
-                           "lookup per tile and per prefetched row, no staging copy (a window's keys before its "
-                           "first tile boundary are copied)");
+                           " keys from its page (pages of a power of two keys that the tile divides), table "
+                           "lookups per tile only (its page and the next, for the prefetches), no staging copy "
+                           "(a window's keys before its first tile boundary are copied)");
   } else if (plan.gather_keys > 0) {
     plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
                            " keys of K and V copied from their pages per kernel call (half of an assumed 1 MiB L2), "
