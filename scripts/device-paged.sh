@@ -3,7 +3,8 @@
 #   build (-j16: attnkit_cuda_tests and attnkit_paged_bench only), the gpu tests of paged decode,
 #   extend, append, graph replay and the contiguous decode (Paged*:Extend*:*Decode*),
 #   compute-sanitizer memcheck and racecheck on small paged cases, then the paged benchmark with the
-#   PyTorch SDPA peers, rendered to $OUT/paged_h200.{json,md}. A short summary is printed last.
+#   PyTorch SDPA peers, rendered to $OUT/paged_<gpu>.{json,md} (paged_h200, paged_h100, ...). A short
+#   summary is printed last.
 #   scripts/device-paged.sh [--prebuilt DIR] [--commit SHA] [--no-bench] [--quick]
 # --prebuilt DIR: use DIR/attnkit_cuda_tests and DIR/attnkit_paged_bench built with this tree on
 # the host (same nvcc, sm_90a) when they start here, else build. Build dependencies the device
@@ -30,6 +31,9 @@ summary=()
 note() { summary+=("$*"); echo "$*"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/gpu.txt"
+# Result files are named after the GPU (paged_h200.md, paged_h100.md, ...).
+TAG=$(head -1 "$LOG/gpu.txt" | grep -o -i -E '[a-z][0-9]{2,3}' | head -1 | tr 'A-Z' 'a-z')
+TAG=${TAG:-gpu}
 TESTS=$BUILD/tests/attnkit_cuda_tests
 BENCH=$BUILD/bench/attnkit_paged_bench
 if [[ -n $prebuilt ]] && LD_LIBRARY_PATH=$PWD/.deps/devprefix/lib "$prebuilt/attnkit_cuda_tests" --gtest_list_tests > /dev/null 2>&1 &&
@@ -72,12 +76,12 @@ if ((bench)); then
   note "attnkit_paged_bench rc=$rc"
   step "PyTorch SDPA padded peers + render"
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/peers/torch_paged.py --attnkit "$OUT/paged_attnkit.json" \
-    --commit "$commit" --json "$OUT/paged_h200.json" --md "$OUT/paged_h200.md" > "$LOG/render.log" 2> "$LOG/peers.err"
+    --commit "$commit" --json "$OUT/paged_$TAG.json" --md "$OUT/paged_$TAG.md" > "$LOG/render.log" 2> "$LOG/peers.err"
   rc=$?; ((rc)) && { status=1; tail -5 "$LOG/peers.err"; }
   note "torch_paged rc=$rc"
 fi
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
-[[ -s "$OUT/paged_h200.md" ]] && cat "$OUT/paged_h200.md"
+[[ -s "$OUT/paged_$TAG.md" ]] && cat "$OUT/paged_$TAG.md"
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $status
