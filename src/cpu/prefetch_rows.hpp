@@ -42,11 +42,7 @@ struct PrefetchRows {
                std::int64_t first)
       : base(static_cast<const char*>(s.data) + s.offset * elem_ + from_), stride(s.row_stride * elem_), bytes(bytes_),
         last(last_), paged(s.pages != nullptr ? &s : nullptr), elem(elem_), from(from_) {
-    if (paged == nullptr) return;
-    page_rows = std::int64_t{1} << s.page_shift;
-    page_first = first & ~(page_rows - 1);
-    here = page_base(page_first);
-    next = page_first + page_rows <= last ? page_base(page_first + page_rows) : here;
+    if (paged != nullptr) find_pages(first);
   }
 
   // Row r's address (byte `from`), looked up in the page table where the rows are paged.
@@ -73,10 +69,7 @@ struct PrefetchRows {
     if (paged != nullptr) {
       p = paged_run<kRows>(row);
       if (p == nullptr) {
-        for (std::int64_t r = row; r < row + kRows && r <= last; ++r) {
-          const char* q = row_address(r);
-          for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(q + b, 0, kLocality);
-        }
+        each_row<kLocality>(row, kRows, n);
         return;
       }
     }
@@ -98,6 +91,20 @@ struct PrefetchRows {
   }
 
  private:
+  // Out of line: the contiguous bodies' loops keep the code they had before pages existed.
+  __attribute__((noinline)) void find_pages(std::int64_t first) {
+    page_rows = std::int64_t{1} << paged->page_shift;
+    page_first = first & ~(page_rows - 1);
+    here = page_base(page_first);
+    next = page_first + page_rows <= last ? page_base(page_first + page_rows) : here;
+  }
+  template <int kLocality>
+  __attribute__((noinline)) void each_row(std::int64_t row, std::int64_t count, std::int64_t n) const {
+    for (std::int64_t r = row; r < row + count && r <= last; ++r) {
+      const char* q = row_address(r);
+      for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(q + b, 0, kLocality);
+    }
+  }
   // The integer address of the row-0 base of the page whose first row is r.
   std::uintptr_t page_base(std::int64_t r) const {
     return reinterpret_cast<std::uintptr_t>(row_address(r)) - static_cast<std::uintptr_t>(r * stride);
