@@ -8,7 +8,6 @@
 // Not part of the build (a development probe). Against a CPU-only build (build/exp):
 //   g++ -O2 -std=c++20 -fopenmp -Iinclude -Isrc dev/paged_cpu_ab.cpp build/exp/libattnkit.a -o /tmp/paged_cpu_ab
 //   /tmp/paged_cpu_ab --rounds 15 --kv-len 65536 --dtype bf16 --variants hnd16rand,hnd16seq,hnd4096seq,nhd16rand
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
