@@ -125,11 +125,10 @@ if want prefill; then
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $TESTS \
     --gtest_filter="*/ragged_causal_empty_len1_d128_bf16:*/causal_long_keys_split_d128_bf16" > "$LOG/prefill_memcheck.log" 2>&1
   rc=$?; echo "prefill memcheck rc=$rc"; ((rc)) && status=1
-  nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ibench \
-    -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas -lcublasLt -Xcompiler=-fopenmp \
-    -o $BUILD/prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 || { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
+  cmake --build $BUILD -j16 --target attnkit_prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 ||
+    { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
   PQ=""; ((quick)) && PQ="--quick"
-  timeout 200 $BUILD/prefill_bench $PQ > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" || status=1
+  timeout 200 $BUILD/bench/attnkit_prefill_bench $PQ > "$OUT/prefill_attnkit.jsonl" 2> "$LOG/prefill_bench.err" || status=1
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/torch_prefill.py measure $PQ > "$OUT/prefill_torch.jsonl" 2> "$LOG/prefill_torch.err" || status=1
   python3 bench/peers/torch_prefill.py render "$OUT/prefill_attnkit.jsonl" "$OUT/prefill_torch.jsonl" --out "$OUT/prefill_$TAG" | tail -40
 fi

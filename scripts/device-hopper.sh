@@ -10,8 +10,7 @@
 # --rounds N: the sweep N times, attnkit's bench and the peers alternating; the table takes each
 #   point's median (cross-call ratios move by up to 7%, docs/perf-notes.md).
 # --prebuilt DIR: DIR/attnkit_cuda_tests and DIR/prefill_bench built with this tree on the host (same
-#   nvcc, sm_90a; the bench with the nvcc line below against that build's libattnkit.a) instead of
-#   building here.
+#   nvcc, sm_90a; the bench is that build's bench/attnkit_prefill_bench) instead of building here.
 # Logs under $OUT/logs (packed into hopper_logs.tar.gz with the raw sweep rows); a short summary is printed last.
 # Needs the carried .deps/devprefix (GTest, CLI11, nlohmann-json; made here by scripts/device-deps.sh).
 set -uo pipefail
@@ -45,14 +44,14 @@ TAG=${TAG:-gpu}
 
 t0=$(date +%s)
 TESTS=$BUILD/prefill_tests
-BENCH=$BUILD/prefill_bench
+BENCH=$BUILD/bench/attnkit_prefill_bench
 if [[ -n $prebuilt ]]; then
   TESTS=$prebuilt/attnkit_cuda_tests BENCH=$prebuilt/prefill_bench
   note "build: prebuilt binaries from $prebuilt"
 else
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_CUDA=ON -DATTNKIT_NCCL=OFF \
   -DCMAKE_PREFIX_PATH="$PWD/.deps/devprefix" > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
-cmake --build $BUILD -j16 --target attnkit > "$LOG/build.log" 2>&1 ||
+cmake --build $BUILD -j16 --target attnkit attnkit_prefill_bench > "$LOG/build.log" 2>&1 ||
   { grep -E "error|FAILED" "$LOG/build.log" | head -40; exit 1; }
 # The prefill tests alone (this issue's and the shared prefill list), linked straight against the
 # library: other folders' tests in flight cannot block this call.
@@ -61,10 +60,6 @@ TI="-std=c++20 -O2 -Iinclude -Isrc -Itests -I.deps/devprefix/include -Xcompiler=
   nvcc $BUILD/pht.o $BUILD/pt.o $BUILD/libattnkit.a -L.deps/devprefix/lib/x86_64-linux-gnu -L.deps/devprefix/lib \
     -lgtest_main -lgtest -Xcompiler=-fopenmp -o $TESTS >> "$LOG/build.log" 2>&1 ||
   { grep -E "error" "$LOG/build.log" | head -20; exit 1; }
-nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ibench \
-  -I.deps/devprefix/include -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu $BUILD/libattnkit.a -lcublas -lcublasLt \
-  -Xcompiler=-fopenmp -o $BUILD/prefill_bench > "$LOG/prefill_bench_build.log" 2>&1 ||
-  { status=1; tail -5 "$LOG/prefill_bench_build.log"; }
 note "build: $(( $(date +%s) - t0 )) s"
 fi
 

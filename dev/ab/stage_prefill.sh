@@ -23,11 +23,9 @@ for spec in "$@"; do
   name=${spec%%=*} ref=${spec#*=}
   git checkout -q "$ref"
   echo "== $name: $ref ($(git rev-parse --short HEAD))"
-  cmake --build "$build" -j "$(nproc)" --target attnkit attnkit_cuda_tests > /dev/null
+  cmake --build "$build" -j "$(nproc)" --target attnkit attnkit_cuda_tests attnkit_prefill_bench > /dev/null
   mkdir -p "build/ab/$name"
-  nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Ibench \
-    -I.deps/devprefix/include -DATTNKIT_PREFILL_BENCH_MAIN bench/cuda/prefill_bench.cu "$build/libattnkit.a" \
-    -lcublas -lcublasLt -Xcompiler=-fopenmp -o "build/ab/$name/prefill_bench"
+  cp "$build/bench/attnkit_prefill_bench" "build/ab/$name/prefill_bench"
   cp "$build/tests/attnkit_cuda_tests" "build/ab/$name/"
   strip "build/ab/$name/prefill_bench" "build/ab/$name/attnkit_cuda_tests"
   python3 dev/hopper/key_loop_spills.py "$build/libattnkit.a" | grep -v "LDL/STL 0$" || true
