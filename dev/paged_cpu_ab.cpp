@@ -51,6 +51,7 @@ struct Variant {
   PageLayout layout = PageLayout::kHND;
   std::int64_t page = 16;
   bool random_order = true;
+  std::int64_t pad = 0;  // elements after each row of a page ("...pad": 32), off the power-of-two stride
 };
 
 Variant parse_variant(const std::string& s) {
@@ -61,7 +62,12 @@ Variant parse_variant(const std::string& s) {
   std::size_t i = 3, j = i;
   while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
   v.page = std::stoll(s.substr(i, j - i));
-  v.random_order = s.substr(j) != "seq";
+  std::string rest = s.substr(j);
+  if (rest.size() > 3 && rest.compare(rest.size() - 3, 3, "pad") == 0) {
+    v.pad = 32;
+    rest.resize(rest.size() - 3);
+  }
+  v.random_order = rest != "seq";
   return v;
 }
 
@@ -111,7 +117,9 @@ int main(int argc, char** argv) {
     Runner& r = runners[i];
     // A paged pool holds whole pages: up to a page more than kv_len keys per sequence.
     const std::int64_t rows = vs[i].paged ? (kv_len + vs[i].page - 1) / vs[i].page * vs[i].page : kv_len;
-    const std::size_t bytes = static_cast<std::size_t>(batch * kv_heads * rows * d) * es;
+    const std::int64_t row_elems = vs[i].layout == PageLayout::kNHD ? kv_heads * d + vs[i].pad : d + vs[i].pad;
+    const std::size_t bytes = static_cast<std::size_t>(batch * (vs[i].layout == PageLayout::kNHD ? 1 : kv_heads) *
+                                                       rows * row_elems) * es;
     for (int c = 0; c < 2; ++c) {
       r.k.emplace_back(bytes);
       r.v.emplace_back(bytes);
@@ -157,8 +165,14 @@ int main(int argc, char** argv) {
     }
     const std::int64_t pages = r.paged_plan.problem.cache.num_pages, P = vs[i].page;
     auto pool = [&](void* data) {
-      return vs[i].layout == PageLayout::kHND ? TensorView::contiguous(data, dtype, {pages, kv_heads, P, d})
-                                              : TensorView::contiguous(data, dtype, {pages, P, kv_heads, d});
+      const std::int64_t pad = vs[i].pad;
+      TensorView t = vs[i].layout == PageLayout::kHND ? TensorView::contiguous(data, dtype, {pages, kv_heads, P, d})
+                                                      : TensorView::contiguous(data, dtype, {pages, P, kv_heads, d});
+      if (pad > 0 && vs[i].layout == PageLayout::kNHD)
+        t.strides = {P * (kv_heads * d + pad), kv_heads * d + pad, d, 1, 0};
+      else if (pad > 0)
+        t.strides = {kv_heads * P * (d + pad), P * (d + pad), d + pad, 1, 0};
+      return t;
     };
     const TensorView table =
         TensorView::contiguous(r.table.data(), DType::kI32, {batch, r.paged_plan.problem.cache.max_pages_per_seq});
