@@ -45,31 +45,14 @@ int main(int argc, char** argv) {
   std::memset(buf, 1, bytes);
   const int threads = omp_get_max_threads();
 
-  // One head's 256 B per row, heads dealt to threads (the paged decode's tasks at batch 1).
-  auto by_head = [&](int prefetch_rows) {
+  // The decode's tasks: (head, one of `splits` row ranges), a head's ranges dealt to threads first;
+  // each task reads its head's 256 B of every row, optionally prefetching rows ahead into L2.
+  auto by_head = [&](std::size_t splits, int prefetch_rows) {
     return [=]() {
       float total = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : total)
-      for (std::size_t h = 0; h < heads; ++h) {
-        __m512 acc = _mm512_setzero_ps();
-        for (std::size_t r = 0; r < rows; ++r) {
-          const char* p = buf + r * row + h * kHeadBytes;
-          if (prefetch_rows > 0 && r + prefetch_rows < rows)
-            for (int b = 0; b < 256; b += 64) _mm_prefetch(p + prefetch_rows * row + b, _MM_HINT_T1);
-          acc = read_head(p, acc);
-        }
-        total += _mm512_reduce_add_ps(acc);
-      }
-      return total;
-    };
-  };
-  // The decode's tasks: (head, half of the rows), halves of one head to the two threads first.
-  auto by_head_split = [&](int prefetch_rows) {
-    return [=]() {
-      float total = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : total)
-      for (std::size_t task = 0; task < 2 * heads; ++task) {
-        const std::size_t h = task / 2, r0 = task % 2 * (rows / 2), r1 = r0 + rows / 2;
+      for (std::size_t task = 0; task < splits * heads; ++task) {
+        const std::size_t h = task / splits, r0 = task % splits * (rows / splits), r1 = r0 + rows / splits;
         __m512 acc = _mm512_setzero_ps();
         for (std::size_t r = r0; r < r1; ++r) {
           const char* p = buf + r * row + h * kHeadBytes;
@@ -83,7 +66,7 @@ int main(int argc, char** argv) {
     };
   };
   // K and V as two halves of the buffer, a task reading 16 rows of K then the same 16 of V (the
-  // decode bodies' turns on Intel cores); `stride_heads` 1: one head's rows adjacent (HND).
+  // decode bodies' turns on Intel cores); `nhd` false: one head's rows adjacent (HND).
   auto kv_turns = [&](bool nhd, int prefetch_rows) {
     return [=]() {
       float total = 0;
@@ -164,15 +147,15 @@ int main(int argc, char** argv) {
     std::vector<double> t;
   };
   std::vector<Case> cases{{"contiguous", contiguous, {}},
-                          {"by head", by_head(0), {}},
-                          {"by head, prefetch 8 rows to L2", by_head(8), {}},
-                          {"by head, prefetch 16 rows to L2", by_head(16), {}},
-                          {"by head, prefetch 32 rows to L2", by_head(32), {}},
-                          {"by head, prefetch 64 rows to L2", by_head(64), {}},
-                          {"by head, prefetch 128 rows to L2", by_head(128), {}},
-                          {"by head and half, no prefetch", by_head_split(0), {}},
-                          {"by head and half, prefetch 16", by_head_split(16), {}},
-                          {"by head and half, prefetch 64", by_head_split(64), {}},
+                          {"by head", by_head(1, 0), {}},
+                          {"by head, prefetch 8 rows to L2", by_head(1, 8), {}},
+                          {"by head, prefetch 16 rows to L2", by_head(1, 16), {}},
+                          {"by head, prefetch 32 rows to L2", by_head(1, 32), {}},
+                          {"by head, prefetch 64 rows to L2", by_head(1, 64), {}},
+                          {"by head, prefetch 128 rows to L2", by_head(1, 128), {}},
+                          {"by head and half, no prefetch", by_head(2, 0), {}},
+                          {"by head and half, prefetch 16", by_head(2, 16), {}},
+                          {"by head and half, prefetch 64", by_head(2, 64), {}},
                           {"K/V turns, HND", kv_turns(false, 0), {}},
                           {"K/V turns, NHD", kv_turns(true, 0), {}},
                           {"K/V turns, HND, prefetch 32", kv_turns(false, 32), {}},
