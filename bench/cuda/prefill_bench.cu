@@ -3,8 +3,9 @@
 // each preceded by a 256 MiB memset so no run reads warm L2 (the H200's L2 is 60 MB), timed with
 // CUDA events around the launch alone; median, min and max reported.
 //
-// Built with -DATTNKIT_PREFILL_BENCH_MAIN it is also a standalone program (the device script's
-// prefill step): `prefill_bench [--quick]` prints the sweep's rows as JSON lines.
+// Built with -DATTNKIT_PREFILL_BENCH_MAIN it is also a standalone program, the CMake target
+// attnkit_prefill_bench (the device scripts' prefill step): `attnkit_prefill_bench [--quick]` prints
+// the sweep's rows as JSON lines.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
