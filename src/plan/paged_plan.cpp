@@ -339,6 +339,12 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   const bool in_place = target.backend == Backend::kCpu && cpu_reads_pages_in_place(problem, tile);
   plan.gather_keys = in_place ? 0 : gather_keys_for(target, problem.head_dim, problem.kv_dtype, tile);
   plan.reasons.push_back(cache_line(problem.cache));
+  if (target.backend == Backend::kCpu && problem.cache.layout == PageLayout::kNHD && problem.kv_heads > 1) {
+    plan.reasons.push_back("layout: NHD pages put a KV head's rows " + std::to_string(problem.kv_heads) +
+                           " rows apart, which the CPU decode reads at about two thirds of HND's rate (measured; "
+                           "docs/perf-notes.md, \"Paged decode on the CPU: the NHD layout\"): HND pools decode faster "
+                           "on the CPU");
+  }
   if (in_place) {
     plan.reasons.push_back("in place: the decode bodies read each tile of " + std::to_string(tile) +
                            " keys from its page (pages of a power of two keys that the tile divides), table "

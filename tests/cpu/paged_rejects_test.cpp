@@ -168,6 +168,12 @@ TEST(PagedPlans, StateBoundsWorkspaceAndRejectBadProblems) {
     EXPECT_NE(to_table(g).find("gather:"), std::string::npos);
   }
   EXPECT_NE(to_table(plan).find("HND"), std::string::npos);
+  // An NHD pool's plan says what the layout costs the CPU decode; HND's and the GPU's say nothing.
+  auto nhd = p;
+  nhd.cache.layout = PageLayout::kNHD;
+  EXPECT_NE(to_table(plan_paged_decode(nhd, cpu_target(4))).find("layout: NHD"), std::string::npos);
+  EXPECT_EQ(to_table(plan).find("layout: NHD"), std::string::npos);
+  EXPECT_EQ(to_table(plan_paged_decode(nhd, known_target("h200"))).find("layout: NHD"), std::string::npos);
   // The paged plan reads what the contiguous one does, plus the page table.
   const auto flat = plan_decode(p.as_decode(), cpu_target(4));
   EXPECT_EQ(plan.evidence.traffic.global_read_bytes, flat.evidence.traffic.global_read_bytes + 64ull * 2048 * 4);
