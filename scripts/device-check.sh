@@ -43,10 +43,10 @@ if want build; then
 fi
 TESTS=$BUILD/tests/attnkit_cuda_tests
 CLI=$BUILD/attnkit
-OURS="*DecodeCuda*:*FusedCuda*:*AppendCuda*"
+OURS="*DecodeCuda*:*FusedCuda*:*AppendCuda*:*ApplyRopeCuda*:*MergeStatesCuda*"
 
 if want tests; then
-  step "gpu tests (decode, append, fused)"
+  step "gpu tests (decode, append, fused, RoPE, merge)"
   timeout 300 $TESTS --gtest_filter="$OURS" > "$LOG/gpu_tests.log" 2>&1
   rc=$?; echo "decode/append/fused tests rc=$rc"; ((rc)) && status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$LOG/gpu_tests.log" | head -30
@@ -59,7 +59,7 @@ if want tests; then
 fi
 
 if want sanitize; then
-  SMALL="DecodeCudaSmall.*:Kinds/AppendCuda.*/bf16_d64_k:Styles/FusedCuda.*/interleaved_theta_f32_gqa4_d64"
+  SMALL="DecodeCudaSmall.*:Kinds/AppendCuda.*/bf16_d64_k:Styles/FusedCuda.*/interleaved_theta_f32_gqa4_d64:Kinds/ApplyRopeCuda.*/bf16_d256*:Shapes/MergeStatesCuda.*/s3_*"
   step "compute-sanitizer memcheck"
   timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $TESTS --gtest_filter="$SMALL" > "$LOG/memcheck.log" 2>&1
   rc=$?; echo "memcheck rc=$rc"; ((rc)) && status=1; grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/memcheck.log" | tail -4

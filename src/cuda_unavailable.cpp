@@ -18,5 +18,7 @@ void append_kv(const AppendTensors&, Stream) { unavailable("cuda::append_kv"); }
 void fused_rope_append_decode(const DecodePlan&, const FusedDecodeTensors&, const RopeSpec&, Workspace, Stream) {
   unavailable("cuda::fused_rope_append_decode");
 }
+void apply_rope(TensorView, TensorView, const RopeSpec&, Stream) { unavailable("cuda::apply_rope"); }
+void merge_states(const MergeTensors&, Stream) { unavailable("cuda::merge_states"); }
 
 }  // namespace attnkit::cuda

@@ -61,8 +61,10 @@ struct FusedDecodeTensors {
   TensorView lse;        // optional f32 [batch, num_heads]
 };
 
-// Partial softmax states of key splits: out_partial [splits, rows, head_dim] f32 normalised
-// per split, lse_partial [splits, rows] f32. Merged into out [rows, head_dim] and lse [rows].
+// Partial softmax states of key splits: out_partial [splits, rows, head_dim] (f32, f16 or bf16)
+// normalised per split, lse_partial [splits, rows] f32. Merged into out [rows, head_dim] and lse
+// [rows]. The splits are any key ranges attended apart: a shared prefix and a suffix (cascade
+// attention), shards of one cache, a decode's own key splits.
 struct MergeTensors {
   TensorView out_partial;
   TensorView lse_partial;

@@ -134,12 +134,16 @@ def append_kv(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, positions: Any
 
 def apply_rope(x: Any, positions: Any, *, style: str = "half", theta: float = 10000.0, cos_table: Any = None,
                sin_table: Any = None) -> Any:
-    """Rotary embedding in place on x [batch, heads, head_dim] at positions[b] (CPU arrays).
-    style 'half' (Llama/NeoX: pairs d, d + head_dim/2) or 'interleaved' (GPT-J). Optional f32
-    tables [positions, head_dim/2] replace theta. Returns x."""
+    """Rotary embedding in place on x [batch, heads, head_dim] at positions[b] (CPU or CUDA; packed
+    tokens [tokens, heads, head_dim] with a position per token work too). style 'half'
+    (Llama/NeoX: pairs d, d + head_dim/2) or 'interleaved' (GPT-J). Optional f32 tables
+    [positions, head_dim/2] on x's device replace theta. On CUDA the positions stay on the device
+    unchecked: a negative one, or one past the tables, fills its rows with NaN. Returns x."""
     _require_arrays("apply_rope", x=x)
+    _require_one_device("apply_rope", x=x, positions=positions, cos_table=cos_table, sin_table=sin_table)
     positions = _arrays.index_array(positions, x)
-    _native.apply_rope(_x(x), _x(positions), style, float(theta), _x(cos_table), _x(sin_table))
+    _native.apply_rope(_x(x), _x(positions), style, float(theta), _x(cos_table), _x(sin_table),
+                       _arrays.current_stream(x))
     return x
 
 
@@ -167,15 +171,17 @@ def fused_rope_append_decode(plan: Plan, q: Any, k_new: Any, v_new: Any, k_cache
 
 def merge_states(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any = None, *,
                  return_lse: bool = False) -> Any:
-    """Merge the partial states of key splits (CPU arrays): out_partial f32
-    [splits, rows, head_dim] (each normalised over its split) and lse_partial f32 [splits, rows]
-    into out [rows, head_dim] (f32 unless given) and lse [rows]."""
+    """Merge partial attention states over key ranges attended apart (key splits, a shared prefix
+    and each sequence's suffix as in cascade attention, shards), on the CPU or CUDA:
+    out_partial [splits, rows, head_dim] (f32, f16 or bf16, each normalised over its range) and
+    lse_partial f32 [splits, rows] into out [rows, head_dim] (f32 unless given) and lse [rows]."""
     _require_arrays("merge_states", out_partial=out_partial, lse_partial=lse_partial)
+    _require_one_device("merge_states", out_partial=out_partial, lse_partial=lse_partial, out=out, lse=lse)
     if out is None:
         out = _arrays.empty(out_partial, tuple(out_partial.shape[1:]), "f32")
     if lse is None and return_lse:
         lse = _arrays.empty(out_partial, tuple(out_partial.shape[1:2]), "f32")
-    _native.merge_states(_x(out_partial), _x(lse_partial), _x(out), _x(lse))
+    _native.merge_states(_x(out_partial), _x(lse_partial), _x(out), _x(lse), _arrays.current_stream(out_partial))
     return (out, lse) if lse is not None else out
 
 

@@ -122,18 +122,19 @@ void bind_runs(nb::module_& m) {
   m.def(
       "apply_rope",
       [](const OutArray& x, const InArray& positions, const std::string& style, float theta, const OptIn& cos_table,
-         const OptIn& sin_table) {
+         const OptIn& sin_table, std::uintptr_t stream) {
         const TensorView xv = view_of(x, "x");
         const TensorView pv = view_of(positions, "positions");
         const RopeSpec spec = rope_spec(style, theta, cos_table, sin_table);
-        if (on_cuda(xv))
-          fail("apply_rope", "x is a CUDA tensor and the CUDA backend has no stand-alone RoPE",
-               "use fused_rope_append_decode on CUDA, or apply RoPE to a CPU tensor");
         nb::gil_scoped_release release;
-        cpu::apply_rope(xv, pv, spec);
+        if (on_cuda(xv)) {
+          cuda::apply_rope(xv, pv, spec, stream_of(stream));
+        } else {
+          cpu::apply_rope(xv, pv, spec);
+        }
       },
       "x"_a, "positions"_a, "style"_a = "half", "theta"_a = 10000.0f, "cos_table"_a.none() = nb::none(),
-      "sin_table"_a.none() = nb::none());
+      "sin_table"_a.none() = nb::none(), "stream"_a = 0);
 
   m.def(
       "fused_rope_append_decode",
@@ -164,19 +165,21 @@ void bind_runs(nb::module_& m) {
 
   m.def(
       "merge_states",
-      [](const InArray& out_partial, const InArray& lse_partial, const OutArray& out, const OptOut& lse) {
+      [](const InArray& out_partial, const InArray& lse_partial, const OutArray& out, const OptOut& lse,
+         std::uintptr_t stream) {
         MergeTensors t;
         t.out_partial = view_of(out_partial, "out_partial");
         t.lse_partial = view_of(lse_partial, "lse_partial");
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
-        if (on_cuda(t.out))
-          fail("merge_states", "out is a CUDA tensor and the CUDA backend has no stand-alone merge",
-               "merge CPU tensors here (the CUDA kernels merge their own splits)");
         nb::gil_scoped_release release;
-        cpu::merge_states(t);
+        if (on_cuda(t.out)) {
+          cuda::merge_states(t, stream_of(stream));
+        } else {
+          cpu::merge_states(t);
+        }
       },
-      "out_partial"_a, "lse_partial"_a, "out"_a, "lse"_a.none() = nb::none());
+      "out_partial"_a, "lse_partial"_a, "out"_a, "lse"_a.none() = nb::none(), "stream"_a = 0);
 
   m.def(
       "advise_huge_pages",

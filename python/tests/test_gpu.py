@@ -4,6 +4,7 @@ Llama generating 64 greedy tokens with attnkit as with sdpa. Marked gpu; skipped
 without torch, a CUDA device, or an attnkit built with CUDA."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -109,6 +110,42 @@ def test_append_kv_on_cuda_is_exact(seed):
     attnkit.append_kv(k_cache, v_cache, k_new, v_new, positions)
     torch.cuda.synchronize()
     assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
+
+
+@pytest.mark.parametrize("style", ["half", "interleaved"])
+def test_apply_rope_on_cuda_matches_the_cpu(seed, style):
+    """Packed tokens [tokens, heads, head_dim] with a position per token, rotated on the GPU and on
+    the CPU (both rotate in float64 and round once)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(9, 4, 128, device="cuda", generator=g)
+    positions = torch.tensor([0, 1, 2, 7, 100, 4095, 65536, 3, 5], dtype=torch.int32, device="cuda")
+    expected = x.cpu().numpy().copy()
+    attnkit.apply_rope(expected, positions.cpu().numpy(), style=style, theta=500000.0)
+    got = attnkit.apply_rope(x, positions, style=style, theta=500000.0)
+    assert got is x
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(x.cpu().numpy(), expected, rtol=2e-6, atol=1e-6)
+
+
+def test_merge_states_on_cuda_joins_a_prefix_and_a_suffix(seed):
+    """Cascade attention: the queries attend a shared prefix and their own keys apart (bf16 outputs
+    with LSEs), and the merge equals attention over both."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(1, 8, 5, 64, device="cuda", generator=g).bfloat16()
+    k = torch.randn(1, 2, 700, 64, device="cuda", generator=g).bfloat16()
+    v = torch.randn(1, 2, 700, 64, device="cuda", generator=g).bfloat16()
+    parts, lses = [], []
+    for keys in (slice(0, 512), slice(512, 700)):
+        plan = attnkit.plan_prefill(batch=1, num_heads=8, kv_heads=2, head_dim=64, q_len=5,
+                                    kv_len=keys.stop - keys.start, causal=False, dtype="bf16", backend="cuda")
+        o, l = attnkit.prefill(plan, q, k[:, :, keys], v[:, :, keys], return_lse=True)
+        parts.append(o.reshape(40, 64))
+        lses.append(l.reshape(40))
+    out, lse = attnkit.merge_states(torch.stack(parts), torch.stack(lses), return_lse=True)
+    torch.cuda.synchronize()
+    expected = sdpa_f64(q, k, v, causal=False).reshape(40, 64)
+    check_close(out.cpu().numpy(), expected.cpu().numpy(), "bf16")
+    assert out.is_cuda and lse.is_cuda and lse.dtype == torch.float32
 
 
 def test_errors_on_cuda_carry_a_fix():

@@ -1,5 +1,5 @@
 // Merging the partial softmax states of key splits on the CPU (the log-sum-exp rule).
-// Inputs: out_partial f32 [splits, rows, head_dim], each split normalised over its own keys;
+// Inputs: out_partial [splits, rows, head_dim] (f32, f16 or bf16), each split normalised over its own keys;
 //   lse_partial f32 [splits, rows]. Output: out [rows, head_dim] (any storage dtype), lse [rows].
 // For a row: m = max over splits of lse_s; w_s = exp(lse_s - m); out = sum w_s out_s / sum w_s;
 //   lse = m + log(sum w_s). A split with lse = -inf saw no key and is skipped (its out is never
@@ -20,9 +20,8 @@ void merge_states(const MergeTensors& t) {
   validate_merge(t, DeviceKind::kCpu);
   const std::int64_t S = t.out_partial.shape[0], R = t.out_partial.shape[1], D = t.out_partial.shape[2];
   const float* lse_in = static_cast<const float*>(t.lse_partial.data);
-  const float* out_in = static_cast<const float*>(t.out_partial.data);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  std::vector<float> acc(static_cast<std::size_t>(D));
+  std::vector<float> acc(static_cast<std::size_t>(D)), part(static_cast<std::size_t>(D));
   for (std::int64_t r = 0; r < R; ++r) {
     auto split_lse = [&](std::int64_t s) { return lse_in[s * t.lse_partial.strides[0] + r * t.lse_partial.strides[1]]; };
     float max_lse = kNegInf;
@@ -36,7 +35,8 @@ void merge_states(const MergeTensors& t) {
         if (l == kNegInf) continue;
         const float w = std::exp(l - max_lse);
         total += w;
-        const float* part = out_in + s * t.out_partial.strides[0] + r * t.out_partial.strides[1];
+        detail::load_row(t.out_partial.data, t.out_partial.dtype, s * t.out_partial.strides[0] + r * t.out_partial.strides[1],
+                         D, part.data());
         for (std::int64_t d = 0; d < D; ++d) acc[d] += w * part[d];
       }
       const float inv = 1.0f / total;

@@ -143,8 +143,8 @@ TEST(MergeStates, SplitsEqualTheUnsplitGolden) {
   std::mt19937_64 rng(seed);
   HostTensor q(DType::kF32, {1, H, 1, D}), k(DType::kF32, {1, H, N, D}), v(DType::kF32, {1, H, N, D});
   fill_normal(q, rng), fill_normal(k, rng, 2.0f), fill_normal(v, rng);
-  HostTensor out_partial(DType::kF32, {splits, H, D}), lse_partial(DType::kF32, {splits, H});
-  poison(out_partial);  // the empty split's out stays NaN: it must not leak into the merge
+  std::vector<reference::Result> parts(static_cast<std::size_t>(splits));
+  HostTensor lse_partial(DType::kF32, {splits, H});
   for (std::int64_t s = 0; s < splits; ++s) {
     const std::int64_t n = bounds[s + 1] - bounds[s];
     for (std::int64_t h = 0; h < H; ++h) lse_partial.set(static_cast<std::size_t>(s * H + h), -INFINITY);
@@ -156,24 +156,34 @@ TEST(MergeStates, SplitsEqualTheUnsplitGolden) {
     t.k.data = k.bytes.data() + bounds[s] * D * 4;
     t.v.data = v.bytes.data() + bounds[s] * D * 4;
     t.k.shape[2] = t.v.shape[2] = n;
-    const reference::Result part = reference::prefill(prefill_problem(1, H, H, D, 1, n, false), t);
+    parts[static_cast<std::size_t>(s)] = reference::prefill(prefill_problem(1, H, H, D, 1, n, false), t);
     for (std::int64_t h = 0; h < H; ++h) {
-      lse_partial.set(static_cast<std::size_t>(s * H + h), static_cast<float>(part.lse[static_cast<std::size_t>(h)]));
-      for (std::int64_t d = 0; d < D; ++d) {
-        out_partial.set(static_cast<std::size_t>((s * H + h) * D + d),
-                        static_cast<float>(part.out[static_cast<std::size_t>(h * D + d)]));
-      }
+      lse_partial.set(static_cast<std::size_t>(s * H + h),
+                      static_cast<float>(parts[static_cast<std::size_t>(s)].lse[static_cast<std::size_t>(h)]));
     }
   }
   PrefillTensors whole;
   whole.q = q.view, whole.k = k.view, whole.v = v.view;
   const reference::Result golden = reference::prefill(prefill_problem(1, H, H, D, 1, N, false), whole);
-  for (DType out_dtype : {DType::kF32, DType::kBF16}) {
-    HostTensor out(out_dtype, {H, D}), lse(DType::kF32, {H});
-    poison(out), poison(lse);
-    cpu::merge_states({out_partial.view, lse_partial.view, out.view, lse.view});
-    expect_matches_golden(out, golden.out, out_dtype, "merge" + seed_note(seed));
-    expect_lse_matches(lse, golden.lse, "merge lse" + seed_note(seed));
+  // Partial outputs in every storage dtype (a cascade's partials are its attention calls' outputs).
+  for (DType partial_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    HostTensor out_partial(partial_dtype, {splits, H, D});
+    poison(out_partial);  // the empty split's out stays NaN: it must not leak into the merge
+    for (std::int64_t s = 0; s < splits; ++s) {
+      if (bounds[s + 1] == bounds[s]) continue;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(H * D); ++i) {
+        out_partial.set(static_cast<std::size_t>(s * H * D) + i, static_cast<float>(parts[static_cast<std::size_t>(s)].out[i]));
+      }
+    }
+    for (DType out_dtype : {DType::kF32, DType::kBF16}) {
+      HostTensor out(out_dtype, {H, D}), lse(DType::kF32, {H});
+      poison(out), poison(lse);
+      cpu::merge_states({out_partial.view, lse_partial.view, out.view, lse.view});
+      const DType loosest = out_dtype == DType::kBF16 ? DType::kBF16 : partial_dtype;
+      const std::string note = "merge of " + std::string(dtype_name(partial_dtype)) + " partials" + seed_note(seed);
+      expect_matches_golden(out, golden.out, loosest, note);
+      expect_lse_matches(lse, golden.lse, note + " lse");
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // Shared device helpers (decode and prefill): element conversions between the storage dtypes and
-// f32: writes of one element at a run-time dtype (out, written once per block), per-type traits
-// (q, read at its compile-time type), and one 16-byte vector at a compile-time type (the K/V stream).
+// f32: one element at a run-time dtype (out, written once per block; the stand-alone RoPE and
+// merge), per-type traits (q, read at its compile-time type), and one 16-byte vector at a
+// compile-time type (the K/V stream).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,6 +17,14 @@ __device__ __forceinline__ void store_from_f32(void* base, DType dtype, std::int
     case DType::kF16: static_cast<__half*>(base)[i] = __float2half_rn(x); break;
     case DType::kBF16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x); break;
     default: static_cast<float*>(base)[i] = x; break;
+  }
+}
+
+__device__ __forceinline__ float load_as_f32(const void* base, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::kF16: return __half2float(static_cast<const __half*>(base)[i]);
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
   }
 }
 

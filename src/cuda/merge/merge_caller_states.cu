@@ -1,0 +1,120 @@
+// Stand-alone merge of partial (output, LSE) states the caller holds: key ranges attended in
+// separate calls (a shared prefix and each sequence's suffix, as in cascade attention; shards of
+// one cache), merged by the log-sum-exp rule of cpu.hpp's merge_states.
+//
+// Inputs: out_partial [splits, rows, head_dim] in f32, f16 or bf16, each split normalised over its
+//   own keys; lse_partial f32 [splits, rows] (natural log). Output: out [rows, head_dim] (any
+//   storage dtype) and optionally lse [rows]. A split with lse -inf saw no key and is skipped (its
+//   output is never read); a row whose splits are all -inf gets zeros and -inf.
+// Parallelism: one warp per row (grid-stride), lanes over head_dim in chunks of 128 values; the
+//   split count is unbounded (the weights are recomputed per chunk, not stored).
+// Bound: memory (each partial read once).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "attnkit/cuda.hpp"
+#include "attnkit/validate.hpp"
+#include "cuda/common/convert.cuh"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_pointer.hpp"
+
+namespace attnkit::cuda {
+namespace {
+
+struct MergeParams {
+  const void* out_partial = nullptr;
+  DType partial_dtype = DType::kF32;
+  const float* lse_partial = nullptr;
+  void* out = nullptr;
+  DType out_dtype = DType::kF32;
+  float* lse = nullptr;
+  std::int64_t rows = 0;
+  int splits = 0, head_dim = 0;
+  std::int64_t partial_s = 0, partial_r = 0, lse_s = 0, lse_r = 0, out_r = 0, lse_out_r = 0;
+};
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kPerLane = 4;  // values of a row per lane per chunk
+
+__device__ float warp_max(float x) {
+  for (int off = 16; off >= 1; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+__device__ float warp_sum(float x) {
+  for (int off = 16; off >= 1; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_caller_states_kernel(const __grid_constant__ MergeParams p) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(kWarpsPerBlock) + threadIdx.x / 32; row < p.rows;
+       row += warps) {
+    const float* lse_row = p.lse_partial + row * p.lse_r;
+    float max_lse = -INFINITY;
+    for (int s = lane; s < p.splits; s += 32) max_lse = fmaxf(max_lse, lse_row[s * p.lse_s]);
+    max_lse = warp_max(max_lse);
+    float total = 0.0f;
+    if (max_lse != -INFINITY) {
+      for (int s = lane; s < p.splits; s += 32) {
+        const float l = lse_row[s * p.lse_s];
+        if (l != -INFINITY) total += expf(l - max_lse);
+      }
+    }
+    total = warp_sum(total);
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // 0 when no split saw a key: zeros out
+
+    for (int d0 = 0; d0 < p.head_dim; d0 += 32 * kPerLane) {
+      float acc[kPerLane] = {};
+      for (int s = 0; s < p.splits && total > 0.0f; ++s) {
+        const float l = lse_row[s * p.lse_s];  // the same for every lane: one broadcast load
+        if (l == -INFINITY) continue;
+        const float w = expf(l - max_lse);
+        const std::int64_t base = s * p.partial_s + row * p.partial_r;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          const int d = d0 + lane + 32 * j;
+          if (d < p.head_dim) acc[j] = fmaf(w, cuda_common::load_as_f32(p.out_partial, p.partial_dtype, base + d), acc[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int d = d0 + lane + 32 * j;
+        if (d < p.head_dim) cuda_common::store_from_f32(p.out, p.out_dtype, row * p.out_r + d, acc[j] * inv);
+      }
+    }
+    if (lane == 0 && p.lse != nullptr) p.lse[row * p.lse_out_r] = total > 0.0f ? max_lse + logf(total) : -INFINITY;
+  }
+}
+
+}  // namespace
+
+void merge_states(const MergeTensors& t, Stream stream) {
+  const char* ctx = "cuda::merge_states";
+  validate_merge(t, DeviceKind::kCuda);
+  for (auto [view, name] : {std::pair{&t.out_partial, "out_partial"}, {&t.lse_partial, "lse_partial"}, {&t.out, "out"},
+                            {&t.lse, "lse"}}) {
+    cuda_common::require_device_memory(*view, ctx, name);
+  }
+  MergeParams p;
+  p.out_partial = t.out_partial.data;
+  p.partial_dtype = t.out_partial.dtype;
+  p.lse_partial = t.lse_partial.as<const float>();
+  p.out = t.out.data;
+  p.out_dtype = t.out.dtype;
+  p.lse = t.lse.empty() ? nullptr : static_cast<float*>(t.lse.data);
+  p.splits = static_cast<int>(t.out_partial.shape[0]);
+  p.rows = t.out_partial.shape[1];
+  p.head_dim = static_cast<int>(t.out_partial.shape[2]);
+  p.partial_s = t.out_partial.strides[0], p.partial_r = t.out_partial.strides[1];
+  p.lse_s = t.lse_partial.strides[0], p.lse_r = t.lse_partial.strides[1];
+  p.out_r = t.out.strides[0];
+  p.lse_out_r = t.lse.empty() ? 0 : t.lse.strides[0];
+  const std::int64_t blocks = std::min<std::int64_t>((p.rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 16);
+  merge_caller_states_kernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0,
+                               static_cast<cudaStream_t>(stream)>>>(p);
+  cuda_common::check_launch(ctx, "merge_caller_states_kernel");
+}
+
+}  // namespace attnkit::cuda
