@@ -84,7 +84,7 @@ void check_rope(CheckContext& ctx, DType dtype, RopeStyle style, bool tables) {
     fill_positions(positions, max_position, ctx.rng);
     RopeSpec spec;
     spec.style = style;
-    std::vector<float> cos_table, sin_table;
+    HostTensor cos_table(DType::kF32, {max_position, head_dim / 2}), sin_table(DType::kF32, {max_position, head_dim / 2});
     if (tables) {
       // Tables of an unusual base (500000, Llama 3's), built in float64 then rounded to f32.
       const double theta = 500000.0;
@@ -92,12 +92,12 @@ void check_rope(CheckContext& ctx, DType dtype, RopeStyle style, bool tables) {
       for (std::int64_t pos = 0; pos < max_position; ++pos) {
         for (std::int64_t i = 0; i < head_dim / 2; ++i) {
           const double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * i / head_dim);
-          cos_table.push_back(static_cast<float>(std::cos(angle)));
-          sin_table.push_back(static_cast<float>(std::sin(angle)));
+          cos_table.set(static_cast<std::size_t>(pos * head_dim / 2 + i), static_cast<float>(std::cos(angle)));
+          sin_table.set(static_cast<std::size_t>(pos * head_dim / 2 + i), static_cast<float>(std::sin(angle)));
         }
       }
-      spec.cos_table = cos_table.data();
-      spec.sin_table = sin_table.data();
+      spec.cos_table = cos_table.view.as<const float>();
+      spec.sin_table = sin_table.view.as<const float>();
       spec.table_positions = max_position;
     }
     std::vector<double> golden(x.numel());
@@ -110,21 +110,33 @@ void check_rope(CheckContext& ctx, DType dtype, RopeStyle style, bool tables) {
         for (std::int64_t d = 0; d < head_dim; ++d) golden[base + d] = row_values[d];
       }
     }
-    cpu::apply_rope(x.view, positions.view, spec);
+    Staging stage(ctx.cuda);
+    const TensorView xv = stage.put(x), pv = stage.put(positions);
+    if (ctx.cuda) {
+      RopeSpec on_device = spec;
+      if (tables) {
+        on_device.cos_table = stage.put(cos_table).as<const float>();
+        on_device.sin_table = stage.put(sin_table).as<const float>();
+      }
+      cuda::apply_rope(xv, pv, on_device);
+    } else {
+      cpu::apply_rope(xv, pv, spec);
+    }
+    stage.take_back();
     judge(r, testing::compare(x, golden), tolerance_for(dtype, dtype));
   });
 }
 
-// Split states of `splits` partial rows; some splits saw no key (LSE -inf, zero output), and the
-// last row saw none at all (merged output zeros, LSE -inf).
-void check_merge(CheckContext& ctx, DType out_dtype) {
+// Split states of `splits` partial rows; some splits saw no key (LSE -inf, NaN output that must not
+// be read), and the last row saw none at all (merged output zeros, LSE -inf).
+void check_merge(CheckContext& ctx, DType partial_dtype, DType out_dtype) {
   const std::int64_t splits = 5, rows = 37, head_dim = 128;
   CheckRow row;
   row.kernel = "merge-states";
   row.shape = "splits5 rows37 d128";
-  row.dtype = dtype_pair(DType::kF32, out_dtype);
+  row.dtype = dtype_pair(partial_dtype, out_dtype);
   guarded(ctx, row, [&](CheckRow& r) {
-    HostTensor out_partial(DType::kF32, {splits, rows, head_dim});
+    HostTensor out_partial(partial_dtype, {splits, rows, head_dim});
     HostTensor lse_partial(DType::kF32, {splits, rows});
     HostTensor out(out_dtype, {rows, head_dim});
     HostTensor lse(DType::kF32, {rows});
@@ -133,7 +145,9 @@ void check_merge(CheckContext& ctx, DType out_dtype) {
     constexpr float kNoKey = -std::numeric_limits<float>::infinity();
     auto empty_split = [&](std::int64_t s, std::int64_t rw) {
       lse_partial.set(static_cast<std::size_t>(s * rows + rw), kNoKey);
-      for (std::int64_t d = 0; d < head_dim; ++d) out_partial.set(static_cast<std::size_t>((s * rows + rw) * head_dim + d), 0.0f);
+      for (std::int64_t d = 0; d < head_dim; ++d) {
+        out_partial.set(static_cast<std::size_t>((s * rows + rw) * head_dim + d), std::numeric_limits<float>::quiet_NaN());
+      }
     };
     for (std::int64_t rw = 0; rw < rows; rw += 3) empty_split(rw % splits, rw);
     for (std::int64_t s = 0; s < splits; ++s) empty_split(s, rows - 1);
@@ -149,6 +163,7 @@ void check_merge(CheckContext& ctx, DType out_dtype) {
       }
       double sum = 0;
       for (std::int64_t s = 0; s < splits; ++s) {
+        if (std::isinf(lse_partial.get(s * rows + rw))) continue;  // no key: its output is never read
         const double w = std::exp(static_cast<double>(lse_partial.get(s * rows + rw)) - m);
         sum += w;
         for (std::int64_t d = 0; d < head_dim; ++d) {
@@ -158,9 +173,15 @@ void check_merge(CheckContext& ctx, DType out_dtype) {
       for (std::int64_t d = 0; d < head_dim; ++d) golden_out[rw * head_dim + d] /= sum;
       golden_lse[rw] = m + std::log(sum);
     }
-    MergeTensors t{out_partial.view, lse_partial.view, out.view, lse.view};
-    cpu::merge_states(t);
-    judge(r, testing::compare(out, golden_out), tolerance_for(DType::kF32, out_dtype));
+    Staging stage(ctx.cuda);
+    const MergeTensors t{stage.put(out_partial), stage.put(lse_partial), stage.put(out), stage.put(lse)};
+    if (ctx.cuda) {
+      cuda::merge_states(t);
+    } else {
+      cpu::merge_states(t);
+    }
+    stage.take_back();
+    judge(r, testing::compare(out, golden_out), tolerance_for(partial_dtype, out_dtype));
     const std::string lse_problem = check_lse(lse, golden_lse, tolerance_for(DType::kF32, DType::kF32).rel);
     if (!lse_problem.empty()) {
       r.status = Status::kFail;
@@ -180,13 +201,15 @@ void check_kv(CheckContext& ctx) {
       check_append(ctx, dtype, false, true);
     }
   }
-  if (ctx.cuda) return;  // RoPE alone and merge are CPU entry points (the GPU fuses them)
   for (DType dtype : storage_dtypes(ctx)) {
     for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) check_rope(ctx, dtype, style, false);
   }
   if (wants_dtype(ctx, DType::kF32)) check_rope(ctx, DType::kF32, RopeStyle::kHalf, true);
-  if (wants_dtype(ctx, DType::kF32)) check_merge(ctx, DType::kF32);
-  if (wants_dtype(ctx, DType::kBF16)) check_merge(ctx, DType::kBF16);
+  if (wants_dtype(ctx, DType::kF32)) check_merge(ctx, DType::kF32, DType::kF32);
+  if (wants_dtype(ctx, DType::kBF16)) {
+    check_merge(ctx, DType::kF32, DType::kBF16);
+    check_merge(ctx, DType::kBF16, DType::kBF16);  // a cascade's partials: its attention calls' outputs
+  }
 }
 
 }  // namespace attnkit::cli
