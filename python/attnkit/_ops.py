@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _arrays
+from . import _arrays, _compile
 from . import _attnkit as _native
 from ._plan import Plan
 
@@ -62,6 +62,13 @@ def _require_one_device(context: str, **tensors: Any) -> None:
                 return d[0] if d[0] == "cpu" else f"{d[0]}:{d[1]}"
             raise _native.Error(f"{context}: {name} is on {text(where)} but {first_name} is on {text(first)}. "
                                 "Fix: put every tensor of one call on the same device")
+
+
+def _as_torch_index(index: Any, like: Any) -> Any:
+    """An int32 tensor on like's device (a list or tensor of positions), for the custom operators."""
+    import torch
+
+    return torch.as_tensor(index, dtype=torch.int32, device=like.device)
 
 
 def _x(a: Any) -> Any:
@@ -127,6 +134,9 @@ def append_kv(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, positions: Any
     like = k_new if k_new is not None else v_new
     if like is None:
         raise _native.Error("append_kv: neither k_new nor v_new was given. Fix: pass at least one of them")
+    if _compile.tracing(like) and k_new is not None and v_new is not None:
+        _compile.ops().append_kv_(k_cache, v_cache, k_new, v_new, _as_torch_index(positions, like))
+        return
     _require_one_device("append_kv", k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, positions=positions)
     positions = _arrays.index_array(positions, like)
     _native.append_kv(_x(k_new), _x(v_new), _x(k_cache), _x(v_cache), _x(positions), _arrays.current_stream(like))
@@ -139,6 +149,9 @@ def apply_rope(x: Any, positions: Any, *, style: str = "half", theta: float = 10
     (Llama/NeoX: pairs d, d + head_dim/2) or 'interleaved' (GPT-J). Optional f32 tables
     [positions, head_dim/2] on x's device replace theta. On CUDA the positions stay on the device
     unchecked: a negative one, or one past the tables, fills its rows with NaN. Returns x."""
+    if _compile.tracing(x):
+        _compile.ops().apply_rope_(x, _as_torch_index(positions, x), style, float(theta), cos_table, sin_table)
+        return x
     _require_arrays("apply_rope", x=x)
     _require_one_device("apply_rope", x=x, positions=positions, cos_table=cos_table, sin_table=sin_table)
     positions = _arrays.index_array(positions, x)
@@ -175,6 +188,9 @@ def merge_states(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any =
     and each sequence's suffix as in cascade attention, shards), on the CPU or CUDA:
     out_partial [splits, rows, head_dim] (f32, f16 or bf16, each normalised over its range) and
     lse_partial f32 [splits, rows] into out [rows, head_dim] (f32 unless given) and lse [rows]."""
+    if _compile.tracing(out_partial) and out is None and lse is None:
+        merged, merged_lse = _compile.ops().merge_states(out_partial, lse_partial)
+        return (merged, merged_lse) if return_lse else merged
     _require_arrays("merge_states", out_partial=out_partial, lse_partial=lse_partial)
     _require_one_device("merge_states", out_partial=out_partial, lse_partial=lse_partial, out=out, lse=lse)
     if out is None:

@@ -8,7 +8,7 @@ import collections
 import threading
 from typing import Any, Optional
 
-from . import _arrays
+from . import _arrays, _compile
 from . import _attnkit as _native
 from ._ops import decode, prefill
 from ._plan import Plan, plan_decode, plan_prefill
@@ -52,7 +52,16 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
     valid keys, k and v being caches of kv_len slots. scale None means 1/sqrt(head_dim).
     `out` may be any strided view of shape [batch, heads, q_len, head_dim] with head_dim
     contiguous (e.g. a [batch, q_len, heads, head_dim] buffer transposed): it is written in place.
-    Returns out."""
+    Returns out.
+
+    Inside torch.compile, torch tensors go through the custom operators attnkit::sdpa (out None)
+    and attnkit::sdpa_out (torch_ops.py), so the graph does not break here."""
+    if _compile.tracing(q) and family is None and threads == 0 and out_dtype is None:
+        scale_arg = 0.0 if scale is None else float(scale)
+        if out is None:
+            return _compile.ops().sdpa(q, k, v, lengths, bool(causal), scale_arg, int(window), float(softcap), False)
+        _compile.ops().sdpa_out(q, k, v, lengths, out, bool(causal), scale_arg, int(window), float(softcap))
+        return out
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         raise _native.Error(f"sdpa: q, k and v must be rank 4 [batch, heads, seq, head_dim], got "
                             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}. Fix: reshape to BHSD")

@@ -148,6 +148,45 @@ def test_merge_states_on_cuda_joins_a_prefix_and_a_suffix(seed):
     assert out.is_cuda and lse.is_cuda and lse.dtype == torch.float32
 
 
+def test_a_compiled_decode_step_replays_in_a_cuda_graph(seed):
+    """append_kv and attnkit.sdpa (decode against per-sequence lengths) inside
+    torch.compile(fullgraph=True) on CUDA tensors, captured in a CUDA graph after a warm-up and
+    replayed with new inputs: the caches gain the new rows and the output matches float64."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k_cache = torch.randn(3, 2, 96, 64, device="cuda", generator=g).bfloat16()
+    v_cache = torch.randn(3, 2, 96, 64, device="cuda", generator=g).bfloat16()
+
+    def step(q, k_new, v_new, positions):
+        attnkit.append_kv(k_cache, v_cache, k_new, v_new, positions)
+        return attnkit.sdpa(q[:, :, None], k_cache, v_cache, lengths=positions + 1)[:, :, 0]
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    q = torch.randn(3, 8, 64, device="cuda", generator=g).bfloat16()
+    k_new = torch.randn(3, 2, 64, device="cuda", generator=g).bfloat16()
+    v_new = torch.randn(3, 2, 64, device="cuda", generator=g).bfloat16()
+    positions = torch.tensor([5, 0, 60], dtype=torch.int32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: compile, plan, workspaces
+        for _ in range(2):
+            compiled(q, k_new, v_new, positions)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = compiled(q, k_new, v_new, positions)
+
+    q.copy_(torch.randn(3, 8, 64, device="cuda", generator=g))
+    k_new.copy_(torch.randn(3, 2, 64, device="cuda", generator=g))
+    v_new.copy_(torch.randn(3, 2, 64, device="cuda", generator=g))
+    positions.copy_(torch.tensor([95, 17, 1], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    for b, p in enumerate(positions.tolist()):
+        assert torch.equal(k_cache[b, :, p], k_new[b]) and torch.equal(v_cache[b, :, p], v_new[b])
+    expected = sdpa_f64(q[:, :, None], k_cache, v_cache, causal=False, lengths=positions + 1)[:, :, 0]
+    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), "bf16")
+
+
 def test_errors_on_cuda_carry_a_fix():
     plan = attnkit.plan_decode(batch=1, num_heads=4, kv_heads=2, head_dim=64, max_seq=16, kv_dtype="bf16")  # CPU plan
     q = torch.zeros(1, 4, 64, dtype=torch.bfloat16, device="cuda")

@@ -1,0 +1,101 @@
+"""attnkit's calls as PyTorch custom operators (torch.library), so that torch.compile, fullgraph
+included, sees one opaque node per call instead of breaking the graph at the native call, and a
+compiled model can be captured in a CUDA graph.
+
+    import attnkit.torch_ops          # registers torch.ops.attnkit.* (done by attnkit.sdpa & co.
+                                      # on their first call inside torch.compile)
+    torch.ops.attnkit.sdpa(q, k, v, None, True, 0.0, 0, 0.0, False)   # [batch, heads, q_len, head_dim]
+
+You rarely call these directly: attnkit.sdpa, apply_rope, append_kv and merge_states on torch
+tensors take this path by themselves while torch.compile traces them (and the transformers
+backend runs through attnkit.sdpa). Each operator's fake implementation gives the output's shape,
+dtype and strides without running anything; the real one runs attnkit's kernels on the tensors'
+device and torch's current stream. Plans are made on first sight of a shape and cached
+(attnkit.clear_plan_cache), so warm a shape up before capturing it in a CUDA graph.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _ops, _sdpa
+
+_LIB = "attnkit"
+
+
+def _sdpa_out_shape(q: torch.Tensor, seq_major: bool) -> torch.Tensor:
+    batch, heads, q_len, head_dim = q.shape
+    if seq_major:  # [batch, q_len, heads, head_dim] memory, returned as its BHSD view
+        return q.new_empty((batch, q_len, heads, head_dim)).transpose(1, 2)
+    return q.new_empty((batch, heads, q_len, head_dim))
+
+
+@torch.library.custom_op(f"{_LIB}::sdpa", mutates_args=(), device_types=("cpu", "cuda"))
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Optional[torch.Tensor], causal: bool,
+         scale: float, window: int, softcap: float, seq_major: bool) -> torch.Tensor:
+    """attnkit.sdpa out of place: q [batch, heads, q_len, head_dim], k and v [batch, kv_heads,
+    kv_len, head_dim]; scale 0 means 1/sqrt(head_dim). Returns [batch, heads, q_len, head_dim],
+    laid out [batch, q_len, heads, head_dim] in memory when seq_major (the layout models read)."""
+    out = _sdpa_out_shape(q, seq_major)
+    _sdpa.sdpa(q, k, v, causal=causal, scale=scale or None, window=window, softcap=softcap, lengths=lengths,
+               out=out)
+    return out
+
+
+@sdpa.register_fake
+def _(q, k, v, lengths, causal, scale, window, softcap, seq_major):
+    return _sdpa_out_shape(q, seq_major)
+
+
+@torch.library.custom_op(f"{_LIB}::sdpa_out", mutates_args=("out",), device_types=("cpu", "cuda"))
+def sdpa_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Optional[torch.Tensor], out: torch.Tensor,
+             causal: bool, scale: float, window: int, softcap: float) -> None:
+    """attnkit.sdpa into `out` (any strided [batch, heads, q_len, head_dim] view, head_dim contiguous)."""
+    _sdpa.sdpa(q, k, v, causal=causal, scale=scale or None, window=window, softcap=softcap, lengths=lengths,
+               out=out)
+
+
+@sdpa_out.register_fake
+def _(q, k, v, lengths, out, causal, scale, window, softcap):
+    return None
+
+
+@torch.library.custom_op(f"{_LIB}::apply_rope_", mutates_args=("x",), device_types=("cpu", "cuda"))
+def apply_rope_(x: torch.Tensor, positions: torch.Tensor, style: str, theta: float,
+                cos_table: Optional[torch.Tensor], sin_table: Optional[torch.Tensor]) -> None:
+    """attnkit.apply_rope: x [batch, heads, head_dim] rotated in place at positions[b]."""
+    _ops.apply_rope(x, positions, style=style, theta=theta, cos_table=cos_table, sin_table=sin_table)
+
+
+@apply_rope_.register_fake
+def _(x, positions, style, theta, cos_table, sin_table):
+    return None
+
+
+@torch.library.custom_op(f"{_LIB}::append_kv_", mutates_args=("k_cache", "v_cache"), device_types=("cpu", "cuda"))
+def append_kv_(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+               positions: torch.Tensor) -> None:
+    """attnkit.append_kv with both K and V: one token's rows per sequence written at positions[b]."""
+    _ops.append_kv(k_cache, v_cache, k_new, v_new, positions)
+
+
+@append_kv_.register_fake
+def _(k_cache, v_cache, k_new, v_new, positions):
+    return None
+
+
+@torch.library.custom_op(f"{_LIB}::merge_states", mutates_args=(), device_types=("cpu", "cuda"))
+def merge_states(out_partial: torch.Tensor, lse_partial: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.merge_states: partial states [splits, rows, head_dim] and LSEs [splits, rows] merged
+    into (out f32 [rows, head_dim], lse f32 [rows])."""
+    out = out_partial.new_empty(out_partial.shape[1:], dtype=torch.float32)
+    lse = out_partial.new_empty(out_partial.shape[1:2], dtype=torch.float32)
+    _ops.merge_states(out_partial, lse_partial, out, lse)
+    return out, lse
+
+
+@merge_states.register_fake
+def _(out_partial, lse_partial):
+    return (out_partial.new_empty(out_partial.shape[1:], dtype=torch.float32),
+            out_partial.new_empty(out_partial.shape[1:2], dtype=torch.float32))
