@@ -1,10 +1,9 @@
 // CUDA prefill partition rules (seed 004's planner, for the GPU).
 //
-// Family kWarpSpecializedWgmma (src/cuda/prefill_hopper/): the planner's first choice on a Hopper
-// target (sm_90) for f16/bf16 inputs at the head dims of cuda_prefill_hopper::kHopperConfigs
-// without a soft-cap, unless the tiled family below would split keys (too few query tiles to fill
-// the GPU) and the Hopper kernel's own units would fill under a fifth of its waves (decode-like
-// shapes: it does not split keys). One persistent block per SM
+// Family kWarpSpecializedWgmma (src/cuda/prefill_hopper/): the planner's choice on a Hopper target
+// (sm_90) for f16/bf16 inputs at the head dims of cuda_prefill_hopper::kHopperConfigs, without a
+// soft-cap, with the output in the inputs' dtype or f32, whatever the shape (short queries against
+// long keys split keys inside the Hopper kernel, or pack a GQA group's heads). One persistent block per SM
 // walks (query tile of 128 rows, head, sequence) work tiles, longest first (causal: in pairs of equal
 // total work). e4m3 inputs plan only this family (kHopperFp8Configs), with V^T staged in the
 // workspace; anything it cannot run is an error, since no other family has an fp8 kernel.
