@@ -71,6 +71,10 @@ def _as_torch_index(index: Any, like: Any) -> Any:
     return torch.as_tensor(index, dtype=torch.int32, device=like.device)
 
 
+def _maybe_torch_index(index: Any, like: Any) -> Any:
+    return None if index is None else _as_torch_index(index, like)
+
+
 def _x(a: Any) -> Any:
     return _arrays.exported(a)
 
@@ -81,6 +85,9 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
     [batch, kv_heads, max_seq, head_dim]; lengths int32 [batch] (or a list / an int), the valid
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given)."""
+    if _compile.tracing(q) and out is None and lse is None:
+        o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse)
+        return (o, l) if return_lse else o
     _require_plan(plan, "decode", "decode")
     _require_arrays("decode", q=q, k_cache=k_cache, v_cache=v_cache)
     _require_one_device("decode", q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=out, lse=lse)
@@ -109,6 +116,11 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     their per-tensor dequantization scales: the real value of a stored element x is x * scale
     (a quantizer that divided by s passes s). Scales must be finite and > 0, and stay 1.0 for
     f32/f16/bf16 inputs. out is f32, f16 or bf16 (the plan's out_dtype, bf16 by default)."""
+    if _compile.tracing(q) and out is None and lse is None:
+        o, l = _compile.ops().prefill(plan.number, q, k, v, _maybe_torch_index(cu_seqlens_q, q),
+                                      _maybe_torch_index(cu_seqlens_k, q), return_lse, float(q_scale), float(k_scale),
+                                      float(v_scale))
+        return (o, l) if return_lse else o
     _require_plan(plan, "prefill", "prefill")
     _require_arrays("prefill", q=q, k=k, v=v)
     _require_one_device("prefill", q=q, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
@@ -166,6 +178,11 @@ def fused_rope_append_decode(plan: Plan, q: Any, k_new: Any, v_new: Any, k_cache
                              return_lse: bool = False) -> Any:
     """Seed 000's fused step: RoPE on q and k_new (both un-rotated on input), append the rotated
     k_new and v_new at positions[b], attend over positions[b] + 1 keys. Returns out (and lse)."""
+    if _compile.tracing(q) and out is None and lse is None:
+        o, l = _compile.ops().fused_rope_append_decode(plan.number, q, k_new, v_new, k_cache, v_cache,
+                                                       _as_torch_index(positions, q), style, float(theta), cos_table,
+                                                       sin_table, return_lse)
+        return (o, l) if return_lse else o
     _require_plan(plan, "decode", "fused_rope_append_decode")
     _require_arrays("fused_rope_append_decode", q=q, k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache)
     _require_one_device("fused_rope_append_decode", q=q, k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache,
@@ -232,6 +249,10 @@ def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any
     list), each sequence's keys. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given)."""
     context = "paged_decode"
+    if _compile.tracing(q) and out is None and lse is None:
+        o, l = _compile.ops().paged_decode(plan.number, q, k_pages, v_pages, page_table, _as_torch_index(lengths, q),
+                                           return_lse)
+        return (o, l) if return_lse else o
     _require_plan(plan, "paged_decode", context)
     _require_arrays(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table)
     _require_one_device(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table, lengths=lengths,
@@ -256,6 +277,10 @@ def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, pa
     aligned. Returns out shaped like q (and lse f32 [rows, num_heads]); rows past
     cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there)."""
     context = "extend"
+    if _compile.tracing(q) and out is None and lse is None:
+        o, l = _compile.ops().extend(plan.number, q, _as_torch_index(cu_seqlens_q, q), k_pages, v_pages, page_table,
+                                     _as_torch_index(lengths, q), return_lse)
+        return (o, l) if return_lse else o
     _require_plan(plan, "extend", context)
     _require_arrays(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table)
     _require_one_device(context, q=q, cu_seqlens_q=cu_seqlens_q, k_pages=k_pages, v_pages=v_pages,
@@ -285,6 +310,13 @@ def paged_append_kv(k_pages: Any, v_pages: Any, k_new: Any, v_new: Any, page_tab
     rows = k_new if k_new is not None else v_new
     if rows is None:
         raise _native.Error(f"{context}: neither k_new nor v_new was given. Fix: pass at least one of them")
+    if _compile.tracing(rows) and k_new is not None and v_new is not None:
+        is_plan = isinstance(layout, Plan)
+        _compile.ops().paged_append_kv_(k_pages, v_pages, k_new, v_new, page_table,
+                                        _as_torch_index(start_positions, rows),
+                                        _maybe_torch_index(cu_seqlens_new, rows), "" if is_plan else str(layout),
+                                        layout.number if is_plan else -1)
+        return
     pool = k_pages if k_new is not None else v_pages
     _require_arrays(context, **({"k_new": k_new, "k_pages": k_pages} if k_new is not None else {}),
                     **({"v_new": v_new, "v_pages": v_pages} if v_new is not None else {}), page_table=page_table)

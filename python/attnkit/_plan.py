@@ -3,14 +3,27 @@ plan_paged_decode / plan_extend (paged caches) return a Plan, which prints as th
 table, converts to a dict or JSON, and owns the workspace its runs need."""
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import weakref
 from typing import Any, Optional, Union
 
 from . import _arrays
 from . import _attnkit as _native
 
 TargetLike = Union[None, str, "_native.Target"]
+
+# Every live plan by a number of its own: torch custom operators (torch_ops.py) take plans as this
+# number, since an operator's arguments are tensors and scalars. Weak: a plan lives as long as its
+# owner keeps it.
+_plan_numbers = itertools.count()
+_live_plans: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
+
+
+def plan_by_number(number: int) -> Optional["Plan"]:
+    """The live plan with this number (Plan.number), or None once it was freed."""
+    return _live_plans.get(number)
 
 _KINDS = {_native.DecodePlan: "decode", _native.PrefillPlan: "prefill", _native.PagedDecodePlan: "paged_decode",
           _native.ExtendPlan: "extend"}
@@ -30,6 +43,8 @@ class Plan:
         self._lock = threading.Lock()
         problem = json.loads(native.to_json())["problem"]
         self.out_dtype: str = problem["out_dtype"]  # read on every run, so kept parsed
+        self.number: int = next(_plan_numbers)  # how torch custom operators name it
+        _live_plans[self.number] = self
 
     @property
     def kind(self) -> str:

@@ -6,9 +6,10 @@ compiled model can be captured in a CUDA graph.
                                       # on their first call inside torch.compile)
     torch.ops.attnkit.sdpa(q, k, v, None, True, 0.0, 0, 0.0, False)   # [batch, heads, q_len, head_dim]
 
-You rarely call these directly: attnkit.sdpa, apply_rope, append_kv and merge_states on torch
+You rarely call these directly: attnkit's run functions (sdpa, decode, prefill, paged_decode,
+extend, fused_rope_append_decode, paged_append_kv, append_kv, apply_rope, merge_states) on torch
 tensors take this path by themselves while torch.compile traces them (and the transformers
-backend runs through attnkit.sdpa). Each operator's fake implementation gives the output's shape,
+backend runs through attnkit.sdpa); docs/python.md says which arguments keep a call eager. Each operator's fake implementation gives the output's shape,
 dtype and strides without running anything; the real one runs attnkit's kernels on the tensors'
 device and torch's current stream. Plans are made on first sight of a shape and cached
 (attnkit.clear_plan_cache), so warm a shape up before capturing it in a CUDA graph.
@@ -19,7 +20,9 @@ from typing import Optional
 
 import torch
 
-from . import _ops, _sdpa
+from . import _arrays, _ops, _sdpa
+from . import _attnkit as _native
+from . import _plan as _plan_mod
 
 _LIB = "attnkit"
 
@@ -99,3 +102,117 @@ def merge_states(out_partial: torch.Tensor, lse_partial: torch.Tensor) -> tuple[
 def _(out_partial, lse_partial):
     return (out_partial.new_empty(out_partial.shape[1:], dtype=torch.float32),
             out_partial.new_empty(out_partial.shape[1:2], dtype=torch.float32))
+
+
+# ---------------------------------------------------------------- calls that take a plan
+# A plan enters an operator as its number (Plan.number); the operator looks it up among the live
+# plans, so keep every plan alive while compiled code that uses it can run. Each of these returns
+# (out, lse), lse being empty (shape [0]) unless return_lse.
+
+def _plan(number: int):
+    plan = _plan_mod.plan_by_number(number)
+    if plan is None:
+        raise _native.Error(f"attnkit: compiled code refers to plan number {number}, which was freed. Fix: keep "
+                            "every Plan alive while compiled code that uses it can run")
+    return plan
+
+
+def _outputs(plan_number: int, q: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out = q.new_empty(q.shape, dtype=_arrays._torch_dtype(_plan(plan_number).out_dtype))
+    lse = q.new_empty(tuple(q.shape[:-1]) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op(f"{_LIB}::decode", mutates_args=(), device_types=("cpu", "cuda"))
+def decode(plan: int, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
+           return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.decode(plan, q, k_cache, v_cache, lengths)."""
+    out, lse = _outputs(plan, q, return_lse)
+    _ops.decode(_plan(plan), q, k_cache, v_cache, lengths, out=out, lse=lse if return_lse else None)
+    return out, lse
+
+
+@decode.register_fake
+def _(plan, q, k_cache, v_cache, lengths, return_lse):
+    return _outputs(plan, q, return_lse)
+
+
+@torch.library.custom_op(f"{_LIB}::prefill", mutates_args=(), device_types=("cpu", "cuda"))
+def prefill(plan: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+            cu_seqlens_k: Optional[torch.Tensor], return_lse: bool, q_scale: float, k_scale: float,
+            v_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.prefill(plan, q, k, v, ...)."""
+    out, lse = _outputs(plan, q, return_lse)
+    _ops.prefill(_plan(plan), q, k, v, out=out, lse=lse if return_lse else None, cu_seqlens_q=cu_seqlens_q,
+                 cu_seqlens_k=cu_seqlens_k, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
+    return out, lse
+
+
+@prefill.register_fake
+def _(plan, q, k, v, cu_seqlens_q, cu_seqlens_k, return_lse, q_scale, k_scale, v_scale):
+    return _outputs(plan, q, return_lse)
+
+
+@torch.library.custom_op(f"{_LIB}::paged_decode", mutates_args=(), device_types=("cpu", "cuda"))
+def paged_decode(plan: int, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, page_table: torch.Tensor,
+                 lengths: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.paged_decode(plan, q, k_pages, v_pages, page_table, lengths)."""
+    out, lse = _outputs(plan, q, return_lse)
+    _ops.paged_decode(_plan(plan), q, k_pages, v_pages, page_table, lengths, out=out,
+                      lse=lse if return_lse else None)
+    return out, lse
+
+
+@paged_decode.register_fake
+def _(plan, q, k_pages, v_pages, page_table, lengths, return_lse):
+    return _outputs(plan, q, return_lse)
+
+
+@torch.library.custom_op(f"{_LIB}::extend", mutates_args=(), device_types=("cpu", "cuda"))
+def extend(plan: int, q: torch.Tensor, cu_seqlens_q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+           page_table: torch.Tensor, lengths: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.extend(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths); rows past
+    cu_seqlens_q[batch] are left as allocated (uninitialised)."""
+    out, lse = _outputs(plan, q, return_lse)
+    _ops.extend(_plan(plan), q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, out=out,
+                lse=lse if return_lse else None)
+    return out, lse
+
+
+@extend.register_fake
+def _(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, return_lse):
+    return _outputs(plan, q, return_lse)
+
+
+@torch.library.custom_op(f"{_LIB}::paged_append_kv_", mutates_args=("k_pages", "v_pages"),
+                         device_types=("cpu", "cuda"))
+def paged_append_kv_(k_pages: torch.Tensor, v_pages: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                     page_table: torch.Tensor, start_positions: torch.Tensor, cu_seqlens_new: Optional[torch.Tensor],
+                     layout: str, plan: int) -> None:
+    """attnkit.paged_append_kv with K and V; `plan` >= 0 names a paged plan given as the layout."""
+    _ops.paged_append_kv(k_pages, v_pages, k_new, v_new, page_table, start_positions, cu_seqlens_new,
+                         layout=_plan(plan) if plan >= 0 else layout)
+
+
+@paged_append_kv_.register_fake
+def _(k_pages, v_pages, k_new, v_new, page_table, start_positions, cu_seqlens_new, layout, plan):
+    return None
+
+
+@torch.library.custom_op(f"{_LIB}::fused_rope_append_decode", mutates_args=("k_cache", "v_cache"),
+                         device_types=("cpu", "cuda"))
+def fused_rope_append_decode(plan: int, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                             k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor, style: str,
+                             theta: float, cos_table: Optional[torch.Tensor], sin_table: Optional[torch.Tensor],
+                             return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.fused_rope_append_decode(plan, ...): the caches gain the rotated k_new and v_new."""
+    out, lse = _outputs(plan, q, return_lse)
+    _ops.fused_rope_append_decode(_plan(plan), q, k_new, v_new, k_cache, v_cache, positions, out=out,
+                                  lse=lse if return_lse else None, style=style, theta=theta, cos_table=cos_table,
+                                  sin_table=sin_table)
+    return out, lse
+
+
+@fused_rope_append_decode.register_fake
+def _(plan, q, k_new, v_new, k_cache, v_cache, positions, style, theta, cos_table, sin_table, return_lse):
+    return _outputs(plan, q, return_lse)

@@ -78,3 +78,79 @@ def test_a_decode_step_compiles_without_graph_breaks(seed):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     for a, b in zip(args, eager_args):  # the in-place RoPE and appends happened in both
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def paged_setup(seed):
+    g = torch.Generator().manual_seed(seed)
+    decode_plan = attnkit.plan_paged_decode(batch=2, num_heads=8, kv_heads=2, head_dim=64, num_pages=12, page_size=16,
+                                            max_pages_per_seq=4, kv_dtype="f32")
+    extend_plan = attnkit.plan_extend(batch=2, num_heads=8, kv_heads=2, head_dim=64, num_pages=12, page_size=16,
+                                      max_pages_per_seq=4, max_q_len=3, kv_dtype="f32")
+    k_pages, v_pages = torch.randn(12, 2, 16, 64, generator=g), torch.randn(12, 2, 16, 64, generator=g)
+    table = torch.tensor([[3, 7, 1, -1], [0, 11, -1, -1]], dtype=torch.int32)
+    return g, decode_plan, extend_plan, k_pages, v_pages, table
+
+
+def test_plan_operators_pass_opcheck(seed, ops):
+    g, decode_plan, extend_plan, k_pages, v_pages, table = paged_setup(seed)
+    plan = attnkit.plan_decode(batch=2, num_heads=8, kv_heads=2, head_dim=64, max_seq=40, kv_dtype="bf16")
+    prefill_plan = attnkit.plan_prefill(batch=1, num_heads=4, kv_heads=2, head_dim=32, q_len=7, kv_len=9, dtype="f32")
+    q = torch.randn(2, 8, 64, generator=g).bfloat16()
+    k_cache, v_cache = torch.randn(2, 2, 40, 64, generator=g).bfloat16(), torch.randn(2, 2, 40, 64, generator=g).bfloat16()
+    lengths = torch.tensor([40, 3], dtype=torch.int32)
+    kn, vn = torch.randn(2, 2, 64, generator=g).bfloat16(), torch.randn(2, 2, 64, generator=g).bfloat16()
+    qp = torch.randn(2, 8, 64, generator=g)
+    checks = [
+        (ops.decode.default, (plan.number, q, k_cache, v_cache, lengths, True)),
+        (ops.decode.default, (plan.number, q, k_cache, v_cache, lengths, False)),
+        (ops.prefill.default, (prefill_plan.number, torch.randn(1, 4, 7, 32, generator=g), torch.randn(1, 2, 9, 32, generator=g),
+                               torch.randn(1, 2, 9, 32, generator=g), None, None, True, 1.0, 1.0, 1.0)),
+        (ops.fused_rope_append_decode.default, (plan.number, q, kn, vn, k_cache, v_cache,
+                                                torch.tensor([39, 2], dtype=torch.int32), "half", 10000.0, None, None, False)),
+        (ops.paged_decode.default, (decode_plan.number, qp, k_pages, v_pages, table, torch.tensor([40, 20], dtype=torch.int32),
+                                    True)),
+        (ops.extend.default, (extend_plan.number, torch.randn(4, 8, 64, generator=g), torch.tensor([0, 3, 4], dtype=torch.int32),
+                              k_pages, v_pages, table, torch.tensor([40, 20], dtype=torch.int32), False)),
+        (ops.paged_append_kv_.default, (k_pages, v_pages, torch.randn(2, 2, 64, generator=g), torch.randn(2, 2, 64, generator=g),
+                                        table, torch.tensor([40, 20], dtype=torch.int32), None, "HND", -1)),
+        (ops.paged_append_kv_.default, (k_pages, v_pages, torch.randn(2, 2, 64, generator=g), torch.randn(2, 2, 64, generator=g),
+                                        table, torch.tensor([41, 21], dtype=torch.int32), None, "", decode_plan.number)),
+    ]
+    for op, args in checks:
+        result = torch.library.opcheck(op, args)
+        assert all(v == "SUCCESS" for v in result.values()), (op, result)
+
+
+def paged_step(decode_plan, extend_plan, k_pages, v_pages, table, k_new, v_new, lengths, q, q_rows, cu):
+    """Append one token per sequence, decode it, then verify two drafted tokens of sequence 0 and
+    one of sequence 1 (extend) against the same pools."""
+    attnkit.paged_append_kv(k_pages, v_pages, k_new, v_new, table, lengths - 1, layout=decode_plan)
+    out, lse = attnkit.paged_decode(decode_plan, q, k_pages, v_pages, table, lengths, return_lse=True)
+    return out, lse, attnkit.extend(extend_plan, q_rows, cu, k_pages, v_pages, table, lengths)
+
+
+def test_a_paged_step_compiles_without_graph_breaks(seed):
+    g, decode_plan, extend_plan, k_pages, v_pages, table = paged_setup(seed)
+    rest = (torch.randn(2, 2, 64, generator=g), torch.randn(2, 2, 64, generator=g), torch.tensor([41, 18], dtype=torch.int32),
+            torch.randn(2, 8, 64, generator=g), torch.randn(3, 8, 64, generator=g), torch.tensor([0, 2, 3], dtype=torch.int32))
+    pools = (k_pages.clone(), v_pages.clone())
+    compiled = torch.compile(paged_step, backend="aot_eager", fullgraph=True)
+    got = compiled(decode_plan, extend_plan, k_pages, v_pages, table, *rest)
+    expected = paged_step(decode_plan, extend_plan, *pools, table, *rest)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(k_pages, pools[0], rtol=0, atol=0)  # both appended the same rows
+    # the new rows landed: sequence 0's key 40 in page table[0][2] = 1, slot 8; sequence 1's key 17 in page 11, slot 1
+    assert torch.equal(k_pages[1, :, 8], rest[0][0]) and torch.equal(v_pages[11, :, 1], rest[1][1])
+
+
+def test_plans_given_to_compiled_code_must_stay_alive(ops):
+    plan = attnkit.plan_decode(batch=1, num_heads=2, kv_heads=1, head_dim=32, max_seq=8, kv_dtype="f32")
+    number = plan.number
+    del plan
+    import gc
+
+    gc.collect()
+    with pytest.raises(attnkit.Error, match="was freed. Fix:"):
+        ops.decode(number, torch.zeros(1, 2, 32), torch.zeros(1, 1, 8, 32), torch.zeros(1, 1, 8, 32),
+                   torch.tensor([8], dtype=torch.int32), False)
