@@ -148,17 +148,23 @@ def test_merge_states_on_cuda_joins_a_prefix_and_a_suffix(seed):
     assert out.is_cuda and lse.is_cuda and lse.dtype == torch.float32
 
 
-def test_a_compiled_decode_step_replays_in_a_cuda_graph(seed):
-    """append_kv and attnkit.sdpa (decode against per-sequence lengths) inside
-    torch.compile(fullgraph=True) on CUDA tensors, captured in a CUDA graph after a warm-up and
-    replayed with new inputs: the caches gain the new rows and the output matches float64."""
+@pytest.mark.parametrize("call", ["sdpa", "decode_plan"])
+def test_a_compiled_decode_step_replays_in_a_cuda_graph(seed, call):
+    """append_kv and a decode against per-sequence lengths (attnkit.sdpa, or attnkit.decode with a
+    plan) inside torch.compile(fullgraph=True) on CUDA tensors, captured in a CUDA graph after a
+    warm-up and replayed with new inputs: the caches gain the new rows and the output matches
+    float64."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     k_cache = torch.randn(3, 2, 96, 64, device="cuda", generator=g).bfloat16()
     v_cache = torch.randn(3, 2, 96, 64, device="cuda", generator=g).bfloat16()
+    plan = attnkit.plan_decode(batch=3, num_heads=8, kv_heads=2, head_dim=64, max_seq=96, kv_dtype="bf16",
+                               backend="cuda")
 
     def step(q, k_new, v_new, positions):
         attnkit.append_kv(k_cache, v_cache, k_new, v_new, positions)
-        return attnkit.sdpa(q[:, :, None], k_cache, v_cache, lengths=positions + 1)[:, :, 0]
+        if call == "sdpa":
+            return attnkit.sdpa(q[:, :, None], k_cache, v_cache, lengths=positions + 1)[:, :, 0]
+        return attnkit.decode(plan, q, k_cache, v_cache, positions + 1)
 
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
     q = torch.randn(3, 8, 64, device="cuda", generator=g).bfloat16()
