@@ -15,32 +15,17 @@
 #include <vector>
 
 #include "attnkit/attnkit.hpp"
+#include "host_buffer.hpp"
 
 namespace {
 
 using attnkit::DType;
 using attnkit::TensorView;
+using examples::Buffer;
 
 constexpr std::int64_t kSequences = 6, kHeads = 16, kKvHeads = 4, kHeadDim = 64;
 constexpr std::int64_t kPrefix = 600, kMaxSuffix = 160;
 constexpr DType kCache = DType::kBF16;
-
-struct Buffer {
-  std::vector<std::uint8_t> bytes;
-  TensorView view;
-  Buffer(DType dtype, std::initializer_list<std::int64_t> shape) {
-    view = TensorView::contiguous(nullptr, dtype, shape);
-    bytes.resize(static_cast<std::size_t>(view.numel()) * attnkit::dtype_size(dtype));
-    view.data = bytes.data();
-  }
-  std::size_t size() const { return static_cast<std::size_t>(view.numel()); }
-  float get(std::size_t i) const { return attnkit::load_as_float(bytes.data(), view.dtype, i); }
-  void fill(std::mt19937_64& rng) {
-    std::normal_distribution<float> dist;
-    for (std::size_t i = 0; i < size(); ++i) attnkit::store_from_float(bytes.data(), view.dtype, i, dist(rng));
-  }
-  std::int32_t* i32() { return reinterpret_cast<std::int32_t*>(bytes.data()); }
-};
 
 }  // namespace
 

@@ -14,33 +14,17 @@
 #include <vector>
 
 #include "attnkit/attnkit.hpp"
+#include "host_buffer.hpp"
 
 namespace {
 
 using attnkit::DType;
 using attnkit::TensorView;
+using examples::Buffer;
 
 constexpr std::int64_t kLayers = 4, kBatch = 2, kHeads = 16, kKvHeads = 4, kHeadDim = 64, kMaxSeq = 256;
 constexpr int kSteps = 64, kPrintEvery = 16;
 constexpr DType kDType = DType::kBF16;
-
-// An owned bf16/f32 buffer with a contiguous view.
-struct Buffer {
-  std::vector<std::uint8_t> bytes;
-  TensorView view;
-  Buffer(DType dtype, std::initializer_list<std::int64_t> shape) {
-    view = TensorView::contiguous(nullptr, dtype, shape);
-    bytes.resize(static_cast<std::size_t>(view.numel()) * attnkit::dtype_size(dtype));
-    view.data = bytes.data();
-  }
-  std::size_t size() const { return static_cast<std::size_t>(view.numel()); }
-  float get(std::size_t i) const { return attnkit::load_as_float(bytes.data(), view.dtype, i); }
-  void set(std::size_t i, float x) { attnkit::store_from_float(bytes.data(), view.dtype, i, x); }
-  void fill(std::mt19937_64& rng) {
-    std::normal_distribution<float> dist;
-    for (std::size_t i = 0; i < size(); ++i) set(i, dist(rng));
-  }
-};
 
 struct Layer {
   Buffer k_cache{kDType, {kBatch, kKvHeads, kMaxSeq, kHeadDim}};
