@@ -338,7 +338,7 @@ void fuzz_rope(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
 void fuzz_merge(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
   const std::int64_t S = small(in, 1, 4), R = small(in, 1, 6), D = head_dim(in);
   MergeTensors t;
-  t.out_partial = make_view(in, arena, rng, {{S, R, D}, DType::kF32});
+  t.out_partial = make_view(in, arena, rng, {{S, R, D}, storage(in)});  // any storage dtype
   t.lse_partial = make_view(in, arena, rng, {{S, R}, DType::kF32});
   t.out = make_view(in, arena, rng, {{R, D}, storage(in)});
   t.lse = maybe_absent(in, arena, rng, {{R}, DType::kF32});
