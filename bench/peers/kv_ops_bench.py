@@ -8,8 +8,10 @@ repetition, CUDA events, medians).
   f32 and lse. Peers: the same math in torch ops (softmax of the LSEs, weighted sum, logsumexp),
   eager and torch.compile'd (inductor fuses it into one or two kernels).
 - rope: x [tokens, 32 heads, 128] bf16 at a position per token (theta 500000, half rotation).
-  attnkit rotates in place; the peers compute it the Hugging Face way (cos/sin tables gathered by
-  position, x * cos + rotate_half(x) * sin, into a new tensor), eager and compiled.
+  attnkit rotates in place from the same f32 cos/sin tables the peers read ("attnkit"), and from
+  theta alone, computing the angles in float64 ("attnkit-theta"); the peers compute it the Hugging
+  Face way (tables gathered by position, x * cos + rotate_half(x) * sin, into a new tensor), eager
+  and compiled.
 
 Every call is captured in a CUDA graph and the graph's replay is timed, so Python's per-call cost
 (attnkit's checks, torch's op dispatch) is not on the clock for either side. GB/s counts the bytes
@@ -111,7 +113,9 @@ def main():
         nbytes = 2 * x.numel() * 2 + tokens * 4
         base = {"op": "rope", "shape": f"{tokens} x {HEADS} x {HEAD_DIM}", "tokens": tokens, "dtype": "bf16"}
         work = x.clone()
-        measure(base, "attnkit", lambda: attnkit.apply_rope(work, positions, theta=theta), nbytes)
+        measure(base, "attnkit", lambda: attnkit.apply_rope(work, positions, cos_table=cos_table, sin_table=sin_table),
+                nbytes)
+        measure(base, "attnkit-theta", lambda: attnkit.apply_rope(work, positions, theta=theta), nbytes)
         long_positions = positions.long()
         measure(base, "torch-eager", lambda: rope_torch(x, long_positions, cos_table, sin_table), nbytes)
         if not args.no_compile:
@@ -130,7 +134,7 @@ def main():
 
 
 def write_markdown(doc, path):
-    peers = ["torch-eager", "torch-compiled"]
+    peers = ["attnkit-theta", "torch-eager", "torch-compiled"]
     lines = [f"# Stand-alone merge and RoPE on {doc['device']}", "",
              f"- command: `{doc['command']}`; torch {doc['torch']}",
              "- medians of CUDA-event timings of CUDA-graph replays, the L2 flushed before each; GB/s = bytes the "

@@ -160,6 +160,28 @@ TEST(MergeStatesCuda, KeyRangesAttendedApartMergeToTheWhole) {
   expect_lse_matches(lse, golden.lse, note, rel_l2_limit(DType::kBF16, DType::kBF16, DType::kF32));
 }
 
+// A NaN LSE is not "no key": its row comes out NaN on both backends (not zeros), the other rows
+// as usual.
+TEST(MergeStatesCuda, ANanLseGivesANanRowAsOnTheCpu) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  HostTensor op(DType::kF32, {3, 4, 16}), lp(DType::kF32, {3, 4});
+  std::mt19937_64 rng(fresh_seed());
+  fill_normal(op, rng), fill_normal(lp, rng);
+  lp.set(1 * 4 + 2, NAN);  // split 1 of row 2
+  HostTensor cpu_out(DType::kF32, {4, 16}), gpu_out(DType::kF32, {4, 16});
+  cpu::merge_states({op.view, lp.view, cpu_out.view, {}});
+  DeviceTensor dop(op), dlp(lp), dout(gpu_out);
+  cuda::merge_states({dop.view, dlp.view, dout.view, {}});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dout.copy_to(gpu_out);
+  for (std::size_t i = 0; i < 64; ++i) {
+    const bool nan_row = i / 16 == 2;
+    EXPECT_EQ(std::isnan(cpu_out.get(i)), nan_row) << i;
+    EXPECT_EQ(std::isnan(gpu_out.get(i)), nan_row) << i;
+    if (!nan_row) EXPECT_NEAR(gpu_out.get(i), cpu_out.get(i), 1e-5) << i;
+  }
+}
+
 // Host memory where device memory is needed is rejected before any launch; out stays as it was.
 TEST(MergeStatesCudaRejects, HostPointersThrowBeforeWriting) {
   ATTNKIT_SKIP_WITHOUT_GPU();

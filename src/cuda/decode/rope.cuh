@@ -26,9 +26,8 @@ __device__ inline RopeIndices rope_indices(RopeStyle style, int head_dim, int pa
   return style == RopeStyle::kHalf ? RopeIndices{pair, pair + head_dim / 2} : RopeIndices{2 * pair, 2 * pair + 1};
 }
 
-// (x0, x1) rotated by the angle of (pos, pair), in float64.
-__device__ inline void rope_rotate(float& x0, float& x1, int head_dim, int pos, int pair, const RopeAngles& angles) {
-  double c, s;
+// cos and sin of the angle of (pos, pair), in float64 (from the tables when given).
+__device__ inline void rope_cos_sin(int head_dim, int pos, int pair, const RopeAngles& angles, double& c, double& s) {
   if (angles.cos_table != nullptr) {
     const std::int64_t i = static_cast<std::int64_t>(pos) * (head_dim / 2) + pair;
     c = angles.cos_table[i];
@@ -37,6 +36,12 @@ __device__ inline void rope_rotate(float& x0, float& x1, int head_dim, int pos, 
     const double freq = exp(-2.0 * pair / head_dim * log(static_cast<double>(angles.theta)));
     sincos(static_cast<double>(pos) * freq, &s, &c);
   }
+}
+
+// (x0, x1) rotated by the angle of (pos, pair), in float64.
+__device__ inline void rope_rotate(float& x0, float& x1, int head_dim, int pos, int pair, const RopeAngles& angles) {
+  double c, s;
+  rope_cos_sin(head_dim, pos, pair, angles, c, s);
   const double a = x0, b = x1;
   x0 = static_cast<float>(a * c - b * s);
   x1 = static_cast<float>(a * s + b * c);

@@ -7,7 +7,9 @@
 //   storage dtype) and optionally lse [rows]. A split with lse -inf saw no key and is skipped (its
 //   output is never read); a row whose splits are all -inf gets zeros and -inf.
 // Parallelism: one warp per row (grid-stride), lanes over head_dim in chunks of 128 values; the
-//   split count is unbounded (the weights are recomputed per chunk, not stored).
+//   split count is unbounded (lane s holds split s's weight; past 32 splits they are recomputed).
+//   The first chunk of the first four splits is loaded beside the LSEs (one round trip, not two:
+//   bench/peers/kv_ops_bench.py, docs/perf-notes.md "Stand-alone merge and RoPE").
 // Bound: memory (each partial read once).
 #include <cuda_runtime.h>
 
@@ -35,7 +37,8 @@ struct MergeParams {
 };
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kPerLane = 4;  // values of a row per lane per chunk
+constexpr int kPerLane = 4;         // values of a row per lane per chunk (128 per warp)
+constexpr int kPrefetchSplits = 4;  // splits whose first chunk is loaded beside the LSEs
 
 __device__ float warp_max(float x) {
   for (int off = 16; off >= 1; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
@@ -46,36 +49,77 @@ __device__ float warp_sum(float x) {
   return x;
 }
 
+// Split s's LSE, and its weight e^(lse_s - max): from lane s's registers for the first 32 splits,
+// loaded (a broadcast) past them.
+struct SplitWeight {
+  float lse, weight;
+};
+__device__ SplitWeight split_weight(int s, float lane_lse, float lane_weight, const float* lse_row, std::int64_t lse_s,
+                                   float max_lse) {
+  if (s < 32) return {__shfl_sync(0xffffffffu, lane_lse, s), __shfl_sync(0xffffffffu, lane_weight, s)};
+  const float l = lse_row[s * lse_s];
+  return {l, l == -INFINITY ? 0.0f : expf(l - max_lse)};
+}
+
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_caller_states_kernel(const __grid_constant__ MergeParams p) {
   const int lane = threadIdx.x % 32;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
   for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(kWarpsPerBlock) + threadIdx.x / 32; row < p.rows;
        row += warps) {
     const float* lse_row = p.lse_partial + row * p.lse_r;
-    float max_lse = -INFINITY;
-    for (int s = lane; s < p.splits; s += 32) max_lse = fmaxf(max_lse, lse_row[s * p.lse_s]);
+    // One memory round trip for the common case: the LSEs (lane s holds split s's) and the first
+    // chunk's values of the first kPrefetchSplits splits are loaded before any weight is known
+    // (a split that saw no key may hold anything there; its values are loaded but never used).
+    const float lane_lse = lane < p.splits ? lse_row[lane * p.lse_s] : -INFINITY;
+    float first[kPrefetchSplits][kPerLane];
+#pragma unroll
+    for (int s = 0; s < kPrefetchSplits; ++s) {
+      const std::int64_t base = s * p.partial_s + row * p.partial_r;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int d = lane + 32 * j;
+        first[s][j] = s < p.splits && d < p.head_dim ? cuda_common::load_as_f32(p.out_partial, p.partial_dtype, base + d)
+                                                      : 0.0f;
+      }
+    }
+    float max_lse = lane_lse;
+    for (int s = lane + 32; s < p.splits; s += 32) max_lse = fmaxf(max_lse, lse_row[s * p.lse_s]);
     max_lse = warp_max(max_lse);
-    float total = 0.0f;
+    float lane_weight = 0.0f, total = 0.0f;
     if (max_lse != -INFINITY) {
-      for (int s = lane; s < p.splits; s += 32) {
+      lane_weight = lane_lse == -INFINITY ? 0.0f : expf(lane_lse - max_lse);
+      total = lane_weight;
+      for (int s = lane + 32; s < p.splits; s += 32) {
         const float l = lse_row[s * p.lse_s];
         if (l != -INFINITY) total += expf(l - max_lse);
       }
     }
     total = warp_sum(total);
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // 0 when no split saw a key: zeros out
+    const bool any_key = max_lse != -INFINITY;  // else zeros and -inf; a NaN LSE stays NaN, as on the CPU
+    const float inv = any_key ? 1.0f / total : 0.0f;
 
     for (int d0 = 0; d0 < p.head_dim; d0 += 32 * kPerLane) {
       float acc[kPerLane] = {};
-      for (int s = 0; s < p.splits && total > 0.0f; ++s) {
-        const float l = lse_row[s * p.lse_s];  // the same for every lane: one broadcast load
-        if (l == -INFINITY) continue;
-        const float w = expf(l - max_lse);
+      int from = 0;  // the first split whose values are loaded here
+      if (d0 == 0) {
+#pragma unroll
+        for (int s = 0; s < kPrefetchSplits; ++s) {  // s is a constant: first[][] stays in registers
+          if (s >= p.splits || !any_key) break;
+          const SplitWeight w = split_weight(s, lane_lse, lane_weight, lse_row, p.lse_s, max_lse);
+          if (w.lse == -INFINITY) continue;  // no key: its values are never used
+#pragma unroll
+          for (int j = 0; j < kPerLane; ++j) acc[j] = fmaf(w.weight, first[s][j], acc[j]);
+        }
+        from = kPrefetchSplits;
+      }
+      for (int s = from; s < p.splits && any_key; ++s) {
+        const SplitWeight w = split_weight(s, lane_lse, lane_weight, lse_row, p.lse_s, max_lse);
+        if (w.lse == -INFINITY) continue;
         const std::int64_t base = s * p.partial_s + row * p.partial_r;
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
           const int d = d0 + lane + 32 * j;
-          if (d < p.head_dim) acc[j] = fmaf(w, cuda_common::load_as_f32(p.out_partial, p.partial_dtype, base + d), acc[j]);
+          if (d < p.head_dim) acc[j] = fmaf(w.weight, cuda_common::load_as_f32(p.out_partial, p.partial_dtype, base + d), acc[j]);
         }
       }
 #pragma unroll
@@ -84,7 +128,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_caller_states_kerne
         if (d < p.head_dim) cuda_common::store_from_f32(p.out, p.out_dtype, row * p.out_r + d, acc[j] * inv);
       }
     }
-    if (lane == 0 && p.lse != nullptr) p.lse[row * p.lse_out_r] = total > 0.0f ? max_lse + logf(total) : -INFINITY;
+    if (lane == 0 && p.lse != nullptr) p.lse[row * p.lse_out_r] = any_key ? max_lse + logf(total) : -INFINITY;
   }
 }
 
