@@ -61,6 +61,15 @@ __device__ SplitWeight split_weight(int s, float lane_lse, float lane_weight, co
   return {l, l == -INFINITY ? 0.0f : expf(l - max_lse)};
 }
 
+// The partial outputs' element type is a template argument (not a run-time switch per load): with
+// the switch, the sixteen prefetched bf16 loads per lane read 8192 rows 25% slower than before the
+// prefetch.
+template <class Partial>
+__device__ __forceinline__ float partial_at(const void* base, std::int64_t i) {
+  return cuda_common::StorageTraits<Partial>::to_f32(static_cast<const Partial*>(base)[i]);
+}
+
+template <class Partial>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_caller_states_kernel(const __grid_constant__ MergeParams p) {
   const int lane = threadIdx.x % 32;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -78,8 +87,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_caller_states_kerne
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const int d = lane + 32 * j;
-        first[s][j] = s < p.splits && d < p.head_dim ? cuda_common::load_as_f32(p.out_partial, p.partial_dtype, base + d)
-                                                      : 0.0f;
+        first[s][j] = s < p.splits && d < p.head_dim ? partial_at<Partial>(p.out_partial, base + d) : 0.0f;
       }
     }
     float max_lse = lane_lse;
@@ -119,7 +127,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_caller_states_kerne
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
           const int d = d0 + lane + 32 * j;
-          if (d < p.head_dim) acc[j] = fmaf(w.weight, cuda_common::load_as_f32(p.out_partial, p.partial_dtype, base + d), acc[j]);
+          if (d < p.head_dim) acc[j] = fmaf(w.weight, partial_at<Partial>(p.out_partial, base + d), acc[j]);
         }
       }
 #pragma unroll
@@ -156,8 +164,13 @@ void merge_states(const MergeTensors& t, Stream stream) {
   p.out_r = t.out.strides[0];
   p.lse_out_r = t.lse.empty() ? 0 : t.lse.strides[0];
   const std::int64_t blocks = std::min<std::int64_t>((p.rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 16);
-  merge_caller_states_kernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0,
-                               static_cast<cudaStream_t>(stream)>>>(p);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const unsigned grid = static_cast<unsigned>(blocks);
+  switch (p.partial_dtype) {
+    case DType::kF16: merge_caller_states_kernel<__half><<<grid, 32 * kWarpsPerBlock, 0, s>>>(p); break;
+    case DType::kBF16: merge_caller_states_kernel<__nv_bfloat16><<<grid, 32 * kWarpsPerBlock, 0, s>>>(p); break;
+    default: merge_caller_states_kernel<float><<<grid, 32 * kWarpsPerBlock, 0, s>>>(p); break;
+  }
   cuda_common::check_launch(ctx, "merge_caller_states_kernel");
 }
 
