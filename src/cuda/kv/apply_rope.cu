@@ -5,10 +5,10 @@
 // Positions live on the device, so the host cannot check them: a negative position, or one past
 // the caller's tables, fills its rows with NaN (as the fused step's output does), so the mistake
 // shows instead of silently leaving them un-rotated.
-// Parallelism: a block per (row b, group of kHeadsPerBlock heads, chunk of up to kChunkPairs
-//   pairs), a thread per pair: it computes the pair's (cos, sin) once, in float64, for the group's
-//   heads, loads all their values, then rotates and stores them. No shared memory, no barrier, so
-//   a one-token call still spreads over heads / kHeadsPerBlock blocks.
+// Parallelism: a block per (row b, group of heads, chunk of up to kChunkPairs pairs), a thread per
+//   pair: it computes the pair's (cos, sin) once, in float64, for the group's heads, loads all
+//   their values, then rotates and stores them. No shared memory, no barrier. Groups are one head
+//   for small calls (spread over SMs) and kHeadsPerBlock heads for large ones.
 // Bound: memory (x read and written once); in float64 the angle costs ~100 instructions, which
 //   kHeadsPerBlock heads share.
 #include <cuda_runtime.h>
@@ -36,7 +36,7 @@ struct RopeParams {
   std::int64_t stride_b = 0, stride_h = 0, positions_stride = 1;
   std::int64_t table_positions = 0;
   std::int64_t blocks = 0;  // rows * head_groups * chunks
-  int heads = 0, head_dim = 0, head_groups = 0, chunks = 0;
+  int heads = 0, head_dim = 0, heads_per_block = 1, head_groups = 0, chunks = 0;
   cuda_decode::RopeAngles angles;
 };
 
@@ -45,11 +45,11 @@ __global__ void __launch_bounds__(kChunkPairs) apply_rope_kernel(const __grid_co
   for (std::int64_t block = blockIdx.x; block < p.blocks; block += gridDim.x) {
     const int chunk = static_cast<int>(block % p.chunks);
     const std::int64_t row_group = block / p.chunks;
-    const int h0 = static_cast<int>(row_group % p.head_groups) * kHeadsPerBlock;
+    const int h0 = static_cast<int>(row_group % p.head_groups) * p.heads_per_block;
     const std::int64_t b = row_group / p.head_groups;
     const int pair = chunk * kChunkPairs + static_cast<int>(threadIdx.x);
     if (pair >= half) continue;
-    const int heads = min(kHeadsPerBlock, p.heads - h0);
+    const int heads = min(p.heads_per_block, p.heads - h0);
     const int pos = p.positions[b * p.positions_stride];
     const bool valid = pos >= 0 && (p.angles.cos_table == nullptr || pos < p.table_positions);
     const cuda_decode::RopeIndices at = cuda_decode::rope_indices(p.angles.style, p.head_dim, pair);
@@ -96,7 +96,10 @@ void apply_rope(TensorView x, TensorView positions, const RopeSpec& rope, Stream
     fail(ctx, "x is " + x.describe() + ": heads and head_dim must be below 2^31", "split x into smaller views");
   p.heads = static_cast<int>(x.shape[1]);
   p.head_dim = static_cast<int>(x.shape[2]);
-  p.head_groups = (p.heads + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  // Few rows (a decode step's tokens): a head per block, so the call spreads over more SMs; many
+  // rows: kHeadsPerBlock heads share each angle.
+  p.heads_per_block = x.shape[0] * p.heads < 4096 ? 1 : kHeadsPerBlock;
+  p.head_groups = (p.heads + p.heads_per_block - 1) / p.heads_per_block;
   p.chunks = (p.head_dim / 2 + kChunkPairs - 1) / kChunkPairs;
   p.blocks = x.shape[0] * p.head_groups * p.chunks;
   p.table_positions = rope.table_positions;
