@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd peers")
     ap.add_argument("--md", help="also write a markdown table here")
+    ap.add_argument("--ops", default="merge,rope", help="which ops to time (merge, rope)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
@@ -87,7 +88,7 @@ def main():
     torch._dynamo.config.cache_size_limit = 64
     compiled_merge = torch.compile(merge_torch, dynamic=False)
     compiled_rope = torch.compile(rope_torch, dynamic=False)
-    for dname, dt in DTYPES.items():
+    for dname, dt in DTYPES.items() if "merge" in args.ops else ():
         es = torch.tensor([], dtype=dt).element_size()
         for batch in (1, 16, 64, 256):
             rows_ = batch * HEADS
@@ -110,7 +111,7 @@ def main():
     inv_freq = theta ** (-torch.arange(0, HEAD_DIM, 2, device=dev, dtype=torch.float64) / HEAD_DIM)
     angles = torch.arange(max_pos, device=dev, dtype=torch.float64)[:, None] * inv_freq[None, :]
     cos_table, sin_table = angles.cos().float(), angles.sin().float()
-    for tokens in (1, 64, 4096, 32768):
+    for tokens in (1, 64, 4096, 32768) if "rope" in args.ops else ():
         x = torch.randn(tokens, HEADS, HEAD_DIM, device=dev).bfloat16()
         positions = torch.randint(0, max_pos, (tokens,), device=dev, dtype=torch.int32)
         nbytes = 2 * x.numel() * 2 + tokens * 4

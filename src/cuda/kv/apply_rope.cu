@@ -5,10 +5,11 @@
 // Positions live on the device, so the host cannot check them: a negative position, or one past
 // the caller's tables, fills its rows with NaN (as the fused step's output does), so the mistake
 // shows instead of silently leaving them un-rotated.
-// Parallelism: a block per (row b, group of heads, chunk of up to kChunkPairs pairs), a thread per
-//   pair: it computes the pair's (cos, sin) once, in float64, for the group's heads, loads all
-//   their values, then rotates and stores them. No shared memory, no barrier. Groups are one head
-//   for small calls (spread over SMs) and kHeadsPerBlock heads for large ones.
+// Parallelism: a block per (row b, group of heads, chunk of threads), no shared memory, no
+//   barrier. A thread owns a pair (element loads), or, where every head row is 16-byte aligned and
+//   whole vectors (apply_rope_vector_kernel), a 16-byte vector per side of the rotation: it loads
+//   its values for the group's heads, computes their angles once in float64, rotates and stores.
+//   Groups are one head for small calls (spread over SMs) and several heads for large ones.
 // Bound: memory (x read and written once); in float64 the angle costs ~100 instructions, which
 //   kHeadsPerBlock heads share.
 #include <cuda_runtime.h>
@@ -40,16 +41,115 @@ struct RopeParams {
   cuda_decode::RopeAngles angles;
 };
 
+// The block's (row, first head, heads, thread's unit) for block index `block`, units = pairs
+// (scalar kernel) or 16-byte vectors (vector kernel) of one head row, kChunkPairs per block.
+struct RopeBlock {
+  std::int64_t b;
+  int h0, heads, unit;
+};
+__device__ RopeBlock rope_block(const RopeParams& p, std::int64_t block) {
+  const int chunk = static_cast<int>(block % p.chunks);
+  const std::int64_t row_group = block / p.chunks;
+  const int h0 = static_cast<int>(row_group % p.head_groups) * p.heads_per_block;
+  return {row_group / p.head_groups, h0, min(p.heads_per_block, p.heads - h0),
+          chunk * kChunkPairs + static_cast<int>(threadIdx.x)};
+}
+
+// 16-byte vectors of T as f32 values and back.
+template <class T> constexpr int kPerVector = 16 / static_cast<int>(sizeof(T));
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& v, float (&out)[kPerVector<T>]) {
+  cuda_common::vec16_to_f32(v, out, T{});
+}
+template <class T>
+__device__ __forceinline__ uint4 pack(const float (&in)[kPerVector<T>]) {
+  uint4 v;
+  std::uint32_t* w = reinterpret_cast<std::uint32_t*>(&v);
+  if constexpr (sizeof(T) == 4) {
+    for (int i = 0; i < 4; ++i) w[i] = __float_as_uint(in[i]);
+  } else {
+    for (int i = 0; i < 4; ++i) {
+      const T lo = cuda_common::StorageTraits<T>::from_f32(in[2 * i]), hi = cuda_common::StorageTraits<T>::from_f32(in[2 * i + 1]);
+      w[i] = static_cast<std::uint32_t>(reinterpret_cast<const unsigned short&>(lo)) |
+             static_cast<std::uint32_t>(reinterpret_cast<const unsigned short&>(hi)) << 16;
+    }
+  }
+  return v;
+}
+
+constexpr int kVectorHeadsPerBlock = 4;
+
+// The vector kernel: rows 16-byte aligned, a head row made of whole vectors on each side of the
+// rotation. A thread owns one vector per side: half style, vector k of the first half and the
+// matching one of the second (pairs kV .. kV + V - 1); interleaved, vector k of the row (pairs
+// kV/2 .. kV/2 + V/2 - 1, each an adjacent (even, odd) element pair). It loads its vectors of up
+// to kVectorHeadsPerBlock heads, computes their angles once, then rotates and stores.
+template <class T>
+__global__ void __launch_bounds__(kChunkPairs) apply_rope_vector_kernel(const __grid_constant__ RopeParams p) {
+  constexpr int V = kPerVector<T>;
+  const bool half_style = p.angles.style == RopeStyle::kHalf;
+  const int half = p.head_dim / 2;
+  const int units = half_style ? half / V : p.head_dim / V;
+  constexpr int kPairs = V;  // pairs per thread: V (half style) or V / 2 (interleaved)
+  T* x = static_cast<T*>(p.x);
+  for (std::int64_t block = blockIdx.x; block < p.blocks; block += gridDim.x) {
+    const RopeBlock r = rope_block(p, block);
+    if (r.unit >= units) continue;
+    const int pos = p.positions[r.b * p.positions_stride];
+    const bool valid = pos >= 0 && (p.angles.cos_table == nullptr || pos < p.table_positions);
+    const int first_elem = r.unit * V;  // of the vector (half style: in the first half)
+    const int first_pair = half_style ? first_elem : first_elem / 2;
+    const int pairs = half_style ? V : V / 2;
+    const std::int64_t base = r.b * p.stride_b + static_cast<std::int64_t>(r.h0) * p.stride_h + first_elem;
+    uint4 lo[kVectorHeadsPerBlock], hi[kVectorHeadsPerBlock];
+#pragma unroll
+    for (int h = 0; h < kVectorHeadsPerBlock; ++h) {
+      if (h < r.heads) {
+        lo[h] = *reinterpret_cast<const uint4*>(x + base + h * p.stride_h);
+        if (half_style) hi[h] = *reinterpret_cast<const uint4*>(x + base + h * p.stride_h + half);
+      }
+    }
+    double c[kPairs], sn[kPairs];
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      c[j] = sn[j] = NAN;  // an invalid position rotates by NaN: NaN rows
+      if (valid && j < pairs) cuda_decode::rope_cos_sin(p.head_dim, pos, first_pair + j, p.angles, c[j], sn[j]);
+    }
+#pragma unroll
+    for (int h = 0; h < kVectorHeadsPerBlock; ++h) {
+      if (h >= r.heads) continue;
+      float a[V], e[V];
+      unpack<T>(lo[h], a);
+      if (half_style) {
+        unpack<T>(hi[h], e);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const double x0 = a[j], x1 = e[j];
+          a[j] = static_cast<float>(x0 * c[j] - x1 * sn[j]);
+          e[j] = static_cast<float>(x0 * sn[j] + x1 * c[j]);
+        }
+        *reinterpret_cast<uint4*>(x + base + h * p.stride_h) = pack<T>(a);
+        *reinterpret_cast<uint4*>(x + base + h * p.stride_h + half) = pack<T>(e);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V / 2; ++j) {
+          const double x0 = a[2 * j], x1 = a[2 * j + 1];
+          a[2 * j] = static_cast<float>(x0 * c[j] - x1 * sn[j]);
+          a[2 * j + 1] = static_cast<float>(x0 * sn[j] + x1 * c[j]);
+        }
+        *reinterpret_cast<uint4*>(x + base + h * p.stride_h) = pack<T>(a);
+      }
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kChunkPairs) apply_rope_kernel(const __grid_constant__ RopeParams p) {
   const int half = p.head_dim / 2;
   for (std::int64_t block = blockIdx.x; block < p.blocks; block += gridDim.x) {
-    const int chunk = static_cast<int>(block % p.chunks);
-    const std::int64_t row_group = block / p.chunks;
-    const int h0 = static_cast<int>(row_group % p.head_groups) * p.heads_per_block;
-    const std::int64_t b = row_group / p.head_groups;
-    const int pair = chunk * kChunkPairs + static_cast<int>(threadIdx.x);
+    const RopeBlock r = rope_block(p, block);
+    const std::int64_t b = r.b;
+    const int h0 = r.h0, heads = r.heads, pair = r.unit;
     if (pair >= half) continue;
-    const int heads = min(p.heads_per_block, p.heads - h0);
     const int pos = p.positions[b * p.positions_stride];
     const bool valid = pos >= 0 && (p.angles.cos_table == nullptr || pos < p.table_positions);
     const cuda_decode::RopeIndices at = cuda_decode::rope_indices(p.angles.style, p.head_dim, pair);
@@ -96,18 +196,34 @@ void apply_rope(TensorView x, TensorView positions, const RopeSpec& rope, Stream
     fail(ctx, "x is " + x.describe() + ": heads and head_dim must be below 2^31", "split x into smaller views");
   p.heads = static_cast<int>(x.shape[1]);
   p.head_dim = static_cast<int>(x.shape[2]);
-  // Few rows (a decode step's tokens): a head per block, so the call spreads over more SMs; many
-  // rows: kHeadsPerBlock heads share each angle.
-  p.heads_per_block = x.shape[0] * p.heads < 4096 ? 1 : kHeadsPerBlock;
-  p.head_groups = (p.heads + p.heads_per_block - 1) / p.heads_per_block;
-  p.chunks = (p.head_dim / 2 + kChunkPairs - 1) / kChunkPairs;
-  p.blocks = x.shape[0] * p.head_groups * p.chunks;
   p.table_positions = rope.table_positions;
   p.angles = {rope.style, rope.theta, rope.cos_table, rope.sin_table};
-  const int threads = std::min(kChunkPairs, (p.head_dim / 2 + 31) / 32 * 32);
-  const std::int64_t blocks = std::min<std::int64_t>(p.blocks, std::int64_t{1} << 20);
-  apply_rope_kernel<<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  cuda_common::check_launch(ctx, "apply_rope_kernel");
+  const auto s = static_cast<cudaStream_t>(stream);
+  // The vector kernel where every head row starts 16-byte aligned and splits into whole vectors on
+  // each side of the rotation; else a thread per pair with element loads.
+  const int per_vector = 16 / static_cast<int>(dtype_size(x.dtype));
+  const int side = rope.style == RopeStyle::kHalf ? p.head_dim / 2 : p.head_dim;
+  const bool vector = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.strides[0] % per_vector == 0 &&
+                      x.strides[1] % per_vector == 0 && side % per_vector == 0;
+  const int units = vector ? side / per_vector : p.head_dim / 2;  // threads per head row
+  // Few rows (a decode step's tokens): a head per block, so the call spreads over more SMs; many
+  // rows: several heads share each angle.
+  p.heads_per_block = x.shape[0] * p.heads < 4096 ? 1 : vector ? kVectorHeadsPerBlock : kHeadsPerBlock;
+  p.head_groups = (p.heads + p.heads_per_block - 1) / p.heads_per_block;
+  p.chunks = (units + kChunkPairs - 1) / kChunkPairs;
+  p.blocks = x.shape[0] * p.head_groups * p.chunks;
+  const int threads = std::min(kChunkPairs, (units + 31) / 32 * 32);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>(p.blocks, std::int64_t{1} << 20));
+  if (!vector) {
+    apply_rope_kernel<<<blocks, threads, 0, s>>>(p);
+  } else if (x.dtype == DType::kBF16) {
+    apply_rope_vector_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(p);
+  } else if (x.dtype == DType::kF16) {
+    apply_rope_vector_kernel<__half><<<blocks, threads, 0, s>>>(p);
+  } else {
+    apply_rope_vector_kernel<float><<<blocks, threads, 0, s>>>(p);
+  }
+  cuda_common::check_launch(ctx, vector ? "apply_rope_vector_kernel" : "apply_rope_kernel");
 }
 
 }  // namespace attnkit::cuda
