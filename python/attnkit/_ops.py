@@ -85,7 +85,7 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
     [batch, kv_heads, max_seq, head_dim]; lengths int32 [batch] (or a list / an int), the valid
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given)."""
-    if _compile.tracing(q) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
         o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse)
         return (o, l) if return_lse else o
     _require_plan(plan, "decode", "decode")
@@ -116,7 +116,7 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     their per-tensor dequantization scales: the real value of a stored element x is x * scale
     (a quantizer that divided by s passes s). Scales must be finite and > 0, and stay 1.0 for
     f32/f16/bf16 inputs. out is f32, f16 or bf16 (the plan's out_dtype, bf16 by default)."""
-    if _compile.tracing(q) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
         o, l = _compile.ops().prefill(plan.number, q, k, v, _maybe_torch_index(cu_seqlens_q, q),
                                       _maybe_torch_index(cu_seqlens_k, q), return_lse, float(q_scale), float(k_scale),
                                       float(v_scale))
@@ -178,7 +178,7 @@ def fused_rope_append_decode(plan: Plan, q: Any, k_new: Any, v_new: Any, k_cache
                              return_lse: bool = False) -> Any:
     """Seed 000's fused step: RoPE on q and k_new (both un-rotated on input), append the rotated
     k_new and v_new at positions[b], attend over positions[b] + 1 keys. Returns out (and lse)."""
-    if _compile.tracing(q) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
         o, l = _compile.ops().fused_rope_append_decode(plan.number, q, k_new, v_new, k_cache, v_cache,
                                                        _as_torch_index(positions, q), style, float(theta), cos_table,
                                                        sin_table, return_lse)
@@ -249,7 +249,7 @@ def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any
     list), each sequence's keys. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given)."""
     context = "paged_decode"
-    if _compile.tracing(q) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
         o, l = _compile.ops().paged_decode(plan.number, q, k_pages, v_pages, page_table, _as_torch_index(lengths, q),
                                            return_lse)
         return (o, l) if return_lse else o
@@ -277,7 +277,7 @@ def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, pa
     aligned. Returns out shaped like q (and lse f32 [rows, num_heads]); rows past
     cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there)."""
     context = "extend"
-    if _compile.tracing(q) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
         o, l = _compile.ops().extend(plan.number, q, _as_torch_index(cu_seqlens_q, q), k_pages, v_pages, page_table,
                                      _as_torch_index(lengths, q), return_lse)
         return (o, l) if return_lse else o
