@@ -153,26 +153,7 @@ void check_merge(CheckContext& ctx, DType partial_dtype, DType out_dtype) {
     for (std::int64_t s = 0; s < splits; ++s) empty_split(s, rows - 1);
     testing::poison(out);
     testing::poison(lse);
-    std::vector<double> golden_out(out.numel(), 0.0), golden_lse(static_cast<std::size_t>(rows));
-    for (std::int64_t rw = 0; rw < rows; ++rw) {
-      double m = -std::numeric_limits<double>::infinity();
-      for (std::int64_t s = 0; s < splits; ++s) m = std::max<double>(m, lse_partial.get(s * rows + rw));
-      if (std::isinf(m)) {
-        golden_lse[rw] = m;
-        continue;
-      }
-      double sum = 0;
-      for (std::int64_t s = 0; s < splits; ++s) {
-        if (std::isinf(lse_partial.get(s * rows + rw))) continue;  // no key: its output is never read
-        const double w = std::exp(static_cast<double>(lse_partial.get(s * rows + rw)) - m);
-        sum += w;
-        for (std::int64_t d = 0; d < head_dim; ++d) {
-          golden_out[rw * head_dim + d] += w * out_partial.get((s * rows + rw) * head_dim + d);
-        }
-      }
-      for (std::int64_t d = 0; d < head_dim; ++d) golden_out[rw * head_dim + d] /= sum;
-      golden_lse[rw] = m + std::log(sum);
-    }
+    const reference::Result golden = reference::merge_states({out_partial.view, lse_partial.view, {}, {}});
     Staging stage(ctx.cuda);
     const MergeTensors t{stage.put(out_partial), stage.put(lse_partial), stage.put(out), stage.put(lse)};
     if (ctx.cuda) {
@@ -181,8 +162,8 @@ void check_merge(CheckContext& ctx, DType partial_dtype, DType out_dtype) {
       cpu::merge_states(t);
     }
     stage.take_back();
-    judge(r, testing::compare(out, golden_out), tolerance_for(partial_dtype, out_dtype));
-    const std::string lse_problem = check_lse(lse, golden_lse, tolerance_for(DType::kF32, DType::kF32).rel);
+    judge(r, testing::compare(out, golden.out), tolerance_for(partial_dtype, out_dtype));
+    const std::string lse_problem = check_lse(lse, golden.lse, tolerance_for(DType::kF32, DType::kF32).rel);
     if (!lse_problem.empty()) {
       r.status = Status::kFail;
       r.note += lse_problem;

@@ -26,6 +26,11 @@ Result prefill(const PrefillProblem& problem, const PrefillTensors& tensors);
 Result paged_decode(const PagedDecodeProblem& problem, const PagedDecodeTensors& tensors);
 Result extend(const ExtendProblem& problem, const ExtendTensors& tensors);
 
+// The log-sum-exp merge of partial states (tensors.hpp's MergeTensors; out and lse unused): out
+// [rows * head_dim], lse [rows]; a split whose LSE is -inf is skipped, a row with no key gets
+// zeros and -inf.
+Result merge_states(const MergeTensors& tensors);
+
 // Rotate one vector of head_dim elements for position `pos` (float64).
 void rope(double* x, std::int64_t head_dim, std::int64_t pos, const RopeSpec& spec);
 

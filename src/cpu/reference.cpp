@@ -190,4 +190,32 @@ void rope(double* x, std::int64_t head_dim, std::int64_t pos, const RopeSpec& sp
   }
 }
 
+Result merge_states(const MergeTensors& t) {
+  const char* ctx = "reference::merge_states";
+  require_host_input(ctx, "out_partial", t.out_partial, 3);
+  require_host_input(ctx, "lse_partial", t.lse_partial, 2);
+  const std::int64_t S = t.out_partial.shape[0], R = t.out_partial.shape[1], D = t.out_partial.shape[2];
+  Result r;
+  r.out.assign(static_cast<std::size_t>(R * D), 0.0);
+  r.lse.assign(static_cast<std::size_t>(R), -std::numeric_limits<double>::infinity());
+  auto lse_of = [&](std::int64_t s, std::int64_t row) {
+    return element(t.lse_partial, s * t.lse_partial.strides[0] + row * t.lse_partial.strides[1]);
+  };
+  for (std::int64_t row = 0; row < R; ++row) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::int64_t s = 0; s < S; ++s) m = std::max(m, lse_of(s, row));
+    if (std::isinf(m)) continue;  // no split saw a key: zeros and -inf
+    double total = 0.0;
+    for (std::int64_t s = 0; s < S; ++s) {
+      if (std::isinf(lse_of(s, row))) continue;  // its output is never read
+      const double w = std::exp(lse_of(s, row) - m);
+      total += w;
+      for (std::int64_t d = 0; d < D; ++d) r.out[static_cast<std::size_t>(row * D + d)] += w * element(t.out_partial, offset3(t.out_partial, s, row, d));
+    }
+    for (std::int64_t d = 0; d < D; ++d) r.out[static_cast<std::size_t>(row * D + d)] /= total;
+    r.lse[static_cast<std::size_t>(row)] = m + std::log(total);
+  }
+  return r;
+}
+
 }  // namespace attnkit::reference

@@ -40,23 +40,11 @@ TEST_P(MergeStatesCuda, MatchesTheFloat64Merge) {
       lse_partial.set(static_cast<std::size_t>(s * R + r), l);
     }
   }
-  std::vector<double> golden(static_cast<std::size_t>(R * D), 0.0), golden_lse(static_cast<std::size_t>(R), -INFINITY);
-  for (std::int64_t r = 0; r < R; ++r) {
-    double m = -INFINITY;
-    for (std::int64_t s = 0; s < S; ++s) m = std::max<double>(m, lse_partial.get(static_cast<std::size_t>(s * R + r)));
-    if (m == -INFINITY) continue;
-    double total = 0.0;
-    for (std::int64_t s = 0; s < S; ++s) {
-      const double l = lse_partial.get(static_cast<std::size_t>(s * R + r));
-      if (l == -INFINITY) continue;
-      const double w = std::exp(l - m);
-      total += w;
-      for (std::int64_t d = 0; d < D; ++d)
-        golden[static_cast<std::size_t>(r * D + d)] += w * out_partial.get(static_cast<std::size_t>((s * R + r) * Dp + d));
-    }
-    for (std::int64_t d = 0; d < D; ++d) golden[static_cast<std::size_t>(r * D + d)] /= total;
-    golden_lse[static_cast<std::size_t>(r)] = m + std::log(total);
-  }
+  TensorView partial_view = out_partial.view;
+  partial_view.shape[2] = D;
+  const reference::Result merged = reference::merge_states({partial_view, lse_partial.view, {}, {}});
+  const std::vector<double>& golden = merged.out;
+  const std::vector<double>& golden_lse = merged.lse;
 
   HostTensor out(c.out_dtype, {R, D}), lse(DType::kF32, {R});
   poison(out), poison(lse);

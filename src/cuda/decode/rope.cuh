@@ -38,13 +38,18 @@ __device__ inline void rope_cos_sin(int head_dim, int pos, int pair, const RopeA
   }
 }
 
-// (x0, x1) rotated by the angle of (pos, pair), in float64.
-__device__ inline void rope_rotate(float& x0, float& x1, int head_dim, int pos, int pair, const RopeAngles& angles) {
-  double c, s;
-  rope_cos_sin(head_dim, pos, pair, angles, c, s);
+// (x0, x1) rotated by the angle whose cosine and sine are (c, s), in float64.
+__device__ inline void rotate_pair(float& x0, float& x1, double c, double s) {
   const double a = x0, b = x1;
   x0 = static_cast<float>(a * c - b * s);
   x1 = static_cast<float>(a * s + b * c);
+}
+
+// (x0, x1) rotated by the angle of (pos, pair).
+__device__ inline void rope_rotate(float& x0, float& x1, int head_dim, int pos, int pair, const RopeAngles& angles) {
+  double c, s;
+  rope_cos_sin(head_dim, pos, pair, angles, c, s);
+  rotate_pair(x0, x1, c, s);
 }
 
 // rows x head_dim values at buf[row * row_stride + dim]; threads thread, thread + 1, ... of a group

@@ -123,20 +123,12 @@ __global__ void __launch_bounds__(kChunkPairs) apply_rope_vector_kernel(const __
       if (half_style) {
         unpack<T>(hi[h], e);
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const double x0 = a[j], x1 = e[j];
-          a[j] = static_cast<float>(x0 * c[j] - x1 * sn[j]);
-          e[j] = static_cast<float>(x0 * sn[j] + x1 * c[j]);
-        }
+        for (int j = 0; j < V; ++j) cuda_decode::rotate_pair(a[j], e[j], c[j], sn[j]);
         *reinterpret_cast<uint4*>(x + base + h * p.stride_h) = pack<T>(a);
         *reinterpret_cast<uint4*>(x + base + h * p.stride_h + half) = pack<T>(e);
       } else {
 #pragma unroll
-        for (int j = 0; j < V / 2; ++j) {
-          const double x0 = a[2 * j], x1 = a[2 * j + 1];
-          a[2 * j] = static_cast<float>(x0 * c[j] - x1 * sn[j]);
-          a[2 * j + 1] = static_cast<float>(x0 * sn[j] + x1 * c[j]);
-        }
+        for (int j = 0; j < V / 2; ++j) cuda_decode::rotate_pair(a[2 * j], a[2 * j + 1], c[j], sn[j]);
         *reinterpret_cast<uint4*>(x + base + h * p.stride_h) = pack<T>(a);
       }
     }
@@ -167,9 +159,9 @@ __global__ void __launch_bounds__(kChunkPairs) apply_rope_kernel(const __grid_co
 #pragma unroll
     for (int h = 0; h < kHeadsPerBlock; ++h) {
       if (h < heads) {
-        const double a = x0[h], e = x1[h];
-        cuda_common::store_from_f32(p.x, p.dtype, base + h * p.stride_h + at.a, static_cast<float>(a * c - e * s));
-        cuda_common::store_from_f32(p.x, p.dtype, base + h * p.stride_h + at.b, static_cast<float>(a * s + e * c));
+        cuda_decode::rotate_pair(x0[h], x1[h], c, s);
+        cuda_common::store_from_f32(p.x, p.dtype, base + h * p.stride_h + at.a, x0[h]);
+        cuda_common::store_from_f32(p.x, p.dtype, base + h * p.stride_h + at.b, x1[h]);
       }
     }
   }

@@ -26,7 +26,6 @@ namespace {
 
 struct MergeParams {
   const void* out_partial = nullptr;
-  DType partial_dtype = DType::kF32;
   const float* lse_partial = nullptr;
   void* out = nullptr;
   DType out_dtype = DType::kF32;
@@ -151,7 +150,6 @@ void merge_states(const MergeTensors& t, Stream stream) {
   }
   MergeParams p;
   p.out_partial = t.out_partial.data;
-  p.partial_dtype = t.out_partial.dtype;
   p.lse_partial = t.lse_partial.as<const float>();
   p.out = t.out.data;
   p.out_dtype = t.out.dtype;
@@ -166,7 +164,7 @@ void merge_states(const MergeTensors& t, Stream stream) {
   const std::int64_t blocks = std::min<std::int64_t>((p.rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 16);
   const auto s = static_cast<cudaStream_t>(stream);
   const unsigned grid = static_cast<unsigned>(blocks);
-  switch (p.partial_dtype) {
+  switch (t.out_partial.dtype) {
     case DType::kF16: merge_caller_states_kernel<__half><<<grid, 32 * kWarpsPerBlock, 0, s>>>(p); break;
     case DType::kBF16: merge_caller_states_kernel<__nv_bfloat16><<<grid, 32 * kWarpsPerBlock, 0, s>>>(p); break;
     default: merge_caller_states_kernel<float><<<grid, 32 * kWarpsPerBlock, 0, s>>>(p); break;
