@@ -109,11 +109,12 @@ float magnitude(FuzzedDataProvider& in) {
   return in.PickValueInArray(kStddev);
 }
 
-// The ISA for this input (fast families only), among those this CPU supports.
+// The ISA for this input (fast families only), among those this CPU supports: every level, the
+// bf16 dot products and AMX tiles (the default paths where the CPU has them) included.
 void select_isa(FuzzedDataProvider& in) {
   using cpu::simd::Isa;
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
     if (cpu::simd::isa_supported(isa)) isas.push_back(isa);
   }
   const Isa isa = isas[in.ConsumeIntegralInRange<std::size_t>(0, isas.size() - 1)];
