@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(cmake ninja-build g++ libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-              libomp-dev clang libclang-rt-14-dev python3 python3-pip)
+              libomp-dev clang libclang-rt-14-dev ccache python3 python3-pip)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
