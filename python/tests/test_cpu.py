@@ -252,6 +252,36 @@ def test_merge_states_of_two_key_halves(rng):
     check_close(lse, expected_lse.reshape(h), "f32", "lse")
 
 
+def test_attention_sinks_through_merge_states(rng):
+    """Attention sinks (gpt-oss): a learned logit per head joins the softmax's denominator and has
+    no value, so the result is the attention state merged with (zeros, LSE = sink) (docs/python.md)."""
+    b, h, kvh, d, s = 2, 8, 2, 32, 50
+    plan = attnkit.plan_decode(batch=b, num_heads=h, kv_heads=kvh, head_dim=d, max_seq=s, kv_dtype="f32")
+    q = randn(rng, (b, h, d), "f32")
+    k_cache, v_cache = randn(rng, (b, kvh, s, d), "f32"), randn(rng, (b, kvh, s, d), "f32")
+    lengths = np.array([50, 17], np.int32)
+    sinks = (2 * rng.standard_normal(h)).astype(np.float32)
+    out, lse = attnkit.decode(plan, q, k_cache, v_cache, lengths, return_lse=True)
+    rows = b * h
+    merged, merged_lse = attnkit.merge_states(
+        np.stack([out.reshape(rows, d), np.zeros((rows, d), np.float32)]),
+        np.stack([lse.reshape(rows), np.tile(sinks, b)]), return_lse=True)
+
+    expected, expected_lse = np.empty((b, h, d)), np.empty((b, h))
+    for i in range(b):
+        for j in range(h):
+            kv = j // (h // kvh)
+            n = lengths[i]
+            logits = np.append(k_cache[i, kv, :n].astype(np.float64) @ q[i, j].astype(np.float64) / np.sqrt(d),
+                               float(sinks[j]))
+            top = logits.max()
+            weights = np.exp(logits - top)
+            expected[i, j] = weights[:-1] @ v_cache[i, kv, :n].astype(np.float64) / weights.sum()
+            expected_lse[i, j] = top + np.log(weights.sum())
+    check_close(merged, expected.reshape(rows, d), "f32")
+    check_close(merged_lse, expected_lse.reshape(rows), "f32", "lse")
+
+
 # ---------------------------------------------------------------- sdpa convenience
 
 def test_sdpa_prefill_and_decode_on_numpy(rng):
