@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import threading
 from typing import Any, Optional
 
@@ -44,7 +45,7 @@ def _cached(key: tuple, make) -> tuple[Plan, Any]:
 
 def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None, window: int = 0,
          softcap: float = 0.0, lengths: Any = None, out: Any = None, out_dtype: Any = None,
-         family: Optional[str] = None, threads: int = 0) -> Any:
+         family: Optional[str] = None, threads: int = 0, sinks: Any = None) -> Any:
     """Attention of q [batch, heads, q_len, head_dim] over k, v [batch, kv_heads, kv_len, head_dim]
     (kv_heads divides heads: grouped-query attention needs no repeat). With causal=True and
     q_len < kv_len the mask is bottom-right aligned (the queries are the last q_len positions).
@@ -52,34 +53,51 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
     valid keys, k and v being caches of kv_len slots. scale None means 1/sqrt(head_dim).
     `out` may be any strided view of shape [batch, heads, q_len, head_dim] with head_dim
     contiguous (e.g. a [batch, q_len, heads, head_dim] buffer transposed): it is written in place.
-    Returns out.
+    `sinks` [heads] (gpt-oss's attention sinks): one more logit per head in every row's softmax,
+    with no value; the kernels then write f32 rows and their LSE, and each row is scaled by
+    sigmoid(lse - sink) into out. Returns out.
 
     Inside torch.compile, torch tensors go through the custom operators attnkit::sdpa (out None)
     and attnkit::sdpa_out (torch_ops.py), so the graph does not break here."""
     if _compile.tracing(q) and family is None and threads == 0 and out_dtype is None:
         scale_arg = 0.0 if scale is None else float(scale)
         if out is None:
-            return _compile.ops().sdpa(q, k, v, lengths, bool(causal), scale_arg, int(window), float(softcap), False)
-        _compile.ops().sdpa_out(q, k, v, lengths, out, bool(causal), scale_arg, int(window), float(softcap))
+            return _compile.ops().sdpa(q, k, v, lengths, bool(causal), scale_arg, int(window), float(softcap), False,
+                                       sinks)
+        _compile.ops().sdpa_out(q, k, v, lengths, out, bool(causal), scale_arg, int(window), float(softcap), sinks)
         return out
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         raise _native.Error(f"sdpa: q, k and v must be rank 4 [batch, heads, seq, head_dim], got "
                             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}. Fix: reshape to BHSD")
+    o_dtype = (_arrays.array_dtype(out) if out is not None
+               else _arrays.array_dtype(q) if out_dtype is None else _arrays.dtype_name(out_dtype))
+    options = dict(causal=bool(causal), scale=0.0 if scale is None else float(scale), window=int(window),
+                   softcap=float(softcap), lengths=lengths, family=family, threads=threads)
+    if sinks is None:
+        return _attend(q, k, v, out=out, o_dtype=o_dtype, return_lse=False, **options)
+    # The kernels' f32 rows and their LSE, then the sink's share of each row's softmax taken out.
+    _check_sinks(sinks, q)
+    final = out if out is not None else _arrays.empty(q, tuple(q.shape), o_dtype)
+    rows, lse = _attend(q, k, v, out=None, o_dtype="f32", return_lse=True, **options)
+    _scale_rows_by_sinks(rows, lse, sinks, final)
+    return final
+
+
+def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, softcap: float, lengths: Any,
+            family: Optional[str], threads: int, out: Any, o_dtype: str, return_lse: bool) -> Any:
+    """sdpa's planned call (a cached plan per shape): out, or (out, lse [batch, heads, q_len])."""
     batch, heads, q_len, head_dim = (int(s) for s in q.shape)
     kv_heads, kv_len = int(k.shape[1]), int(k.shape[2])
     kind, index = _arrays.device_of(q)
     backend = "cuda" if kind == "cuda" else "cpu"
     q_dtype, kv_dtype = _arrays.array_dtype(q), _arrays.array_dtype(k)
-    o_dtype = (_arrays.array_dtype(out) if out is not None
-               else q_dtype if out_dtype is None else _arrays.dtype_name(out_dtype))
-    scale_value = 0.0 if scale is None else float(scale)
     common = dict(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim, out_dtype=o_dtype,
-                  window=int(window), scale=scale_value, softcap=float(softcap), backend=backend, family=family,
+                  window=window, scale=scale, softcap=softcap, backend=backend, family=family,
                   threads=threads, device=index if backend == "cuda" else None)
 
     if q_len == 1:
         key = ("decode", kind, index, batch, heads, kv_heads, head_dim, kv_len, q_dtype, kv_dtype, o_dtype,
-               int(window), scale_value, float(softcap), family, threads)
+               window, scale, softcap, family, threads)
 
         def make_decode():
             plan = plan_decode(max_seq=kv_len, kv_len=kv_len, kv_dtype=kv_dtype, q_dtype=q_dtype, **common)
@@ -87,7 +105,9 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
 
         plan, full_lengths = _cached(key, make_decode)
         result = decode(plan, q[:, :, 0, :], k, v, full_lengths if lengths is None else lengths,
-                        out=None if out is None else out[:, :, 0, :])
+                        out=None if out is None else out[:, :, 0, :], return_lse=return_lse)
+        if return_lse:
+            return result[0][:, :, None, :], result[1][:, :, None]
         return out if out is not None else result[:, :, None, :]
 
     if lengths is not None:
@@ -96,8 +116,38 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
     if kv_dtype != q_dtype:
         raise _native.Error(f"sdpa: prefill needs q, k and v in one dtype, got q {q_dtype} and k {kv_dtype}. "
                             "Fix: convert them to one dtype")
-    key = ("prefill", kind, index, batch, heads, kv_heads, head_dim, q_len, kv_len, bool(causal), q_dtype, o_dtype,
-           int(window), scale_value, float(softcap), family, threads)
-    plan, _ = _cached(key, lambda: (plan_prefill(q_len=q_len, kv_len=kv_len, causal=bool(causal), dtype=q_dtype,
+    key = ("prefill", kind, index, batch, heads, kv_heads, head_dim, q_len, kv_len, causal, q_dtype, o_dtype,
+           window, scale, softcap, family, threads)
+    plan, _ = _cached(key, lambda: (plan_prefill(q_len=q_len, kv_len=kv_len, causal=causal, dtype=q_dtype,
                                                  **common), None))
-    return prefill(plan, q, k, v, out=out)
+    return prefill(plan, q, k, v, out=out, return_lse=return_lse)
+
+
+def _check_sinks(sinks: Any, q: Any) -> None:
+    heads = int(q.shape[1])
+    if tuple(int(s) for s in sinks.shape) != (heads,):
+        raise _native.Error(f"sdpa: sinks has shape {tuple(sinks.shape)}, expected [{heads}] (one logit per query "
+                            "head). Fix: pass one sink per query head")
+    if _arrays.device_of(sinks) != _arrays.device_of(q) or _arrays.library(sinks) != _arrays.library(q):
+        raise _native.Error("sdpa: sinks and q are not arrays of one library on one device. Fix: move sinks "
+                            "to q's device as the same kind of array")
+
+
+def _scale_rows_by_sinks(rows: Any, lse: Any, sinks: Any, out: Any) -> None:
+    """out = rows * sigmoid(lse - sink): rows f32 [b, h, q, d] normalised over the keys, lse f32
+    [b, h, q]; the sink's logit joins each row's denominator (a row with no key gives zeros)."""
+    lib = _arrays.library(rows)
+    if lib == "torch":
+        import torch
+
+        share = torch.sigmoid(lse - sinks.detach().to(torch.float32).view(1, -1, 1))
+        out.copy_(rows * share[..., None])
+        return
+    if lib not in ("numpy", "cupy"):
+        raise _native.Error("sdpa: sinks need numpy, torch or cupy arrays. Fix: pass q, k, v and sinks as one of those")
+    xp = __import__(lib)
+    logits = xp.asarray(sinks, dtype=xp.float32).reshape(1, -1, 1) - lse
+    with xp.errstate(over="ignore") if lib == "numpy" else contextlib.nullcontext():
+        share = 1.0 / (1.0 + xp.exp(logits))  # exp overflow -> 0: the sink takes the whole row
+    out[...] = rows * share[..., None].astype(xp.float32)
+

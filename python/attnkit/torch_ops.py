@@ -36,31 +36,33 @@ def _sdpa_out_shape(q: torch.Tensor, seq_major: bool) -> torch.Tensor:
 
 @torch.library.custom_op(f"{_LIB}::sdpa", mutates_args=(), device_types=("cpu", "cuda"))
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Optional[torch.Tensor], causal: bool,
-         scale: float, window: int, softcap: float, seq_major: bool) -> torch.Tensor:
+         scale: float, window: int, softcap: float, seq_major: bool,
+         sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     """attnkit.sdpa out of place: q [batch, heads, q_len, head_dim], k and v [batch, kv_heads,
-    kv_len, head_dim]; scale 0 means 1/sqrt(head_dim). Returns [batch, heads, q_len, head_dim],
-    laid out [batch, q_len, heads, head_dim] in memory when seq_major (the layout models read)."""
+    kv_len, head_dim]; scale 0 means 1/sqrt(head_dim); sinks [heads] or None. Returns [batch,
+    heads, q_len, head_dim], laid out [batch, q_len, heads, head_dim] in memory when seq_major
+    (the layout models read)."""
     out = _sdpa_out_shape(q, seq_major)
     _sdpa.sdpa(q, k, v, causal=causal, scale=scale or None, window=window, softcap=softcap, lengths=lengths,
-               out=out)
+               out=out, sinks=sinks)
     return out
 
 
 @sdpa.register_fake
-def _(q, k, v, lengths, causal, scale, window, softcap, seq_major):
+def _(q, k, v, lengths, causal, scale, window, softcap, seq_major, sinks=None):
     return _sdpa_out_shape(q, seq_major)
 
 
 @torch.library.custom_op(f"{_LIB}::sdpa_out", mutates_args=("out",), device_types=("cpu", "cuda"))
 def sdpa_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Optional[torch.Tensor], out: torch.Tensor,
-             causal: bool, scale: float, window: int, softcap: float) -> None:
+             causal: bool, scale: float, window: int, softcap: float, sinks: Optional[torch.Tensor] = None) -> None:
     """attnkit.sdpa into `out` (any strided [batch, heads, q_len, head_dim] view, head_dim contiguous)."""
     _sdpa.sdpa(q, k, v, causal=causal, scale=scale or None, window=window, softcap=softcap, lengths=lengths,
-               out=out)
+               out=out, sinks=sinks)
 
 
 @sdpa_out.register_fake
-def _(q, k, v, lengths, out, causal, scale, window, softcap):
+def _(q, k, v, lengths, out, causal, scale, window, softcap, sinks=None):
     return None
 
 

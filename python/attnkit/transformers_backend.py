@@ -12,8 +12,8 @@ straight into the [batch, seq, heads, head_dim] layout the model reads.
 
 Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
 reason: an explicit mask (padding, packing, sliding window over the cache, chunked prefill),
-attention dropout in training, autograd (attnkit has no backward), position bias, attention
-sinks, and dtypes other than float32/float16/bfloat16.
+attention dropout in training, autograd (attnkit has no backward), position bias, and dtypes
+other than float32/float16/bfloat16. Attention sinks (gpt-oss's `s_aux`) run on attnkit.
 """
 from __future__ import annotations
 
@@ -45,8 +45,6 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         return "autograd (attnkit kernels have no backward)"
     if kwargs.get("position_bias") is not None:
         return "a position bias"
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        return "attention sinks"
     if query.dtype not in _SUPPORTED_DTYPES or key.dtype != query.dtype or value.dtype != query.dtype:
         return f"dtype {query.dtype} / {key.dtype} (attnkit takes one of float32, float16, bfloat16)"
     if query.device != key.device or query.device.type not in ("cpu", "cuda"):
@@ -80,9 +78,10 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
         value = value[:, :, :q_len]
     window = kwargs.get("sliding_window") or 0
     softcap = kwargs.get("softcap") or 0.0
+    sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")  # gpt-oss: s_aux
     out = torch.empty((batch, q_len, heads, head_dim), dtype=query.dtype, device=query.device)
     sdpa(query, key, value, causal=bool(causal), scale=scaling, window=int(window), softcap=float(softcap),
-         out=out.transpose(1, 2))
+         out=out.transpose(1, 2), sinks=sinks)
     attnkit_calls += 1
     return out, None
 

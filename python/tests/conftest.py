@@ -45,12 +45,13 @@ def check_close(actual, golden, dtype: str, what: str = "out") -> None:
 
 
 def attention_f64(q, k, v, *, causal: bool, window: int = 0, scale: float = 0.0, softcap: float = 0.0,
-                  kv_valid=None, query_positions=None):
+                  kv_valid=None, query_positions=None, sinks=None):
     """Plain float64 softmax attention in numpy. q [b, h, qn, d]; k, v [b, kvh, kn, d].
     Query row r sits at absolute position r + (n - qn) (bottom-right), n being the sequence's
     valid keys (kv_valid[b], default kn); key j is visible iff (not causal or j <= pos) and
-    (window == 0 or j > pos - window). Returns (out [b, h, qn, d], lse [b, h, qn]); a row with
-    no visible key gives zeros and -inf."""
+    (window == 0 or j > pos - window). sinks [h]: one more logit per head in each row's softmax,
+    with no value (gpt-oss). Returns (out [b, h, qn, d], lse [b, h, qn]); a row with no visible
+    key gives zeros and -inf (the sink's logit with sinks)."""
     q = np.asarray(q, np.float64)
     k = np.asarray(k, np.float64)
     v = np.asarray(v, np.float64)
@@ -75,10 +76,12 @@ def attention_f64(q, k, v, *, causal: bool, window: int = 0, scale: float = 0.0,
             visible = visible & (j > pos[:, None] - window)
         for hi in range(h):
             scores = np.where(visible, s[bi, hi], -np.inf)
-            m = scores.max(axis=-1, keepdims=True)
+            sink = -np.inf if sinks is None else float(sinks[hi])
+            m = np.maximum(scores.max(axis=-1, keepdims=True), sink)
             rows = np.isfinite(m[:, 0])
-            p = np.where(visible, np.exp(scores - np.where(np.isfinite(m), m, 0.0)), 0.0)
-            total = p.sum(axis=-1, keepdims=True)
+            shift = np.where(np.isfinite(m), m, 0.0)
+            p = np.where(visible, np.exp(scores - shift), 0.0)
+            total = p.sum(axis=-1, keepdims=True) + np.exp(sink - shift)
             out[bi, hi, rows] = (p[rows] / total[rows]) @ v[bi, hi]
             lse[bi, hi, rows] = (m[rows, 0] + np.log(total[rows, 0]))
     return out, lse

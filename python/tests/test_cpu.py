@@ -284,6 +284,39 @@ def test_attention_sinks_through_merge_states(rng):
 
 # ---------------------------------------------------------------- sdpa convenience
 
+@pytest.mark.parametrize("q_len,kv_len,causal", [(1, 57, False), (13, 13, True), (6, 40, True), (9, 21, False)])
+def test_sdpa_with_sinks_matches_float64(rng, q_len, kv_len, causal):
+    """gpt-oss's attention sinks: a logit per head in every row's softmax, with no value."""
+    attnkit.clear_plan_cache()
+    q = randn(rng, (2, 8, q_len, 32), "f32")
+    k, v = randn(rng, (2, 2, kv_len, 32), "f32"), randn(rng, (2, 2, kv_len, 32), "f32")
+    sinks = (3 * rng.standard_normal(8)).astype(np.float32)
+    sinks[0] = 60.0  # a sink that takes nearly the whole row
+    out = attnkit.sdpa(q, k, v, causal=causal, sinks=sinks)
+    expected, _ = attention_f64(q, k, v, causal=causal, sinks=sinks)
+    check_close(out, expected, "f32")
+    assert not np.allclose(out, attention_f64(q, k, v, causal=causal)[0], atol=1e-3)  # the sinks did something
+
+
+def test_sdpa_with_sinks_into_out_and_with_lengths(rng):
+    q = randn(rng, (3, 4, 1, 16), "f32")
+    k, v = randn(rng, (3, 4, 30, 16), "f32"), randn(rng, (3, 4, 30, 16), "f32")
+    lengths = np.array([30, 1, 17], np.int32)
+    sinks = rng.standard_normal(4).astype(np.float32)
+    out = np.full((3, 1, 4, 16), np.nan, np.float32).transpose(0, 2, 1, 3)  # a [b, q, h, d] buffer viewed BHSD
+    got = attnkit.sdpa(q, k, v, lengths=lengths, out=out, sinks=sinks)
+    assert got is out
+    expected, _ = attention_f64(q, k, v, causal=False, kv_valid=lengths, sinks=sinks)
+    check_close(out, expected, "f32")
+
+
+def test_sdpa_rejects_sinks_of_the_wrong_shape(rng):
+    q = randn(rng, (1, 4, 1, 16), "f32")
+    k = randn(rng, (1, 2, 8, 16), "f32")
+    with pytest.raises(attnkit.Error, match="Fix: pass one sink per query head"):
+        attnkit.sdpa(q, k, k, sinks=np.zeros(2, np.float32))
+
+
 def test_sdpa_prefill_and_decode_on_numpy(rng):
     attnkit.clear_plan_cache()
     q = randn(rng, (2, 8, 21, 32), "f32")

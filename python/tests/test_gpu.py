@@ -148,6 +148,28 @@ def test_merge_states_on_cuda_joins_a_prefix_and_a_suffix(seed):
     assert out.is_cuda and lse.is_cuda and lse.dtype == torch.float32
 
 
+@pytest.mark.parametrize("q_len,kv_len,causal", [(1, 3000, False), (300, 300, True), (8, 5000, True)])
+def test_sdpa_with_sinks_on_cuda_matches_float64(seed, q_len, kv_len, causal):
+    """gpt-oss's attention sinks on the CUDA kernels (decode, Hopper prefill, short queries):
+    the sink's logit joins each row's softmax with no value."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(2, 16, q_len, 64, device="cuda", generator=g).bfloat16()
+    k = torch.randn(2, 2, kv_len, 64, device="cuda", generator=g).bfloat16()
+    v = torch.randn(2, 2, kv_len, 64, device="cuda", generator=g).bfloat16()
+    sinks = (3 * torch.randn(16, device="cuda", generator=g)).bfloat16()
+    out = torch.empty(2, q_len, 16, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    attnkit.sdpa(q, k, v, causal=causal, sinks=sinks, out=out)
+    kk, vv = k.double().repeat_interleave(8, dim=1), v.double().repeat_interleave(8, dim=1)
+    scores = (q.double() @ kk.transpose(-1, -2)) / 8.0
+    if causal:
+        visible = torch.ones(q_len, kv_len, dtype=torch.bool, device="cuda").tril(kv_len - q_len)
+        scores = scores.masked_fill(~visible, float("-inf"))
+    logits = torch.cat([scores, sinks.double().view(1, -1, 1, 1).expand(2, 16, q_len, 1)], dim=-1)
+    expected = torch.softmax(logits, dim=-1)[..., :-1] @ vv
+    torch.cuda.synchronize()
+    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), "bf16")
+
+
 @pytest.mark.parametrize("call", ["sdpa", "decode_plan"])
 def test_a_compiled_decode_step_replays_in_a_cuda_graph(seed, call):
     """append_kv and a decode against per-sequence lengths (attnkit.sdpa, or attnkit.decode with a

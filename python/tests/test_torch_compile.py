@@ -30,6 +30,9 @@ def test_operators_pass_opcheck(seed, ops):
         (ops.sdpa.default, (q, k, v, None, True, 0.0, 0, 0.0, False)),
         (ops.sdpa.default, (q, k, v, None, False, 0.125, 3, 30.0, True)),
         (ops.sdpa.default, (dq, k, v, lengths, False, 0.0, 0, 0.0, True)),
+        (ops.sdpa.default, (q, k, v, None, True, 0.0, 0, 0.0, True, torch.randn(8, generator=g))),
+        (ops.sdpa_out.default, (dq, k, v, lengths, torch.empty(2, 8, 1, 64), False, 0.0, 0, 0.0,
+                                torch.randn(8, generator=g))),
         (ops.sdpa_out.default, (q, k, v, None, torch.empty(2, 5, 8, 64).transpose(1, 2), True, 0.0, 0, 0.0)),
         (ops.apply_rope_.default, (torch.randn(3, 4, 64, generator=g), torch.tensor([0, 7, 4095], dtype=torch.int32),
                                    "interleaved", 500000.0, None, None)),
@@ -49,6 +52,16 @@ def test_sdpa_layouts_match_eager(seed, ops):
     seq_major = ops.sdpa(q, k, v, None, True, 0.0, 0, 0.0, True)
     assert seq_major.shape == q.shape and seq_major.transpose(1, 2).is_contiguous()
     assert torch.equal(seq_major, expected) and torch.equal(ops.sdpa(q, k, v, None, True, 0.0, 0, 0.0, False), expected)
+
+
+def test_sdpa_with_sinks_compiles_to_the_eager_result(seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(2, 8, 6, 32, generator=g), torch.randn(2, 2, 6, 32, generator=g), torch.randn(2, 2, 6, 32, generator=g)
+    sinks = torch.randn(8, generator=g)
+    expected = attnkit.sdpa(q, k, v, causal=True, sinks=sinks)
+    compiled = torch.compile(lambda q, k, v, s: attnkit.sdpa(q, k, v, causal=True, sinks=s), fullgraph=True)
+    assert torch.equal(compiled(q, k, v, sinks), expected)
+    assert not torch.allclose(expected, attnkit.sdpa(q, k, v, causal=True), atol=1e-3)
 
 
 def decode_step(q, k_new, v_new, k_cache, v_cache, positions, prefix_out, prefix_lse):

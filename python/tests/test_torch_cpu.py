@@ -76,6 +76,30 @@ def test_transformers_backend_bf16_on_cpu_is_as_close_to_f32_as_sdpa(seed):
     print(check_teacher_forced(model, prompt))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_with_sinks_matches_torch_eager_sinks(seed, dtype):
+    """gpt-oss's eager attention: the sink's logit concatenated to each row's scores, softmax,
+    the sink's column dropped; here through the transformers backend's entry point (s_aux)."""
+    pytest.importorskip("transformers")
+    from attnkit.transformers_backend import attnkit_attention_forward
+
+    g = torch.Generator().manual_seed(seed)
+    td = TORCH_DTYPES[dtype]
+    q = torch.randn(2, 8, 11, 64, generator=g).to(td)
+    k, v = torch.randn(2, 2, 11, 64, generator=g).to(td), torch.randn(2, 2, 11, 64, generator=g).to(td)
+    sinks = (2 * torch.randn(8, generator=g)).to(td)
+    module = torch.nn.Module()
+    module.is_causal = True
+    got, _ = attnkit_attention_forward(module, q, k, v, None, scaling=0.125, s_aux=sinks)  # [b, q, h, d]
+
+    kk, vv = k.double().repeat_interleave(4, dim=1), v.double().repeat_interleave(4, dim=1)
+    scores = (q.double() @ kk.transpose(-1, -2)) * 0.125
+    scores = scores.masked_fill(~torch.ones(11, 11, dtype=torch.bool).tril(), float("-inf"))
+    logits = torch.cat([scores, sinks.double().view(1, -1, 1, 1).expand(2, 8, 11, 1)], dim=-1)
+    expected = torch.softmax(logits, dim=-1)[..., :-1] @ vv
+    check_close(got.transpose(1, 2).float().numpy(), expected.numpy(), dtype)
+
+
 def test_transformers_backend_falls_back_on_padding(seed):
     pytest.importorskip("transformers")
     import attnkit.transformers_backend as backend
