@@ -19,8 +19,12 @@ cmake --workflow --preset tsan-test
 stage tsan
 scripts/fuzz.sh 45
 stage fuzz
-# The Python package, CPU-only here (the CUDA kernels were compiled above already).
-python3 -m pip install -q --disable-pip-version-check . --no-build-isolation -Ccmake.define.ATTNKIT_CUDA=OFF
+# The Python package, CPU-only here (the CUDA kernels were compiled above already), with the
+# release build's C++ compiler (Python's sysconfig names g++, CMake picked c++; ccache hashes the
+# name), so its CPU objects come from ccache: ~30 s instead of ~130 on two cores.
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/release/CMakeCache.txt)
+python3 -m pip install -q --disable-pip-version-check . --no-build-isolation -Ccmake.define.ATTNKIT_CUDA=OFF \
+  ${cxx:+-Ccmake.define.CMAKE_CXX_COMPILER=$cxx}
 stage "python install"
 python3 -m pytest -q python/tests -m "not gpu"
 stage pytest
