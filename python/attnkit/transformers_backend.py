@@ -13,7 +13,8 @@ straight into the [batch, seq, heads, head_dim] layout the model reads.
 Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
 reason: an explicit mask (padding, packing, sliding window over the cache, chunked prefill),
 attention dropout in training, autograd (attnkit has no backward), position bias, and dtypes
-other than float32/float16/bfloat16. Attention sinks (gpt-oss's `s_aux`) run on attnkit.
+other than float32/float16/bfloat16. Attention sinks (gpt-oss's `s_aux`) run on attnkit; where
+a call with sinks falls back, it runs the model's eager arithmetic (torch's sdpa would drop them).
 """
 from __future__ import annotations
 
@@ -52,6 +53,29 @@ def _fallback_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return None
 
 
+def _sinks(kwargs: dict) -> Optional[torch.Tensor]:
+    """gpt-oss's attention sinks (passed as s_aux), one logit per query head, or None."""
+    return kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
+
+
+def _attention_with_sinks(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
+                          dropout: float, scaling: Optional[float], sinks: torch.Tensor) -> torch.Tensor:
+    """The fallback where sinks meet something attnkit leaves to torch (a mask, autograd): the
+    model's eager arithmetic (scores, the mask, the sink's logit as one more column of the softmax,
+    that column dropped) in torch. Returns [batch, q_len, heads, head_dim]."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = (query @ key.transpose(-1, -2)) * scale
+    if attention_mask is not None:
+        mask = attention_mask[..., : key.shape[-2]]
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    column = sinks.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    probs = torch.softmax(torch.cat([scores, column], dim=-1).float(), dim=-1)[..., :-1].to(value.dtype)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=dropout > 0)
+    return (probs @ value).transpose(1, 2).contiguous()
+
+
 def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                               value: torch.Tensor, attention_mask: Optional[torch.Tensor], dropout: float = 0.0,
                               scaling: Optional[float] = None, is_causal: Optional[bool] = None,
@@ -65,6 +89,9 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
         if reason not in _warned:
             _warned.add(reason)
             warnings.warn(f"attnkit: {reason} is not handled by attnkit; those calls run torch sdpa", stacklevel=2)
+        sinks = _sinks(kwargs)
+        if sinks is not None:  # torch's sdpa would drop them
+            return _attention_with_sinks(query, key, value, attention_mask, dropout, scaling, sinks), None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
 
@@ -78,7 +105,7 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
         value = value[:, :, :q_len]
     window = kwargs.get("sliding_window") or 0
     softcap = kwargs.get("softcap") or 0.0
-    sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")  # gpt-oss: s_aux
+    sinks = _sinks(kwargs)
     out = torch.empty((batch, q_len, heads, head_dim), dtype=query.dtype, device=query.device)
     sdpa(query, key, value, causal=bool(causal), scale=scaling, window=int(window), softcap=float(softcap),
          out=out.transpose(1, 2), sinks=sinks)

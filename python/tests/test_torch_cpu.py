@@ -3,6 +3,8 @@ and the transformers backend on a small random Llama. Skipped where torch (or tr
 is not installed; CI installs neither, the device image has both."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -98,6 +100,40 @@ def test_sdpa_with_sinks_matches_torch_eager_sinks(seed, dtype):
     logits = torch.cat([scores, sinks.double().view(1, -1, 1, 1).expand(2, 8, 11, 1)], dim=-1)
     expected = torch.softmax(logits, dim=-1)[..., :-1] @ vv
     check_close(got.transpose(1, 2).float().numpy(), expected.numpy(), dtype)
+
+
+def test_transformers_backend_runs_a_tiny_gpt_oss_like_eager(seed):
+    """gpt-oss (attention sinks; sliding-window layers, which pass a mask and fall back to the
+    model's eager arithmetic with the sinks kept): prefill logits and 8 greedy tokens as eager."""
+    pytest.importorskip("transformers")
+    try:
+        from transformers import GptOssConfig, GptOssForCausalLM
+    except ImportError:
+        pytest.skip("this transformers has no gpt-oss")
+    import attnkit.transformers_backend as backend
+
+    cfg = GptOssConfig(vocab_size=1000, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                       num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
+                       layer_types=["sliding_attention", "full_attention"], rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    torch.manual_seed(seed)
+    model = GptOssForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)  # the initialisation's are ~0.01: make them matter
+    prompt = torch.randint(0, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))
+    runs = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logits = model(prompt).logits
+            tokens = model.generate(prompt, max_new_tokens=8, do_sample=False)
+        runs[impl] = (logits, tokens)
+    calls = backend.attnkit_calls
+    torch.testing.assert_close(runs["attnkit"][0], runs["eager"][0], rtol=1e-4, atol=1e-4)
+    assert torch.equal(runs["attnkit"][1], runs["eager"][1])
+    assert calls > 0
 
 
 def test_transformers_backend_falls_back_on_padding(seed):
