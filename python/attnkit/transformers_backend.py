@@ -5,13 +5,13 @@
 
 Importing this module registers the name "attnkit" in transformers' AttentionInterface (the
 attention call) and AttentionMaskInterface (sdpa's mask builder, so the model hands over no mask
-whenever plain causal attention is meant). Prefill (causal, q_len == kv_len) and decode
+whenever plain causal attention, or a plain causal sliding window, is meant). Prefill (causal, q_len == kv_len) and decode
 (q_len == 1 against the cache) then run on attnkit's CPU or CUDA kernels on torch's current
 stream; grouped-query attention runs without repeating K and V, and the output is written
 straight into the [batch, seq, heads, head_dim] layout the model reads.
 
 Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
-reason: an explicit mask (padding, packing, sliding window over the cache, chunked prefill),
+reason: an explicit mask (padding, packing, chunked prefill over cached keys),
 attention dropout in training, autograd (attnkit has no backward), position bias, and dtypes
 other than float32/float16/bfloat16. Attention sinks (gpt-oss's `s_aux`) run on attnkit; where
 a call with sinks falls back, it runs the model's eager arithmetic (torch's sdpa would drop them).
@@ -113,10 +113,35 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
     return out, None
 
 
+def _is_causal_window(mask: torch.Tensor) -> bool:
+    """mask [batch, 1, q_len, kv_len] bool: whether every row sees exactly the keys attnkit's
+    causal window gives it, (pos - w, pos] for one w with pos = kv_len - q_len + row, where the
+    call has no cached keys before its queries (q_len == kv_len) or is a decode step (q_len == 1)."""
+    if mask.dim() != 4 or mask.dtype != torch.bool:
+        return False
+    q_len, kv_len = mask.shape[-2], mask.shape[-1]
+    if not (q_len == kv_len or q_len == 1):
+        return False
+    window = int(mask[0, 0, -1].sum())
+    pos = torch.arange(q_len, device=mask.device)[:, None] + (kv_len - q_len)
+    keys = torch.arange(kv_len, device=mask.device)[None, :]
+    return window > 0 and bool((mask == ((keys <= pos) & (keys > pos - window))).all())
+
+
+def attnkit_mask(*args: Any, **kwargs: Any) -> Optional[torch.Tensor]:
+    """sdpa's mask builder, except that a mask which is only a causal sliding window (no padding)
+    becomes None: the attention call then runs attnkit's window kernels with the layer's
+    sliding_window instead of falling back (Mistral, Qwen2, Gemma, gpt-oss sliding layers)."""
+    mask = sdpa_mask(*args, **kwargs)
+    if mask is None or torch.compiler.is_compiling() or not _is_causal_window(mask):
+        return mask
+    return None
+
+
 def register(name: str = NAME) -> None:
     """Register attnkit under `name` (done on import for "attnkit")."""
     AttentionInterface.register(name, attnkit_attention_forward)
-    AttentionMaskInterface.register(name, sdpa_mask)
+    AttentionMaskInterface.register(name, attnkit_mask)
 
 
 register()

@@ -102,38 +102,76 @@ def test_sdpa_with_sinks_matches_torch_eager_sinks(seed, dtype):
     check_close(got.transpose(1, 2).float().numpy(), expected.numpy(), dtype)
 
 
+def run_like_eager(model, prompt, attention_mask=None, new_tokens=8):
+    """(logits, greedy tokens, attnkit calls, fallbacks) of `model` with attnkit, and eager's
+    logits and tokens, from the same weights."""
+    import attnkit.transformers_backend as backend
+
+    runs = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        calls, fallbacks = backend.attnkit_calls, sum(backend.fallback_counts.values())
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logits = model(prompt, attention_mask=attention_mask).logits
+            tokens = model.generate(prompt, attention_mask=attention_mask, max_new_tokens=new_tokens,
+                                    do_sample=False, pad_token_id=0)
+        runs[impl] = (logits, tokens, backend.attnkit_calls - calls,
+                      sum(backend.fallback_counts.values()) - fallbacks)
+    return runs["attnkit"], runs["eager"]
+
+
+def test_transformers_backend_runs_sliding_window_layers_natively(seed):
+    """A sliding-window model (Mistral, window 8 over a 20-token prompt and 8 new tokens): the mask
+    builder hands over no mask where it is only a causal window, so every call runs attnkit's
+    window kernels, with eager's logits and tokens."""
+    pytest.importorskip("transformers")
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                        max_position_embeddings=256)
+    torch.manual_seed(seed)
+    model = MistralForCausalLM(cfg).eval()
+    prompt = torch.randint(0, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))
+    (logits, tokens, calls, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt)
+    assert calls == 2 * (1 + 1 + 7) and fallbacks == 0  # 2 layers x (forward, prefill, 7 decode steps)
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
+    assert torch.equal(tokens, eager_tokens)
+
+
 def test_transformers_backend_runs_a_tiny_gpt_oss_like_eager(seed):
-    """gpt-oss (attention sinks; sliding-window layers, which pass a mask and fall back to the
-    model's eager arithmetic with the sinks kept): prefill logits and 8 greedy tokens as eager."""
+    """gpt-oss: attention sinks and alternating sliding / full layers. Unpadded, every call runs on
+    attnkit (sinks and windows); left-padded, the calls fall back with the sinks kept (the model's
+    eager arithmetic, since torch's sdpa would drop them). Both as eager."""
     pytest.importorskip("transformers")
     try:
         from transformers import GptOssConfig, GptOssForCausalLM
     except ImportError:
         pytest.skip("this transformers has no gpt-oss")
-    import attnkit.transformers_backend as backend
 
     cfg = GptOssConfig(vocab_size=1000, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
                        num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
-                       layer_types=["sliding_attention", "full_attention"], rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+                       layer_types=["sliding_attention", "full_attention"],
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     torch.manual_seed(seed)
     model = GptOssForCausalLM(cfg).eval()
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.sinks.normal_(0.0, 2.0)  # the initialisation's are ~0.01: make them matter
-    prompt = torch.randint(0, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))
-    runs = {}
-    for impl in ("eager", "attnkit"):
-        model.set_attn_implementation(impl)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logits = model(prompt).logits
-            tokens = model.generate(prompt, max_new_tokens=8, do_sample=False)
-        runs[impl] = (logits, tokens)
-    calls = backend.attnkit_calls
-    torch.testing.assert_close(runs["attnkit"][0], runs["eager"][0], rtol=1e-4, atol=1e-4)
-    assert torch.equal(runs["attnkit"][1], runs["eager"][1])
-    assert calls > 0
+    prompt = torch.randint(1, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))
+    (logits, tokens, calls, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt)
+    assert calls == 2 * (1 + 1 + 7) and fallbacks == 0
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
+    assert torch.equal(tokens, eager_tokens)
+
+    mask = torch.ones_like(prompt)
+    mask[1, :5] = 0  # left padding: a real mask, so the calls fall back
+    (logits, tokens, _, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt, mask)
+    assert fallbacks > 0
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
+    assert torch.equal(tokens, eager_tokens)
 
 
 def test_transformers_backend_falls_back_on_padding(seed):
