@@ -149,5 +149,5 @@ def _scale_rows_by_sinks(rows: Any, lse: Any, sinks: Any, out: Any) -> None:
     logits = xp.asarray(sinks, dtype=xp.float32).reshape(1, -1, 1) - lse
     with xp.errstate(over="ignore") if lib == "numpy" else contextlib.nullcontext():
         share = 1.0 / (1.0 + xp.exp(logits))  # exp overflow -> 0: the sink takes the whole row
-    out[...] = rows * share[..., None].astype(xp.float32)
+    out[...] = rows * share[..., None]
 

@@ -5,8 +5,8 @@
 
 Importing this module registers the name "attnkit" in transformers' AttentionInterface (the
 attention call) and AttentionMaskInterface (sdpa's mask builder, so the model hands over no mask
-whenever plain causal attention, or a plain causal sliding window, is meant). Prefill (causal, q_len == kv_len) and decode
-(q_len == 1 against the cache) then run on attnkit's CPU or CUDA kernels on torch's current
+whenever plain causal attention, or a plain causal sliding window, is meant). Prefill (causal,
+q_len == kv_len) and decode (q_len == 1 against the cache) then run on attnkit's CPU or CUDA kernels on torch's current
 stream; grouped-query attention runs without repeating K and V, and the output is written
 straight into the [batch, seq, heads, head_dim] layout the model reads.
 

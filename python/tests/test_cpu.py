@@ -267,17 +267,7 @@ def test_attention_sinks_through_merge_states(rng):
         np.stack([out.reshape(rows, d), np.zeros((rows, d), np.float32)]),
         np.stack([lse.reshape(rows), np.tile(sinks, b)]), return_lse=True)
 
-    expected, expected_lse = np.empty((b, h, d)), np.empty((b, h))
-    for i in range(b):
-        for j in range(h):
-            kv = j // (h // kvh)
-            n = lengths[i]
-            logits = np.append(k_cache[i, kv, :n].astype(np.float64) @ q[i, j].astype(np.float64) / np.sqrt(d),
-                               float(sinks[j]))
-            top = logits.max()
-            weights = np.exp(logits - top)
-            expected[i, j] = weights[:-1] @ v_cache[i, kv, :n].astype(np.float64) / weights.sum()
-            expected_lse[i, j] = top + np.log(weights.sum())
+    expected, expected_lse = attention_f64(q[:, :, None], k_cache, v_cache, causal=False, kv_valid=lengths, sinks=sinks)
     check_close(merged, expected.reshape(rows, d), "f32")
     check_close(merged_lse, expected_lse.reshape(rows), "f32", "lse")
 

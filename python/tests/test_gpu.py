@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import attnkit  # noqa: E402
-from conftest import REL_L2, check_close  # noqa: E402
+from conftest import REL_L2, attention_f64, check_close  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -159,15 +159,9 @@ def test_sdpa_with_sinks_on_cuda_matches_float64(seed, q_len, kv_len, causal):
     sinks = (3 * torch.randn(16, device="cuda", generator=g)).bfloat16()
     out = torch.empty(2, q_len, 16, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     attnkit.sdpa(q, k, v, causal=causal, sinks=sinks, out=out)
-    kk, vv = k.double().repeat_interleave(8, dim=1), v.double().repeat_interleave(8, dim=1)
-    scores = (q.double() @ kk.transpose(-1, -2)) / 8.0
-    if causal:
-        visible = torch.ones(q_len, kv_len, dtype=torch.bool, device="cuda").tril(kv_len - q_len)
-        scores = scores.masked_fill(~visible, float("-inf"))
-    logits = torch.cat([scores, sinks.double().view(1, -1, 1, 1).expand(2, 16, q_len, 1)], dim=-1)
-    expected = torch.softmax(logits, dim=-1)[..., :-1] @ vv
-    torch.cuda.synchronize()
-    check_close(out.float().cpu().numpy(), expected.cpu().numpy(), "bf16")
+    expected, _ = attention_f64(*(x.float().cpu().numpy() for x in (q, k, v)), causal=causal,
+                                sinks=sinks.float().cpu().numpy())
+    check_close(out.float().cpu().numpy(), expected, "bf16")
 
 
 @pytest.mark.parametrize("call", ["sdpa", "decode_plan"])

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import attnkit  # noqa: E402
-from conftest import REL_L2, check_close  # noqa: E402
+from conftest import REL_L2, attention_f64, check_close  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -80,8 +80,8 @@ def test_transformers_backend_bf16_on_cpu_is_as_close_to_f32_as_sdpa(seed):
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_sdpa_with_sinks_matches_torch_eager_sinks(seed, dtype):
-    """gpt-oss's eager attention: the sink's logit concatenated to each row's scores, softmax,
-    the sink's column dropped; here through the transformers backend's entry point (s_aux)."""
+    """gpt-oss's attention sinks through the transformers backend's entry point (s_aux), against
+    the float64 softmax with the sink's logit in it."""
     pytest.importorskip("transformers")
     from attnkit.transformers_backend import attnkit_attention_forward
 
@@ -94,12 +94,9 @@ def test_sdpa_with_sinks_matches_torch_eager_sinks(seed, dtype):
     module.is_causal = True
     got, _ = attnkit_attention_forward(module, q, k, v, None, scaling=0.125, s_aux=sinks)  # [b, q, h, d]
 
-    kk, vv = k.double().repeat_interleave(4, dim=1), v.double().repeat_interleave(4, dim=1)
-    scores = (q.double() @ kk.transpose(-1, -2)) * 0.125
-    scores = scores.masked_fill(~torch.ones(11, 11, dtype=torch.bool).tril(), float("-inf"))
-    logits = torch.cat([scores, sinks.double().view(1, -1, 1, 1).expand(2, 8, 11, 1)], dim=-1)
-    expected = torch.softmax(logits, dim=-1)[..., :-1] @ vv
-    check_close(got.transpose(1, 2).float().numpy(), expected.numpy(), dtype)
+    expected, _ = attention_f64(*(x.float().numpy() for x in (q, k, v)), causal=True, scale=0.125,
+                                sinks=sinks.float().numpy())
+    check_close(got.transpose(1, 2).float().numpy(), expected, dtype)
 
 
 def run_like_eager(model, prompt, attention_mask=None, new_tokens=8):
