@@ -137,6 +137,88 @@ def test_transformers_backend_runs_sliding_window_layers_natively(seed):
     assert torch.equal(tokens, eager_tokens)
 
 
+def test_causal_window_of_recognises_only_causal_windows():
+    """The masks the transformers backend runs natively: bottom-right causal over the first `keys`
+    columns, optionally windowed, the same in every batch row; anything else is None."""
+    pytest.importorskip("transformers")
+    from attnkit.transformers_backend import causal_window_of
+
+    def causal(q_len, keys, columns, window=0, batch=2):
+        pos = torch.arange(q_len)[:, None] + (keys - q_len)
+        cols = torch.arange(columns)[None, :]
+        mask = (cols <= pos) & ((cols > pos - window) if window else True)
+        return mask.expand(batch, 1, q_len, columns).clone()
+
+    assert causal_window_of(causal(5, 12, 12)) == (12, 0)  # a chunk of 5 queries over 7 cached keys
+    assert causal_window_of(causal(5, 12, 12, window=4)) == (12, 4)
+    assert causal_window_of(causal(5, 12, 12, window=20)) == (12, 0)  # a window wider than every row's keys
+    assert causal_window_of(causal(3, 9, 16)) == (9, 0)  # a static cache: slots 9..15 not written yet
+    assert causal_window_of(causal(1, 9, 16, window=4)) == (9, 4)  # decode
+    assert causal_window_of(causal(7, 7, 7)) == (7, 0)
+    padded = causal(5, 12, 12)
+    padded[1, :, :, :2] = False  # left padding in one sequence
+    assert causal_window_of(padded) is None
+    flipped = causal(5, 12, 12, window=4)
+    flipped[0, 0, 2, 3] = ~flipped[0, 0, 2, 3]
+    assert causal_window_of(flipped) is None
+    assert causal_window_of(torch.ones(2, 1, 5, 12, dtype=torch.bool)) is None  # not causal
+    assert causal_window_of(causal(5, 4, 12)) is None  # fewer keys than queries
+    assert causal_window_of(torch.zeros(2, 1, 5, 12, dtype=torch.bool)) is None
+    assert causal_window_of(causal(5, 12, 12).float()) is None  # additive masks are left to torch
+
+
+def test_transformers_backend_runs_chunked_prefill_and_static_caches_natively(seed):
+    """Masks that are only a causal window run on attnkit, not torch: a prompt prefilled in two
+    chunks (the second over the first's cached keys), a static cache's generation (whose decode
+    masks hide the unwritten slots), and a sliding-window model's chunks. Each as eager."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import CountAttnkitCalls, tiny_llama
+    from transformers import MistralConfig, MistralForCausalLM
+
+    mistral = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                            max_position_embeddings=256)
+    torch.manual_seed(seed)
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": MistralForCausalLM(mistral).eval()}
+    prompt = torch.randint(1, 1000, (2, 30), generator=torch.Generator().manual_seed(seed))  # no pad token 0
+    for name, model in models.items():
+        logits = {}
+        for impl in ("eager", "attnkit"):
+            model.set_attn_implementation(impl)
+            with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+                warnings.simplefilter("ignore")
+                first = model(prompt[:, :20], use_cache=True)
+                second = model(prompt[:, 20:], past_key_values=first.past_key_values, use_cache=True)
+                logits[impl] = torch.cat([first.logits, second.logits], dim=1)
+            if impl == "attnkit":
+                assert counted.calls == 2 * 2 and not counted.fallbacks, (name, counted.fallbacks)
+        torch.testing.assert_close(logits["attnkit"], logits["eager"], rtol=1e-4, atol=1e-4)
+
+    model = models["llama"]
+    tokens = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+            warnings.simplefilter("ignore")
+            tokens[impl] = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                                          cache_implementation="static")
+    assert counted.calls == 2 * 8 and not counted.fallbacks, counted.fallbacks  # prefill + 7 decode steps
+    assert torch.equal(tokens["attnkit"], tokens["eager"])
+
+    # Prompt lookup (speculative decoding): each step verifies the drafted tokens as a chunk over the cache.
+    prompt = prompt[:1].clone()
+    prompt[0, 20:30] = prompt[0, 5:15]  # a repeat the lookup can draft from
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+            warnings.simplefilter("ignore")
+            tokens[impl] = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0,
+                                          prompt_lookup_num_tokens=4)
+    assert counted.calls > 0 and not counted.fallbacks, counted.fallbacks
+    assert torch.equal(tokens["attnkit"], tokens["eager"])
+
+
 def test_transformers_backend_runs_a_tiny_gpt_oss_like_eager(seed):
     """gpt-oss: attention sinks and alternating sliding / full layers. Unpadded, every call runs on
     attnkit (sinks and windows); left-padded, the calls fall back with the sinks kept (the model's
