@@ -64,6 +64,7 @@ struct Options {
   std::optional<KernelFamily> family;  // force a kernel family (default: the planner's choice)
   std::int64_t ceiling_bytes = 0;      // read-ceiling buffer size (0 = 4x the LLC, 256 MiB..2 GiB)
   bool huge_pages = true;  // CPU inputs of 2 MiB and more on huge pages (cpu::advise_huge_pages)
+  bool sinks = false;      // attnkit's calls take attention-sink logits (gpt-oss); peers run without
 };
 
 // A ceiling measured in this run: what it is and its value (bytes/s or FLOP/s).

@@ -97,6 +97,13 @@ void fill_from_plan(Row& row, const Plan& plan) {
   row.plan_json = to_json(plan);
 }
 
+// Attention-sink logits for --sinks (one per query head, all 1), else an empty view.
+TensorView sinks_view(const Options& options, Buffer& sinks) {
+  if (!options.sinks) return {};
+  std::fill_n(reinterpret_cast<float*>(sinks.bytes.data()), sinks.view.numel(), 1.0f);
+  return sinks.view;
+}
+
 void run_decode(Row& row, const Case& c, const Target& target, const Options& options) {
   const DecodeProblem p = decode_problem(c);
   const DecodePlan plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);
@@ -124,8 +131,10 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
   std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  Buffer sinks(DType::kF32, {c.num_heads});
+  const TensorView sink_logits = sinks_view(options, sinks);
   time_repetitions(row, options, copies, [&](int i) {
-    cpu::decode(plan, DecodeTensors{q[i].view, k[i].view, v[i].view, lengths.view, out[i].view, {}}, ws);
+    cpu::decode(plan, DecodeTensors{q[i].view, k[i].view, v[i].view, lengths.view, out[i].view, {}, sink_logits}, ws);
   });
 }
 
@@ -201,12 +210,15 @@ void run_prefill(Row& row, const Case& c, const Target& target, const Options& o
   }
   std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  Buffer sinks(DType::kF32, {c.num_heads});
+  const TensorView sink_logits = sinks_view(options, sinks);
   time_repetitions(row, options, copies, [&](int i) {
     PrefillTensors t;
     t.q = q[i].view;
     t.k = k[i].view;
     t.v = v[i].view;
     t.out = out[i].view;
+    t.sinks = sink_logits;
     cpu::prefill(plan, t, ws);
   });
 }

@@ -42,6 +42,7 @@ struct BenchFlags {
   std::int64_t page_size = 16;
   std::string layout = "hnd";
   bool json = false;
+  bool sinks = false;
   CLI::Option* model_opt = nullptr;
 };
 
@@ -132,9 +133,10 @@ std::string family_of(const bench::Row& r) {
 
 void print_table(const std::vector<bench::Row>& rows, const std::string& device, const bench::Options& options) {
   const std::string backend = rows.empty() ? "?" : rows.front().backend;
-  std::printf("# attnkit bench on %s (%s), commit %s, %d repetitions after %d warm-up, median shown%s\n",
+  std::printf("# attnkit bench on %s (%s), commit %s, %d repetitions after %d warm-up, median shown%s%s\n",
               backend.c_str(), device.c_str(), git_commit().c_str(), options.repetitions, options.warmup,
-              backend != "cpu" ? "" : options.huge_pages ? ", inputs on huge pages" : ", inputs on 4 KiB pages");
+              backend != "cpu" ? "" : options.huge_pages ? ", inputs on huge pages" : ", inputs on 4 KiB pages",
+              options.sinks ? ", attnkit with attention sinks" : "");
   std::string ceilings;
   for (const bench::Row& r : rows) {
     if (!is_ceiling(r)) continue;
@@ -242,6 +244,7 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
   options.family = parse_family(f.family);
   options.ceiling_bytes = f.ceiling_mib << 20;
   options.huge_pages = f.pages == "huge";
+  options.sinks = f.sinks;
   // Progress on stderr once a run has lasted a couple of seconds (always on a terminal).
   const auto start = std::chrono::steady_clock::now();
   const bool terminal = isatty(STDERR_FILENO) != 0;
@@ -261,6 +264,7 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
                           {"warmup", options.warmup},
                           {"threads", backend == "cpu" ? cpu_target(f.threads).threads : 0},
                           {"pages", backend == "cpu" ? f.pages : ""},
+                          {"sinks", options.sinks},
                           {"rows", nlohmann::json::array()}};
     for (const bench::Row& r : rows) doc["rows"].push_back(row_json(r));
     std::cout << doc.dump(2) << '\n';
@@ -317,6 +321,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   cmd->add_option("--layout", f->layout, "paged-decode: page layout hnd or nhd")
       ->check(CLI::IsMember({"hnd", "nhd"}))
       ->capture_default_str();
+  cmd->add_flag("--sinks", f->sinks, "attnkit's calls take attention-sink logits (gpt-oss), to time their cost; peers run without");
   cmd->add_flag("--json", f->json, "one JSON document: commit, device, command, rows");
   cmd->callback([f, command_line, &exit_code] { run_bench(*f, command_line, exit_code); });
 }

@@ -23,6 +23,7 @@ struct DecodeShape {
   std::int64_t batch, heads, kv_heads, head_dim, kv_len, max_seq, window;
   float softcap;
   bool empty_sequence;  // last sequence has length 0: zeros and LSE -inf, never NaN
+  bool sinks = false;   // attention-sink logits (gpt-oss) per head
 };
 
 struct PrefillShape {
@@ -30,6 +31,7 @@ struct PrefillShape {
   bool causal;
   std::int64_t window;
   float softcap;
+  bool sinks = false;
 };
 
 std::string describe(const DecodeShape& s) {
@@ -39,6 +41,7 @@ std::string describe(const DecodeShape& s) {
   if (s.window > 0) text += " w" + std::to_string(s.window);
   if (s.softcap > 0) text += " cap" + std::to_string(static_cast<int>(s.softcap));
   if (s.empty_sequence) text += " +empty";
+  if (s.sinks) text += " +sinks";
   return text;
 }
 
@@ -48,6 +51,7 @@ std::string describe(const PrefillShape& s) {
                      std::to_string(s.q_len) + " kv" + std::to_string(s.kv_len) + (s.causal ? " causal" : "");
   if (s.window > 0) text += " w" + std::to_string(s.window);
   if (s.softcap > 0) text += " cap" + std::to_string(static_cast<int>(s.softcap));
+  if (s.sinks) text += " +sinks";
   return text;
 }
 
@@ -55,6 +59,7 @@ std::vector<DecodeShape> decode_shapes(bool quick) {
   std::vector<DecodeShape> shapes = {
       {3, 8, 2, 128, 333, 400, 0, 0.0f, false},
       {2, 12, 4, 64, 1000, 1024, 100, 30.0f, false},
+      {3, 16, 4, 128, 900, 900, 0, 0.0f, true, true},
   };
   if (!quick) {
     shapes.push_back({4, 16, 16, 72, 77, 80, 0, 0.0f, true});
@@ -69,6 +74,7 @@ std::vector<PrefillShape> prefill_shapes(bool quick) {
       {2, 8, 2, 128, 77, 130, true, 0, 0.0f},
       {1, 4, 4, 64, 100, 100, false, 0, 0.0f},
       {2, 6, 3, 64, 65, 65, true, 17, 20.0f},
+      {2, 8, 2, 128, 77, 130, true, 0, 0.0f, true},
   };
   if (!quick) {
     shapes.push_back({1, 16, 2, 128, 300, 300, true, 0, 0.0f});
@@ -166,12 +172,14 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
     poison_past_lengths(v, lengths.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
     testing::poison(out);
     testing::poison(lse);
-    const DecodeTensors host{q.view, k.view, v.view, lengths.view, out.view, lse.view};
+    HostTensor sinks = testing::random_sinks(s.sinks ? s.heads : 0, ctx.rng);
+    DecodeTensors host{q.view, k.view, v.view, lengths.view, out.view, lse.view};
+    if (s.sinks) host.sinks = sinks.view;
     const reference::Result golden = reference::decode(p, host);
 
     Staging stage(ctx.cuda);
-    const DecodeTensors t{stage.put(q), stage.put(k), stage.put(v), stage.put(lengths), stage.put(out),
-                          stage.put(lse)};
+    DecodeTensors t{stage.put(q), stage.put(k), stage.put(v), stage.put(lengths), stage.put(out), stage.put(lse)};
+    if (s.sinks) t.sinks = stage.put(sinks);
     const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
     if (ctx.cuda) {
       cuda::decode(plan, t, ws);
@@ -242,6 +250,8 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
     host.out = out.view;
     host.lse = lse.view;
     host.scales = scales;
+    HostTensor sinks = testing::random_sinks(s.sinks ? s.heads : 0, ctx.rng);
+    if (s.sinks) host.sinks = sinks.view;
     const reference::Result golden = reference::prefill(p, host);
 
     Staging stage(ctx.cuda);
@@ -252,6 +262,7 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
     t.out = stage.put(out);
     t.lse = stage.put(lse);
     t.scales = scales;
+    if (s.sinks) t.sinks = stage.put(sinks);
     const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
     if (ctx.cuda) {
       cuda::prefill(plan, t, ws);

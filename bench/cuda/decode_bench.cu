@@ -128,13 +128,16 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
     fill(v.data, p.kv_dtype, kv_elems, 23);
     fill_i32<<<64, 256>>>(static_cast<std::int32_t*>(lengths.data), p.batch, static_cast<std::int32_t>(p.kv_len));
     check(cudaDeviceSynchronize(), "fill");
-    const DecodeTensors t{
+    DeviceBuffer sinks(options.sinks ? p.num_heads * 4 : 0);
+    if (options.sinks) fill(sinks.data, DType::kF32, p.num_heads, 24);
+    DecodeTensors t{
         TensorView::contiguous(q.data, p.q_dtype, {p.batch, p.num_heads, p.head_dim}, DeviceKind::kCuda),
         TensorView::contiguous(k.data, p.kv_dtype, {p.batch, p.kv_heads, p.max_seq, p.head_dim}, DeviceKind::kCuda),
         TensorView::contiguous(v.data, p.kv_dtype, {p.batch, p.kv_heads, p.max_seq, p.head_dim}, DeviceKind::kCuda),
         TensorView::contiguous(lengths.data, DType::kI32, {p.batch}, DeviceKind::kCuda),
         TensorView::contiguous(out.data, p.out_dtype, {p.batch, p.num_heads, p.head_dim}, DeviceKind::kCuda),
         {}};
+    if (options.sinks) t.sinks = TensorView::contiguous(sinks.data, DType::kF32, {p.num_heads}, DeviceKind::kCuda);
     const Workspace workspace{ws.data, plan.evidence.workspace_bytes, DeviceKind::kCuda};
     const Timing plain = time_events(options, stream, flush.data, [&] { cuda::decode(plan, t, workspace, stream); });
     r.timing = "events";

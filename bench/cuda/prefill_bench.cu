@@ -192,9 +192,14 @@ std::vector<Row> run_cuda_prefill_family(const std::vector<Case>& cases, const O
     auto view = [&](void* data, DType t, std::int64_t heads, std::int64_t len) {
       return TensorView::contiguous(data, t, {p.batch, heads, len, p.head_dim}, DeviceKind::kCuda);
     };
-    const PrefillTensors t{view(q.data, p.dtype, p.num_heads, p.q_len), view(k.data, p.dtype, p.kv_heads, p.kv_len),
-                           view(v.data, p.dtype, p.kv_heads, p.kv_len),
-                           view(out.data, p.out_dtype, p.num_heads, p.q_len), {}, {}, {}};
+    PrefillTensors t{view(q.data, p.dtype, p.num_heads, p.q_len), view(k.data, p.dtype, p.kv_heads, p.kv_len),
+                     view(v.data, p.dtype, p.kv_heads, p.kv_len), view(out.data, p.out_dtype, p.num_heads, p.q_len),
+                     {}, {}, {}};
+    Buffer sinks(options.sinks ? p.num_heads * 4 : 0);
+    if (options.sinks) {
+      fill(sinks.data, DType::kF32, p.num_heads, 14);
+      t.sinks = TensorView::contiguous(sinks.data, DType::kF32, {p.num_heads}, DeviceKind::kCuda);
+    }
     const Workspace workspace{ws.data, plan.evidence.workspace_bytes, DeviceKind::kCuda};
     const Timing tm = time_events(options, flush, [&] { cuda::prefill(plan, t, workspace); });
 

@@ -119,6 +119,7 @@ struct PagedDecodeTensors {
   PagedKvCache cache;
   TensorView out;  // [batch, num_heads, head_dim], out_dtype
   TensorView lse;  // optional f32 [batch, num_heads]
+  TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (tensors.hpp)
 };
 
 struct ExtendTensors {
@@ -127,6 +128,7 @@ struct ExtendTensors {
   PagedKvCache cache;
   TensorView out;  // [rows, num_heads, head_dim]; rows past cu_seqlens_q[batch] are not written
   TensorView lse;  // optional f32 [rows, num_heads]
+  TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (tensors.hpp)
 };
 
 // Writes n_b = cu_seqlens_new[b+1] - cu_seqlens_new[b] new tokens of sequence b at positions

@@ -11,7 +11,15 @@ struct DecodeTensors {
   TensorView lengths;  // i32 [batch]: valid keys per sequence, 0..kv_len of the plan
   TensorView out;      // [batch, num_heads, head_dim], out_dtype
   TensorView lse;      // optional f32 [batch, num_heads]: natural-log sum-exp of the scaled scores
+  TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (below)
 };
+
+// Attention sinks (gpt-oss; FlashAttention's "learnable sink"): sinks[h] is one more logit in the
+// softmax of every row of query head h, a key whose value is zero. So a row's output is
+// sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sinks[h]}) and its LSE log(sum_j e^{s_j} + e^{sinks[h]}),
+// which keeps (out, lse) a state merge_states can combine; a row with no visible key writes zeros
+// and LSE sinks[h]. Values are finite or -inf (no sink for that head); the tensor lives where the
+// call runs, contiguous. Decode, prefill, paged decode and extend take them.
 
 // Per-tensor scales of e4m3 (fp8) prefill inputs: the real value of a stored element x is
 // x * scale (the dequantization scale; a quantizer that divided by s to fit e4m3's +-448 passes s).
@@ -37,6 +45,7 @@ struct PrefillTensors {
   // e4m3 inputs only: q, k and v hold stored values x whose real values are x * scales.{q,k,v}.
   // Scores are scale * (q_scale * k_scale) * (x_q . x_k), outputs v_scale * sum p x_v.
   Fp8Scales scales;
+  TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (above)
 };
 
 // Writes one new token's K and/or V per sequence into the cache at positions[b].

@@ -80,12 +80,13 @@ def _x(a: Any) -> Any:
 
 
 def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: Any = None, lse: Any = None,
-           *, return_lse: bool = False) -> Any:
+           *, return_lse: bool = False, sinks: Any = None) -> Any:
     """One decode step. q [batch, num_heads, head_dim]; k_cache, v_cache
     [batch, kv_heads, max_seq, head_dim]; lengths int32 [batch] (or a list / an int), the valid
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
-    [batch, num_heads] with return_lse=True or lse given)."""
-    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
+    [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
+    score per row whose value is zero (gpt-oss)."""
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse)
         return (o, l) if return_lse else o
     _require_plan(plan, "decode", "decode")
@@ -98,13 +99,13 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
         lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
     lengths = _arrays.index_array(lengths, q)
     _native.decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), _x(out), _x(lse),
-                   _x(plan.workspace(q)), _arrays.current_stream(q))
+                   _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
     return (out, lse) if lse is not None else out
 
 
 def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None, *, cu_seqlens_q: Any = None,
             cu_seqlens_k: Any = None, return_lse: bool = False, q_scale: float = 1.0, k_scale: float = 1.0,
-            v_scale: float = 1.0) -> Any:
+            v_scale: float = 1.0, sinks: Any = None) -> Any:
     """Prefill attention. q [batch, num_heads, q_len, head_dim]; k, v
     [batch, kv_heads, kv_len, head_dim]; any strides with head_dim contiguous, so BHSD tensors
     and BSHD tensors viewed as BHSD (x.transpose(1, 2)) both work. Ragged batches pass
@@ -115,8 +116,10 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     torch.float8_e4m3fn tensors (or uint8 arrays of e4m3 bytes) and q_scale, k_scale, v_scale
     their per-tensor dequantization scales: the real value of a stored element x is x * scale
     (a quantizer that divided by s passes s). Scales must be finite and > 0, and stay 1.0 for
-    f32/f16/bf16 inputs. out is f32, f16 or bf16 (the plan's out_dtype, bf16 by default)."""
-    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
+    f32/f16/bf16 inputs. out is f32, f16 or bf16 (the plan's out_dtype, bf16 by default).
+    `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
+    score per row whose value is zero (gpt-oss)."""
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().prefill(plan.number, q, k, v, _maybe_torch_index(cu_seqlens_q, q),
                                       _maybe_torch_index(cu_seqlens_k, q), return_lse, float(q_scale), float(k_scale),
                                       float(v_scale))
@@ -135,7 +138,8 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     if cu_seqlens_k is not None:
         cu_seqlens_k = _arrays.index_array(cu_seqlens_k, q)
     _native.prefill(plan._native, _x(q), _x(k), _x(v), _x(out), _x(lse), _x(cu_seqlens_q), _x(cu_seqlens_k),
-                    _x(plan.workspace(q)), _arrays.current_stream(q), float(q_scale), float(k_scale), float(v_scale))
+                    _x(plan.workspace(q)), _arrays.current_stream(q), float(q_scale), float(k_scale), float(v_scale),
+                    sinks=_x(sinks))
     return (out, lse) if lse is not None else out
 
 
@@ -218,15 +222,16 @@ def merge_states(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any =
     return (out, lse) if lse is not None else out
 
 
-def reference_decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any):
-    """The float64 golden of decode on host arrays: (out, lse) as float64 numpy arrays."""
+def reference_decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, *, sinks: Any = None):
+    """The float64 golden of decode on host arrays: (out, lse) as float64 numpy arrays; `sinks`
+    (f32 [num_heads]) as in decode()."""
     _require_plan(plan, "decode", "reference_decode")
     lengths = _arrays.index_array(lengths, q)
-    return _native.reference_decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths))
+    return _native.reference_decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), sinks=_x(sinks))
 
 
 def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
-                      q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0):
+                      q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0, sinks: Any = None):
     """The float64 golden of prefill on host arrays: (out, lse) as float64 numpy arrays. e4m3
     inputs (an 'e4m3' plan) are read as stored value x their scale, as in prefill()."""
     _require_plan(plan, "prefill", "reference_prefill")
@@ -235,21 +240,22 @@ def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any =
     if cu_seqlens_k is not None:
         cu_seqlens_k = _arrays.index_array(cu_seqlens_k, q)
     return _native.reference_prefill(plan._native, _x(q), _x(k), _x(v), _x(cu_seqlens_q), _x(cu_seqlens_k),
-                                     float(q_scale), float(k_scale), float(v_scale))
+                                     float(q_scale), float(k_scale), float(v_scale), sinks=_x(sinks))
 
 
 # ---------------------------------------------------------------- paged cache (docs/paged.md)
 
 def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any, out: Any = None,
-                 lse: Any = None, *, return_lse: bool = False) -> Any:
+                 lse: Any = None, *, return_lse: bool = False, sinks: Any = None) -> Any:
     """Decode against a paged cache. q [batch, num_heads, head_dim]; k_pages, v_pages the page
     pools in the plan's layout (HND [num_pages, kv_heads, page_size, head_dim] or NHD
     [num_pages, page_size, kv_heads, head_dim]); page_table int32 [batch, max_pages_per_seq]
     (key j of sequence b is in page page_table[b, j // page_size]); lengths int32 [batch] (or a
     list), each sequence's keys. Returns out [batch, num_heads, head_dim] (and lse f32
-    [batch, num_heads] with return_lse=True or lse given)."""
+    [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
+    score per row whose value is zero (gpt-oss)."""
     context = "paged_decode"
-    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().paged_decode(plan.number, q, k_pages, v_pages, page_table, _as_torch_index(lengths, q),
                                            return_lse)
         return (o, l) if return_lse else o
@@ -264,20 +270,21 @@ def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any
         lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
     lengths = _arrays.index_array(lengths, q)
     _native.paged_decode(plan._native, _x(q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths), _x(out),
-                         _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q))
+                         _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
     return (out, lse) if lse is not None else out
 
 
 def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any,
-           out: Any = None, lse: Any = None, *, return_lse: bool = False) -> Any:
+           out: Any = None, lse: Any = None, *, return_lse: bool = False, sinks: Any = None) -> Any:
     """Multi-token queries against a paged cache (chunked prefill, speculative verification).
     q [rows, num_heads, head_dim] packs q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b] new rows per
     sequence (cu_seqlens_q int32 [batch + 1], starting at 0); they are the last q_len_b of the
     sequence's lengths[b] keys, so append them first (paged_append_kv). Causal, bottom-right
     aligned. Returns out shaped like q (and lse f32 [rows, num_heads]); rows past
-    cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there)."""
+    cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there). `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
+    score per row whose value is zero (gpt-oss)."""
     context = "extend"
-    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().extend(plan.number, q, _as_torch_index(cu_seqlens_q, q), k_pages, v_pages, page_table,
                                      _as_torch_index(lengths, q), return_lse)
         return (o, l) if return_lse else o
@@ -293,7 +300,7 @@ def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, pa
     cu_seqlens_q = _arrays.index_array(cu_seqlens_q, q)
     lengths = _arrays.index_array(lengths, q)
     _native.extend(plan._native, _x(q), _x(cu_seqlens_q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths),
-                   _x(out), _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q))
+                   _x(out), _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
     return (out, lse) if lse is not None else out
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import contextlib
 import threading
 from typing import Any, Optional
 
@@ -54,8 +53,7 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
     `out` may be any strided view of shape [batch, heads, q_len, head_dim] with head_dim
     contiguous (e.g. a [batch, q_len, heads, head_dim] buffer transposed): it is written in place.
     `sinks` [heads] (gpt-oss's attention sinks): one more logit per head in every row's softmax,
-    with no value; the kernels then write f32 rows and their LSE, and each row is scaled by
-    sigmoid(lse - sink) into out. Returns out.
+    with no value, folded in by the kernels (any float dtype; used as f32). Returns out.
 
     Inside torch.compile, torch tensors go through the custom operators attnkit::sdpa (out None)
     and attnkit::sdpa_out (torch_ops.py), so the graph does not break here."""
@@ -73,18 +71,13 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
                else _arrays.array_dtype(q) if out_dtype is None else _arrays.dtype_name(out_dtype))
     options = dict(causal=bool(causal), scale=0.0 if scale is None else float(scale), window=int(window),
                    softcap=float(softcap), lengths=lengths, family=family, threads=threads)
-    if sinks is None:
-        return _attend(q, k, v, out=out, o_dtype=o_dtype, return_lse=False, **options)
-    # The kernels' f32 rows and their LSE, then the sink's share of each row's softmax taken out.
-    _check_sinks(sinks, q)
-    final = out if out is not None else _arrays.empty(q, tuple(q.shape), o_dtype)
-    rows, lse = _attend(q, k, v, out=None, o_dtype="f32", return_lse=True, **options)
-    _scale_rows_by_sinks(rows, lse, sinks, final)
-    return final
+    if sinks is not None:
+        sinks = _sinks_f32(sinks, q)
+    return _attend(q, k, v, out=out, o_dtype=o_dtype, return_lse=False, sinks=sinks, **options)
 
 
 def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, softcap: float, lengths: Any,
-            family: Optional[str], threads: int, out: Any, o_dtype: str, return_lse: bool) -> Any:
+            family: Optional[str], threads: int, out: Any, o_dtype: str, return_lse: bool, sinks: Any = None) -> Any:
     """sdpa's planned call (a cached plan per shape): out, or (out, lse [batch, heads, q_len])."""
     batch, heads, q_len, head_dim = (int(s) for s in q.shape)
     kv_heads, kv_len = int(k.shape[1]), int(k.shape[2])
@@ -105,7 +98,7 @@ def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, 
 
         plan, full_lengths = _cached(key, make_decode)
         result = decode(plan, q[:, :, 0, :], k, v, full_lengths if lengths is None else lengths,
-                        out=None if out is None else out[:, :, 0, :], return_lse=return_lse)
+                        out=None if out is None else out[:, :, 0, :], return_lse=return_lse, sinks=sinks)
         if return_lse:
             return result[0][:, :, None, :], result[1][:, :, None]
         return out if out is not None else result[:, :, None, :]
@@ -120,10 +113,11 @@ def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, 
            window, scale, softcap, family, threads)
     plan, _ = _cached(key, lambda: (plan_prefill(q_len=q_len, kv_len=kv_len, causal=causal, dtype=q_dtype,
                                                  **common), None))
-    return prefill(plan, q, k, v, out=out, return_lse=return_lse)
+    return prefill(plan, q, k, v, out=out, return_lse=return_lse, sinks=sinks)
 
 
-def _check_sinks(sinks: Any, q: Any) -> None:
+def _sinks_f32(sinks: Any, q: Any) -> Any:
+    """sinks as the kernels take them: f32 [heads], contiguous, an array of q's kind on q's device."""
     heads = int(q.shape[1])
     if tuple(int(s) for s in sinks.shape) != (heads,):
         raise _native.Error(f"sdpa: sinks has shape {tuple(sinks.shape)}, expected [{heads}] (one logit per query "
@@ -131,23 +125,12 @@ def _check_sinks(sinks: Any, q: Any) -> None:
     if _arrays.device_of(sinks) != _arrays.device_of(q) or _arrays.library(sinks) != _arrays.library(q):
         raise _native.Error("sdpa: sinks and q are not arrays of one library on one device. Fix: move sinks "
                             "to q's device as the same kind of array")
-
-
-def _scale_rows_by_sinks(rows: Any, lse: Any, sinks: Any, out: Any) -> None:
-    """out = rows * sigmoid(lse - sink): rows f32 [b, h, q, d] normalised over the keys, lse f32
-    [b, h, q]; the sink's logit joins each row's denominator (a row with no key gives zeros)."""
-    lib = _arrays.library(rows)
+    lib = _arrays.library(sinks)
     if lib == "torch":
         import torch
 
-        share = torch.sigmoid(lse - sinks.detach().to(torch.float32).view(1, -1, 1))
-        out.copy_(rows * share[..., None])
-        return
-    if lib not in ("numpy", "cupy"):
-        raise _native.Error("sdpa: sinks need numpy, torch or cupy arrays. Fix: pass q, k, v and sinks as one of those")
-    xp = __import__(lib)
-    logits = xp.asarray(sinks, dtype=xp.float32).reshape(1, -1, 1) - lse
-    with xp.errstate(over="ignore") if lib == "numpy" else contextlib.nullcontext():
-        share = 1.0 / (1.0 + xp.exp(logits))  # exp overflow -> 0: the sink takes the whole row
-    out[...] = rows * share[..., None]
-
+        return sinks.detach().to(torch.float32).contiguous()
+    if lib in ("numpy", "cupy"):
+        xp = __import__(lib)
+        return xp.ascontiguousarray(xp.asarray(sinks, dtype=xp.float32))
+    raise _native.Error("sdpa: sinks need numpy, torch or cupy arrays. Fix: pass q, k, v and sinks as one of those")

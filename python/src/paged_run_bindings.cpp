@@ -35,12 +35,13 @@ void bind_paged_runs(nb::module_& m) {
       "paged_decode",
       [](const PagedDecodePlan& plan, const InArray& q, const InArray& k_pages, const InArray& v_pages,
          const InArray& page_table, const InArray& lengths, const OutArray& out, const OptOut& lse,
-         const OptOut& workspace, std::uintptr_t stream) {
+         const OptOut& workspace, std::uintptr_t stream, const OptIn& sinks) {
         PagedDecodeTensors t;
         t.q = view_of(q, "q");
         t.cache = cache_of(k_pages, v_pages, page_table, lengths);
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
+        t.sinks = view_of(sinks, "sinks");
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
         if (t.q.device == DeviceKind::kCuda) {
@@ -50,19 +51,20 @@ void bind_paged_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a, "out"_a, "lse"_a.none(),
-      "workspace"_a.none(), "stream"_a = 0);
+      "workspace"_a.none(), "stream"_a = 0, "sinks"_a.none() = nb::none());
 
   m.def(
       "extend",
       [](const ExtendPlan& plan, const InArray& q, const InArray& cu_seqlens_q, const InArray& k_pages,
          const InArray& v_pages, const InArray& page_table, const InArray& lengths, const OutArray& out,
-         const OptOut& lse, const OptOut& workspace, std::uintptr_t stream) {
+         const OptOut& lse, const OptOut& workspace, std::uintptr_t stream, const OptIn& sinks) {
         ExtendTensors t;
         t.q = view_of(q, "q");
         t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
         t.cache = cache_of(k_pages, v_pages, page_table, lengths);
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
+        t.sinks = view_of(sinks, "sinks");
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
         if (t.q.device == DeviceKind::kCuda) {
@@ -72,7 +74,7 @@ void bind_paged_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "cu_seqlens_q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a, "out"_a,
-      "lse"_a.none(), "workspace"_a.none(), "stream"_a = 0);
+      "lse"_a.none(), "workspace"_a.none(), "stream"_a = 0, "sinks"_a.none() = nb::none());
 
   m.def(
       "paged_append_kv",

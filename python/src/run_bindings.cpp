@@ -56,7 +56,7 @@ void bind_runs(nb::module_& m) {
       "decode",
       [](const DecodePlan& plan, const InArray& q, const InArray& k_cache, const InArray& v_cache,
          const InArray& lengths, const OutArray& out, const OptOut& lse, const OptOut& workspace,
-         std::uintptr_t stream) {
+         std::uintptr_t stream, const OptIn& sinks) {
         DecodeTensors t;
         t.q = view_of(q, "q");
         t.k_cache = view_of(k_cache, "k_cache");
@@ -64,6 +64,7 @@ void bind_runs(nb::module_& m) {
         t.lengths = view_of(lengths, "lengths");
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
+        t.sinks = view_of(sinks, "sinks");
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
         if (on_cuda(t.q)) {
@@ -73,13 +74,13 @@ void bind_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a, "out"_a, "lse"_a.none(), "workspace"_a.none(),
-      "stream"_a = 0);
+      "stream"_a = 0, "sinks"_a.none() = nb::none());
 
   m.def(
       "prefill",
       [](const PrefillPlan& plan, const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
          const OptOut& lse, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_k, const OptOut& workspace,
-         std::uintptr_t stream, float q_scale, float k_scale, float v_scale) {
+         std::uintptr_t stream, float q_scale, float k_scale, float v_scale, const OptIn& sinks) {
         PrefillTensors t;
         t.q = prefill_input_view_of(q, "q", plan.problem.dtype);
         t.k = prefill_input_view_of(k, "k", plan.problem.dtype);
@@ -89,6 +90,7 @@ void bind_runs(nb::module_& m) {
         t.lse = view_of(lse, "lse");
         t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
         t.cu_seqlens_k = view_of(cu_seqlens_k, "cu_seqlens_k");
+        t.sinks = view_of(sinks, "sinks");
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
         if (on_cuda(t.q)) {
@@ -98,7 +100,8 @@ void bind_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(),
-      "workspace"_a.none(), "stream"_a = 0, "q_scale"_a = 1.0f, "k_scale"_a = 1.0f, "v_scale"_a = 1.0f);
+      "workspace"_a.none(), "stream"_a = 0, "q_scale"_a = 1.0f, "k_scale"_a = 1.0f, "v_scale"_a = 1.0f,
+      "sinks"_a.none() = nb::none());
 
   m.def(
       "append_kv",

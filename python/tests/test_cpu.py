@@ -300,6 +300,37 @@ def test_sdpa_with_sinks_into_out_and_with_lengths(rng):
     check_close(out, expected, "f32")
 
 
+def test_decode_and_prefill_take_sinks_and_their_golden_too(rng):
+    """decode(sinks=) / prefill(sinks=) fold the sinks in the kernels (out and LSE), as the float64
+    goldens reference_decode / reference_prefill(sinks=) and numpy's softmax with the sink column."""
+    b, h, kvh, d, n = 2, 8, 2, 64, 90
+    sinks = (2.0 + 1.5 * rng.standard_normal(h)).astype(np.float32)
+    q = rng.standard_normal((b, h, d)).astype(np.float32)
+    k = rng.standard_normal((b, kvh, n, d)).astype(np.float32)
+    v = rng.standard_normal((b, kvh, n, d)).astype(np.float32)
+    lengths = np.array([n, 7], np.int32)
+    plan = attnkit.plan_decode(batch=b, num_heads=h, kv_heads=kvh, head_dim=d, max_seq=n, kv_dtype="f32")
+    out, lse = attnkit.decode(plan, q, k, v, lengths, return_lse=True, sinks=sinks)
+    golden, golden_lse = attnkit.reference_decode(plan, q, k, v, lengths, sinks=sinks)
+    mine, mine_lse = attention_f64(q[:, :, None], k, v, causal=False, kv_valid=lengths, sinks=sinks)
+    np.testing.assert_allclose(golden, mine[:, :, 0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(golden_lse, mine_lse[:, :, 0], rtol=1e-12, atol=1e-12)
+    check_close(out, golden, "f32")
+    np.testing.assert_allclose(lse, golden_lse, rtol=1e-5, atol=1e-5)
+
+    qp = rng.standard_normal((b, h, 30, d)).astype(np.float32)
+    pplan = attnkit.plan_prefill(batch=b, num_heads=h, kv_heads=kvh, head_dim=d, q_len=30, kv_len=n, causal=True,
+                                 dtype="f32")
+    out, lse = attnkit.prefill(pplan, qp, k, v, return_lse=True, sinks=sinks)
+    golden, golden_lse = attnkit.reference_prefill(pplan, qp, k, v, sinks=sinks)
+    mine, _ = attention_f64(qp, k, v, causal=True, sinks=sinks)
+    np.testing.assert_allclose(golden, mine, rtol=1e-12, atol=1e-12)
+    check_close(out, golden, "f32")
+    np.testing.assert_allclose(lse, golden_lse, rtol=1e-5, atol=1e-5)
+    with pytest.raises(attnkit.Error, match="sinks"):
+        attnkit.decode(plan, q, k, v, lengths, sinks=np.zeros(h + 1, np.float32))
+
+
 def test_sdpa_rejects_sinks_of_the_wrong_shape(rng):
     q = randn(rng, (1, 4, 1, 16), "f32")
     k = randn(rng, (1, 2, 8, 16), "f32")

@@ -200,6 +200,41 @@ def test_extend_with_one_row_per_sequence_equals_paged_decode(rng):
     check_close(extended, decoded.astype(np.float64), "f32")
 
 
+def test_paged_decode_and_extend_fold_attention_sinks(rng):
+    """sinks= (gpt-oss): each head's logit joins every row's softmax with no value; against numpy's
+    float64 softmax with the sink column (an empty sequence: zeros and LSE = the sink)."""
+    layout, page_size, h, kvh, d = "NHD", 16, 8, 2, 32
+    lengths = [33, 0, 70]
+    cache = filled_cache(rng, layout, page_size, kvh, d, lengths, "f32")
+    sinks = (2.0 + 1.5 * rng.standard_normal(h)).astype(np.float32)
+    sinks[0] = -np.inf  # a head without a sink
+    common = dict(batch=3, num_heads=h, kv_heads=kvh, head_dim=d, num_pages=cache.num_pages, page_size=page_size,
+                  max_pages_per_seq=cache.width, layout=layout, kv_dtype="f32")
+    q = randn(rng, (3, h, d), "f32")
+    out, lse = attnkit.paged_decode(attnkit.plan_paged_decode(**common), q, cache.k_pages, cache.v_pages, cache.table,
+                                    lengths, return_lse=True, sinks=sinks)
+    for b, n in enumerate(lengths):
+        if n == 0:
+            continue  # checked below
+        k, v = cache.gather(b, n)
+        mine, mine_lse = attention_f64(q[b][None, :, None, :], k[None], v[None], causal=True, sinks=sinks)
+        check_close(out[b], mine[0, :, 0], "f32", f"decode sequence {b}")
+        np.testing.assert_allclose(lse[b], mine_lse[0, :, 0], rtol=1e-5, atol=1e-5)
+    assert not out[1].any() and (lse[1] == sinks).all()
+
+    q_lens = [5, 0, 12]
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    rows = randn(rng, (int(cu[-1]), h, d), "f32")
+    ext, ext_lse = attnkit.extend(attnkit.plan_extend(max_q_len=12, **common), rows, cu, cache.k_pages, cache.v_pages,
+                                  cache.table, lengths, return_lse=True, sinks=sinks)
+    for b in (0, 2):
+        k, v = cache.gather(b, lengths[b])
+        mine, mine_lse = attention_f64(rows[cu[b]:cu[b + 1]].transpose(1, 0, 2)[None], k[None], v[None], causal=True,
+                                       sinks=sinks)
+        check_close(ext[cu[b]:cu[b + 1]], mine[0].transpose(1, 0, 2), "f32", f"extend sequence {b}")
+        np.testing.assert_allclose(ext_lse[cu[b]:cu[b + 1]], mine_lse[0].T, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- append
 
 @pytest.mark.parametrize("layout", LAYOUTS)

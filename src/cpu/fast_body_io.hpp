@@ -11,6 +11,7 @@
 #endif
 #pragma once
 
+#include "common/attention_sinks.hpp"
 #include "cpu/prefetch_rows.hpp"
 
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
@@ -191,6 +192,7 @@ inline void write_prefill_rows(const PrefillTask& t, const float* o, const float
     for (std::int64_t i = 0; i < t.rows; ++i) {
       float lse;
       write_row(o + row_at(g, i), m[g * rp + i], l[g * rp + i], d, column, row, &lse);
+      if (t.sink_logits != nullptr) attnkit::detail::fold_sink_into_row(row, d, &lse, t.sink_logits[g]);
       store_out_row(t.out, t.out.offset + g * t.out.head_stride + i * t.out.row_stride, d, row);
       if (t.lse.data != nullptr) t.lse.data[t.lse.offset + g * t.lse.head_stride + i * t.lse.row_stride] = lse;
     }

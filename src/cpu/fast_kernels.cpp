@@ -20,6 +20,7 @@
 #include <omp.h>
 
 #include "attnkit/error.hpp"
+#include "common/attention_sinks.hpp"
 #include "cpu/fast_isa.hpp"
 #include "cpu/fast_tasks.hpp"
 #include "cpu/kernels.hpp"
@@ -60,6 +61,7 @@ const FastBodies& selected_fast_bodies() { return bodies_for(simd::selected_isa(
 
 void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace) {
   const DecodeProblem& p = plan.problem;
+  const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, H = p.num_heads, KH = p.kv_heads;
   if (!(part.rows_per_block == G && part.sequence_splits >= 1 && part.keys_per_split >= 1 && part.tile_size >= 1))
@@ -107,11 +109,10 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       for (std::int64_t c = 0; c < d; ++c) merged[c] /= total;
     }
     const std::int64_t b = row / H, h = row % H;
+    float lse = m == kNegInf ? kNegInf : m + std::log(total);
+    if (sinks) attnkit::detail::fold_sink_into_row(merged, d, &lse, sinks[h]);
     store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, merged);
-    if (!t.lse.empty()) {
-      static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] =
-          m == kNegInf ? kNegInf : m + std::log(total);
-    }
+    if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = lse;
   };
   const std::size_t body_floats = bodies.decode_scratch_floats(d, G, tile);
   const std::size_t staging_floats = static_cast<std::size_t>(G * d + G);
@@ -159,6 +160,7 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       bodies.decode(task_args);
       for (std::int64_t g = 0; g < G; ++g) {
         const std::int64_t h = kvh * G + g;
+        if (sinks) attnkit::detail::fold_sink_into_row(scratch + g * d, d, &task_args.lse[g], sinks[h]);
         store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, scratch + g * d);
         if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = task_args.lse[g];
       }
@@ -168,6 +170,7 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
 
 void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
   const PrefillProblem& p = plan.problem;
+  const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   const WorkPartition& part = plan.partition;
   const std::int64_t G = p.group_size(), d = p.head_dim, KH = p.kv_heads;
   if (!(part.sequence_splits == 1 && part.rows_per_block >= 1 && part.tile_size >= 1))
@@ -231,6 +234,7 @@ void fast_prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace) {
                         tb * t.lse.strides[0] + kvh * G * t.lse.strides[1] + row0 * t.lse.strides[2], t.lse.strides[2],
                         t.lse.strides[1]};
       }
+      a.sink_logits = sinks ? sinks + kvh * G : nullptr;
       a.scratch = scratch;
       bodies.prefill(a);
     }

@@ -78,6 +78,7 @@ struct PrefillTask {
   RowSource k, v;  // row j = key j of the sequence
   RowSink out;  // normalised row i of head g: offset + g * head_stride + i * row_stride, in out.dtype
   LseSink lse;  // row i of head g's LSE (natural log); nothing written when lse.data is null
+  const float* sink_logits = nullptr;  // [group]: head g's attention-sink logit, folded into its rows; or null
   float* scratch = nullptr;  // prefill_scratch_floats()
 };
 

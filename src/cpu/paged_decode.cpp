@@ -19,6 +19,7 @@
 
 #include <omp.h>
 
+#include "common/attention_sinks.hpp"
 #include "attnkit/cpu.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/validate.hpp"
@@ -56,6 +57,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
          "plan with plan_paged_decode(problem, cpu_target())");
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
+  const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   // In place, only a task's keys before its first tile boundary are gathered: less than a tile.
   const std::int64_t tile = part.tile_size, chunk = in_place ? tile : plan.gather_keys;
   const std::int64_t rows = p.batch * H, tasks = p.batch * KH * splits;
@@ -143,6 +145,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
       }
       for (std::int64_t g = 0; g < G; ++g) {
         const std::int64_t h = kvh * G + g;
+        if (sinks) attnkit::detail::fold_sink_into_row(run + g * d, d, &run[G * d + g], sinks[h]);
         detail::store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, run + g * d);
         if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = run[G * d + g];
       }
@@ -159,6 +162,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
                                 merged_lse);
         }
         const std::int64_t b = row / H, h = row % H;
+        if (sinks) attnkit::detail::fold_sink_into_row(merged, d, merged_lse, sinks[h]);
         detail::store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], d, merged);
         if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = *merged_lse;
       }

@@ -17,6 +17,7 @@
 
 #include <omp.h>
 
+#include "common/attention_sinks.hpp"
 #include "attnkit/cpu.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/validate.hpp"
@@ -52,6 +53,7 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t R = part.rows_per_block, tile = part.tile_size, chunk = plan.gather_keys;
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;
+  const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   const std::int64_t total_rows = detail::index_at(t.cu_seqlens_q, p.batch);
   const std::int64_t state_rows = total_rows * H;
 
@@ -151,13 +153,14 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
         const std::int64_t h = kvh * G + g;
         for (std::int64_t i = 0; i < blk.rows; ++i) {
           const std::int64_t row = first_row + i;
-          const float* o = run + (g * R + i) * d;
-          const float lse = run_lse[g * R + i];
+          float* o = run + (g * R + i) * d;
+          float lse = run_lse[g * R + i];
           if (splits > 1) {
             std::copy(o, o + d, state_out + (split * state_rows + row * H + h) * d);
             state_lse[split * state_rows + row * H + h] = lse;
             continue;
           }
+          if (sinks) attnkit::detail::fold_sink_into_row(o, d, &lse, sinks[h]);
           detail::store_row(t.out.data, t.out.dtype, row * t.out.strides[0] + h * t.out.strides[1], d, o);
           if (!t.lse.empty()) static_cast<float*>(t.lse.data)[row * t.lse.strides[0] + h * t.lse.strides[1]] = lse;
         }
@@ -173,6 +176,7 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
                                 d, merged + d);
         }
         const std::int64_t row = sr / H, h = sr % H;
+        if (sinks) attnkit::detail::fold_sink_into_row(merged, d, merged + d, sinks[h]);
         detail::store_row(t.out.data, t.out.dtype, row * t.out.strides[0] + h * t.out.strides[1], d, merged);
         if (!t.lse.empty()) static_cast<float*>(t.lse.data)[row * t.lse.strides[0] + h * t.lse.strides[1]] = merged[d];
       }

@@ -43,21 +43,22 @@ void require_host_input(const char* context, const char* name, const TensorView&
 }
 
 // One query row against its keys [begin, end) of one KV head. `key_at(j)` and `value_at(j, d)`
-// read key j; `q` holds the row. Writes head_dim outputs and returns the LSE.
+// read key j; `q` holds the row. `sink`: the head's attention-sink logit, one more score in the
+// softmax whose value is zero (-inf: none). Writes head_dim outputs and returns the LSE.
 template <class KeyDot, class ValueAt>
 double attend_row(std::int64_t head_dim, std::int64_t begin, std::int64_t end, double scale, double softcap,
-                  KeyDot key_dot, ValueAt value_at, double* out) {
+                  double sink, KeyDot key_dot, ValueAt value_at, double* out) {
   for (std::int64_t d = 0; d < head_dim; ++d) out[d] = 0.0;
-  if (end <= begin) return -std::numeric_limits<double>::infinity();
+  if (end <= begin) return sink;
   std::vector<double> scores(static_cast<std::size_t>(end - begin));
-  double max_score = -std::numeric_limits<double>::infinity();
+  double max_score = sink;
   for (std::int64_t j = begin; j < end; ++j) {
     double s = scale * key_dot(j);
     if (softcap > 0.0) s = softcap * std::tanh(s / softcap);
     scores[static_cast<std::size_t>(j - begin)] = s;
     max_score = std::max(max_score, s);
   }
-  double sum = 0.0;
+  double sum = std::exp(sink - max_score);
   for (double& s : scores) {
     s = std::exp(s - max_score);
     sum += s;
@@ -69,6 +70,11 @@ double attend_row(std::int64_t head_dim, std::int64_t begin, std::int64_t end, d
   return max_score + std::log(sum);
 }
 
+// sinks[h] as a double, -inf where no sinks are given.
+double sink_of(const TensorView& sinks, std::int64_t h) {
+  return sinks.empty() ? -std::numeric_limits<double>::infinity() : element(sinks, h * sinks.strides[0]);
+}
+
 }  // namespace
 
 Result decode(const DecodeProblem& p, const DecodeTensors& t) {
@@ -78,6 +84,7 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
   require_host_input(ctx, "k_cache", t.k_cache, 4);
   require_host_input(ctx, "v_cache", t.v_cache, 4);
   require_host_input(ctx, "lengths", t.lengths, 1);
+  if (!t.sinks.empty()) require_host_input(ctx, "sinks", t.sinks, 1);
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim, group = p.group_size();
   const double scale = p.effective_scale(), softcap = p.options.softcap;
   Result r;
@@ -102,7 +109,8 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
         return element(t.v_cache, offset4(t.v_cache, b, kvh, j, d));
       };
       const std::size_t row = static_cast<std::size_t>(b * H + h);
-      r.lse[row] = attend_row(D, keys.begin, keys.end, scale, softcap, key_dot, value_at, &r.out[row * D]);
+      r.lse[row] =
+          attend_row(D, keys.begin, keys.end, scale, softcap, sink_of(t.sinks, h), key_dot, value_at, &r.out[row * D]);
     }
   }
   return r;
@@ -120,6 +128,7 @@ Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
     require_host_input(ctx, "cu_seqlens_q", t.cu_seqlens_q, 1);
     require_host_input(ctx, "cu_seqlens_k", t.cu_seqlens_k, 1);
   }
+  if (!t.sinks.empty()) require_host_input(ctx, "sinks", t.sinks, 1);
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim, group = p.group_size();
   const std::int64_t rows_per_head = ragged ? t.q.shape[2] : p.q_len;
   const std::int64_t outer = ragged ? 1 : B;
@@ -154,7 +163,8 @@ Result prefill(const PrefillProblem& p, const PrefillTensors& t) {
           return v_scale * element(t.v, offset4(t.v, tb, kvh, k0 + j, d));
         };
         const std::size_t row = static_cast<std::size_t>((tb * H + h) * rows_per_head + q0 + i);
-        r.lse[row] = attend_row(D, keys.begin, keys.end, scale, softcap, key_dot, value_at, &r.out[row * D]);
+        r.lse[row] = attend_row(D, keys.begin, keys.end, scale, softcap, sink_of(t.sinks, h), key_dot, value_at,
+                                &r.out[row * D]);
       }
     }
   }

@@ -47,10 +47,17 @@ struct PagedKeys {
   }
 };
 
-// One sequence's q rows [row0, row0 + q_len) (q is [rows, heads, head_dim]) against its len keys.
+// sinks[h] as a double, -inf where no sinks are given.
+double sink_of(const TensorView& sinks, std::int64_t h) {
+  return sinks.empty() ? kNegInf : element(sinks, h * sinks.strides[0]);
+}
+
+// One sequence's q rows [row0, row0 + q_len) (q is [rows, heads, head_dim]) against its len keys;
+// sinks (optional, [heads]): one more score per row whose value is zero.
 void attend_sequence(const PagedCacheSpec& spec, std::int64_t num_heads, std::int64_t group, std::int64_t D,
                      double scale, double softcap, std::int64_t window, const TensorView& q, const PagedKvCache& c,
-                     std::int64_t b, std::int64_t row0, std::int64_t q_len, std::int64_t len, Result& r) {
+                     const TensorView& sinks, std::int64_t b, std::int64_t row0, std::int64_t q_len, std::int64_t len,
+                     Result& r) {
   const PagedKeys keys{&spec, &c.page_table, b};
   std::vector<double> qv(static_cast<std::size_t>(D)), scores;
   for (std::int64_t i = 0; i < q_len; ++i) {
@@ -60,13 +67,14 @@ void attend_sequence(const PagedCacheSpec& spec, std::int64_t num_heads, std::in
       const std::size_t row = static_cast<std::size_t>((row0 + i) * num_heads + h);
       double* out = &r.out[row * static_cast<std::size_t>(D)];
       std::fill(out, out + D, 0.0);
+      const double sink = sink_of(sinks, h);
       if (range.size() == 0) {
-        r.lse[row] = kNegInf;
+        r.lse[row] = sink;
         continue;
       }
       for (std::int64_t d = 0; d < D; ++d) qv[d] = element(q, (row0 + i) * q.strides[0] + h * q.strides[1] + d);
       scores.assign(static_cast<std::size_t>(range.size()), 0.0);
-      double max_score = kNegInf;
+      double max_score = sink;
       for (std::int64_t j = range.begin; j < range.end; ++j) {
         const std::int64_t k_off = keys.offset(c.k_pages, kvh, j);
         double dot = 0.0;
@@ -76,7 +84,7 @@ void attend_sequence(const PagedCacheSpec& spec, std::int64_t num_heads, std::in
         scores[static_cast<std::size_t>(j - range.begin)] = s;
         max_score = std::max(max_score, s);
       }
-      double sum = 0.0;
+      double sum = std::exp(sink - max_score);
       for (double& s : scores) sum += (s = std::exp(s - max_score));
       for (std::int64_t j = range.begin; j < range.end; ++j) {
         const double p = scores[static_cast<std::size_t>(j - range.begin)] / sum;
@@ -106,11 +114,14 @@ Result paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors& t) {
   Result r;
   r.out.assign(static_cast<std::size_t>(p.batch * p.num_heads * p.head_dim), 0.0);
   r.lse.assign(static_cast<std::size_t>(p.batch * p.num_heads), kNegInf);
+  if (!t.sinks.empty()) require_host(ctx, "sinks", t.sinks, 1);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t len = read_i32(t.cache.lengths, b);
-    // The query is the newest token: a sequence with no keys gives zeros and -inf.
+    // The query is the newest token: a sequence with no keys gives zeros and -inf (the sink's
+    // logit with sinks).
     attend_sequence(p.cache, p.num_heads, p.group_size(), p.head_dim, p.effective_scale(), p.options.softcap,
-                    p.options.window, t.q, t.cache, b, b, len > 0 ? 1 : 0, len, r);
+                    p.options.window, t.q, t.cache, t.sinks, b, b, len > 0 ? 1 : 0, len, r);
+    for (std::int64_t h = 0; len == 0 && h < p.num_heads; ++h) r.lse[static_cast<std::size_t>(b * p.num_heads + h)] = sink_of(t.sinks, h);
   }
   return r;
 }
@@ -121,6 +132,7 @@ Result extend(const ExtendProblem& p, const ExtendTensors& t) {
   require_host(ctx, "q", t.q, 3);
   require_host(ctx, "cu_seqlens_q", t.cu_seqlens_q, 1);
   require_host_cache(ctx, t.cache);
+  if (!t.sinks.empty()) require_host(ctx, "sinks", t.sinks, 1);
   validate_paged_indices_host(p.cache, t.cache.page_table, t.cache.lengths, p.batch, p.cache.capacity(), ctx);
   const std::int64_t rows = read_i32(t.cu_seqlens_q, p.batch);
   if (!(rows >= 0 && rows <= t.q.shape[0]))
@@ -137,7 +149,7 @@ Result extend(const ExtendProblem& p, const ExtendTensors& t) {
                std::to_string(len) + " keys",
            "pass non-decreasing offsets and q rows <= keys per sequence");
     attend_sequence(p.cache, p.num_heads, p.group_size(), p.head_dim, p.effective_scale(), p.options.softcap,
-                    p.options.window, t.q, t.cache, b, row0, q_len, len, r);
+                    p.options.window, t.q, t.cache, t.sinks, b, row0, q_len, len, r);
   }
   return r;
 }

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/attention_sinks.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/row_io.hpp"
 
@@ -70,6 +71,7 @@ float online_row(std::int64_t head_dim, std::int64_t begin, std::int64_t end, fl
 
 void scalar_online_decode(const DecodePlan& plan, const DecodeTensors& t) {
   const DecodeProblem& p = plan.problem;
+  const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   const std::int64_t D = p.head_dim, group = p.group_size();
   const float scale = p.effective_scale(), softcap = p.options.softcap;
   RowScratch s(D);
@@ -84,7 +86,8 @@ void scalar_online_decode(const DecodePlan& plan, const DecodeTensors& t) {
                          t.k_cache.strides[2]};
       const KeyRows values{t.v_cache.data, t.v_cache.dtype,
                            b * t.v_cache.strides[0] + kvh * t.v_cache.strides[1], t.v_cache.strides[2]};
-      const float lse = online_row(D, range.begin, range.end, scale, softcap, keys, values, s);
+      float lse = online_row(D, range.begin, range.end, scale, softcap, keys, values, s);
+      if (sinks) attnkit::detail::fold_sink_into_row(s.acc.data(), D, &lse, sinks[h]);
       store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], D, s.acc.data());
       if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = lse;
     }
@@ -93,6 +96,7 @@ void scalar_online_decode(const DecodePlan& plan, const DecodeTensors& t) {
 
 void scalar_online_prefill(const PrefillPlan& plan, const PrefillTensors& t) {
   const PrefillProblem& p = plan.problem;
+  const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   const std::int64_t D = p.head_dim, group = p.group_size();
   const float scale = p.effective_scale(), softcap = p.options.softcap;
   const bool ragged = !t.cu_seqlens_q.empty();
@@ -116,7 +120,8 @@ void scalar_online_prefill(const PrefillPlan& plan, const PrefillTensors& t) {
         const std::int64_t row = q0 + i;
         load_row(t.q.data, t.q.dtype, tb * t.q.strides[0] + h * t.q.strides[1] + row * t.q.strides[2], D,
                  s.q.data());
-        const float lse = online_row(D, range.begin, range.end, scale, softcap, keys, values, s);
+        float lse = online_row(D, range.begin, range.end, scale, softcap, keys, values, s);
+        if (sinks) attnkit::detail::fold_sink_into_row(s.acc.data(), D, &lse, sinks[h]);
         store_row(t.out.data, t.out.dtype, tb * t.out.strides[0] + h * t.out.strides[1] + row * t.out.strides[2],
                   D, s.acc.data());
         if (!t.lse.empty()) {

@@ -184,13 +184,14 @@ void decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace,
   require_small_enough(plan, ctx);
   validate_decode(plan.problem, t, DeviceKind::kCuda);
   for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.k_cache, "k_cache"}, {&t.v_cache, "v_cache"},
-                            {&t.lengths, "lengths"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
+                            {&t.lengths, "lengths"}, {&t.out, "out"}, {&t.lse, "lse"}, {&t.sinks, "sinks"}}) {
     cuda_common::require_device_memory(*view, ctx, name);
   }
   cuda_common::require_vector_aligned(t.k_cache, ctx, "k_cache");
   cuda_common::require_vector_aligned(t.v_cache, ctx, "v_cache");
   DecodeParams p = base_params(plan);
   set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse);
+  p.sinks = t.sinks.empty() ? nullptr : t.sinks.as<const float>();
   p.lengths = t.lengths.as<const std::int32_t>();
   set_workspace(p, plan, workspace, ctx);
   if (p.batch == 0) return;

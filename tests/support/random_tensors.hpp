@@ -73,6 +73,16 @@ inline float fill_normal_e4m3(HostTensor& t, std::mt19937_64& rng, float stddev 
   return scale;
 }
 
+// Attention-sink logits f32 [heads] (DecodeTensors::sinks): normal(2, 1.5), near a short row's LSE
+// so they change the result; head 0 has none (-inf) and head 2 (12) takes most of its rows.
+inline HostTensor random_sinks(std::int64_t heads, std::mt19937_64& rng) {
+  HostTensor sinks(DType::kF32, {heads});
+  fill_normal(sinks, rng, 1.5f, 2.0f);
+  if (heads > 0) sinks.set(0, -std::numeric_limits<float>::infinity());
+  if (heads > 2) sinks.set(2, 12.0f);
+  return sinks;
+}
+
 // Poison: NaN in every element, so an element the kernel forgot to write fails the check.
 inline void poison(HostTensor& t) {
   for (std::size_t i = 0; i < t.numel(); ++i) t.set(i, std::numeric_limits<float>::quiet_NaN());

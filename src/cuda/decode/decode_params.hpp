@@ -34,6 +34,8 @@ struct DecodeParams {
   std::int64_t out_stride_b = 0, out_stride_h = 0;
   float* lse = nullptr;
   std::int64_t lse_stride_b = 0, lse_stride_h = 0;
+  // Optional [num_heads]: attention-sink logits, folded into final rows (common/attention_sinks.hpp).
+  const float* sinks = nullptr;
   // Split states in the caller's workspace: out_partial [splits, batch*num_heads, head_dim],
   // lse_partial [splits, batch*num_heads] (f32).
   float* partial_out = nullptr;

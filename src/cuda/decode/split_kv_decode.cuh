@@ -41,6 +41,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "common/attention_sinks.hpp"
 #include "cuda/common/convert.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/sm90_primitives.cuh"
@@ -381,9 +382,15 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         acc.x = fmaf(w, x[s].x, acc.x), acc.y = fmaf(w, x[s].y, acc.y), acc.z = fmaf(w, x[s].z, acc.z),
         acc.w = fmaf(w, x[s].w, acc.w);
       }
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float row_lse = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+      if (p.sinks != nullptr) {
+        const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(row_lse, p.sinks[head_of(r)]);
+        inv *= f.weight;
+        row_lse = f.lse;
+      }
       store_out(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-      if (d == 0) store_lse(r, sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY);
+      if (d == 0) store_lse(r, row_lse);
     }
     ATTNKIT_DECODE_STAMP(10);
     cuda_common::cluster_sync_relaxed();  // the peers' reads of this block are done (their values are used)
@@ -613,6 +620,8 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   constexpr int kVec = 4, kRowVecs = kCap / kVec;
   // Each output mode gets its own copy of the loops (one short straight path per mode, no
   // per-element mode branches on the path a short call fetches cold).
+  // Unsplit rows are final: the sinks fold in here (log2 units in, natural out).
+  const bool fold_sinks = p.splits == 1 && p.sinks != nullptr;
   auto write_pieces = [&](auto&& write) {
     for (int i = tid; i < rows_here * kRowVecs; i += blockDim.x) {
       const int r = i / kRowVecs, d = (i % kRowVecs) * kVec;
@@ -628,7 +637,10 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         sum = fmaf(warp_l[w * p.rows_per_block + r], f, sum);
         acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
       }
-      const float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+      float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+      if (fold_sinks) {
+        inv *= attnkit::detail::fold_sink(sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY, p.sinks[head_of(r)]).weight;
+      }
       write(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     }
   };
@@ -646,7 +658,9 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   };
   if (p.splits == 1) {
     write_pieces([&](int r, int d, float4 o) { store_out(r, d, o); });
-    write_lses([&](int r, float lse2) { store_lse(r, lse2 * kLn2); });
+    write_lses([&](int r, float lse2) {
+      store_lse(r, fold_sinks ? attnkit::detail::fold_sink(lse2 * kLn2, p.sinks[head_of(r)]).lse : lse2 * kLn2);
+    });
   } else if (cluster_merge) {
     write_pieces([&](int r, int d, float4 o) { *reinterpret_cast<float4*>(staging + r * kCap + d) = o; });
     write_lses([&](int r, float lse2) { state_lse[r] = lse2; });

@@ -11,6 +11,7 @@
 // Extend's states (packed (token, head) rows) are merged by merge_extend_kernel below.
 #include <cuda_runtime.h>
 
+#include "common/attention_sinks.hpp"
 #include "cuda/common/convert.cuh"
 #include "cuda/common/sm90_primitives.cuh"
 #include "cuda/common/cuda_check.hpp"
@@ -68,6 +69,13 @@ __device__ MergedRow merge_weights(const float* partial_lse, std::int64_t rows_t
   return {total > 0.0f ? 1.0f / total : 0.0f, total > 0.0f ? max_lse + logf(total) : -INFINITY};
 }
 
+// The head's attention sink folded into a merged (final) row.
+__device__ MergedRow with_sink(MergedRow m, const float* sinks, int h) {
+  if (sinks == nullptr) return m;
+  const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(m.lse, sinks[h]);
+  return {m.inv * f.weight, f.lse};
+}
+
 // Step 2: element d of the merged row, before the 1 / sum scaling. Loads go out in batches of
 // kBatch splits so their latencies overlap.
 __device__ float weighted_sum(const float* partial_out, std::int64_t rows_total, std::int64_t row, int head_dim,
@@ -97,7 +105,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
   const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
 
   cuda_common::grid_dependency_wait();  // the decode grid's states are written and visible
-  const MergedRow merged = merge_weights(p.partial_lse, rows_total, row, active, weights);
+  const MergedRow merged = with_sink(merge_weights(p.partial_lse, rows_total, row, active, weights), p.sinks, h);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float o = weighted_sum(p.partial_out, rows_total, row, p.head_dim, active, weights, d) * merged.inv;
     if (!range.valid) o = NAN;
@@ -129,7 +137,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_extend_kernel(const __gri
   const std::int64_t rows_total = static_cast<std::int64_t>(p.state_rows) * p.num_heads;
 
   cuda_common::grid_dependency_wait();  // the extend grid's states are written and visible
-  const MergedRow merged = merge_weights(p.partial_lse, rows_total, row, active, weights);
+  const MergedRow merged = with_sink(merge_weights(p.partial_lse, rows_total, row, active, weights), p.sinks, h);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     const float o = weighted_sum(p.partial_out, rows_total, row, p.head_dim, active, weights, d);
     cuda_common::store_from_f32(p.out, p.out_dtype, token * p.out_stride_b + h * p.out_stride_h + d, o * merged.inv);

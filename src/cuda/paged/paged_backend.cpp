@@ -120,10 +120,12 @@ void set_page_boxes(DecodeParams& p, const PagedDecodeProblem& pr, const PagedKv
   }
 }
 
-void set_output(DecodeParams& p, const TensorView& q, const TensorView& out, const TensorView& lse) {
+void set_output(DecodeParams& p, const TensorView& q, const TensorView& out, const TensorView& lse,
+                const TensorView& sinks) {
   p.q = q.data, p.q_dtype = q.dtype, p.q_stride_b = q.strides[0], p.q_stride_h = q.strides[1];
   p.out = out.data, p.out_dtype = out.dtype, p.out_stride_b = out.strides[0], p.out_stride_h = out.strides[1];
   if (!lse.empty()) p.lse = lse.as<float>(), p.lse_stride_b = lse.strides[0], p.lse_stride_h = lse.strides[1];
+  p.sinks = sinks.empty() ? nullptr : sinks.as<const float>();
 }
 
 // Split states in the caller's workspace: exactly the plan's bytes, laid out as
@@ -168,7 +170,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   const PagedDecodeProblem& pr = plan.problem;
   check_partition(plan.target, plan.partition, pr.group_size(), pr.head_dim, pr.kv_dtype, ctx, "plan_paged_decode");
   validate_paged_decode(pr, t, DeviceKind::kCuda);
-  for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
+  for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.out, "out"}, {&t.lse, "lse"}, {&t.sinks, "sinks"}}) {
     cuda_common::require_device_memory(*view, ctx, name);
   }
   require_cache_on_device(t.cache, ctx);
@@ -178,7 +180,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   require_small_enough(pr.cache, static_cast<std::int64_t>(p.batch) * p.kv_heads * p.passes * p.splits, ctx);
   set_cache(p, pr.cache, t.cache);
   if (plan.page_boxes) set_page_boxes(p, pr, t.cache, ctx);
-  set_output(p, t.q, t.out, t.lse);
+  set_output(p, t.q, t.out, t.lse, t.sinks);
   set_workspace(p, pr.batch, plan.bounds.workspace_bytes, workspace, ctx);
   cuda_decode::launch_split_kv_decode_paged(p, pr.kv_dtype, /*extend=*/false, stream);
   if (p.splits > 1) cuda_decode::launch_merge_splits(p, stream);
@@ -190,7 +192,8 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace,
   const std::int64_t packed = pr.group_size() * pr.max_q_len;
   check_partition(plan.target, plan.partition, packed, pr.head_dim, pr.kv_dtype, ctx, "plan_extend");
   validate_extend(pr, t, DeviceKind::kCuda);
-  for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.cu_seqlens_q, "cu_seqlens_q"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
+  for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.cu_seqlens_q, "cu_seqlens_q"}, {&t.out, "out"}, {&t.lse, "lse"},
+                            {&t.sinks, "sinks"}}) {
     cuda_common::require_device_memory(*view, ctx, name);
   }
   require_cache_on_device(t.cache, ctx);
@@ -201,7 +204,7 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace,
   if (!(pr.total_q_bound() * pr.num_heads < (1ll << 31)))
     fail(ctx, "the plan's query rows x heads exceed 2^31", "plan a smaller max_total_q");
   set_cache(p, pr.cache, t.cache);
-  set_output(p, t.q, t.out, t.lse);
+  set_output(p, t.q, t.out, t.lse, t.sinks);
   p.cu_seqlens_q = t.cu_seqlens_q.as<const std::int32_t>();
   p.max_q_len = static_cast<int>(pr.max_q_len);
   p.q_rows = static_cast<int>(t.q.shape[0]);

@@ -138,7 +138,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   validate_prefill(pr, t, DeviceKind::kCuda);
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &t.q}, {"k", &t.k}, {"v", &t.v},
                                    {"out", &t.out}, {"lse", &t.lse}, {"cu_seqlens_q", &t.cu_seqlens_q},
-                                   {"cu_seqlens_k", &t.cu_seqlens_k}}) {
+                                   {"cu_seqlens_k", &t.cu_seqlens_k}, {"sinks", &t.sinks}}) {
     cuda_common::require_device_memory(*view, kContext, name);
   }
   const WorkPartition& part = plan.partition;
@@ -153,6 +153,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
   p.v = t.v.data;
   p.out = t.out.data;
   p.lse = t.lse.empty() ? nullptr : t.lse.as<float>();
+  p.sinks = t.sinks.empty() ? nullptr : t.sinks.as<const float>();
   set_strides(t.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
   set_strides(t.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
   set_strides(t.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);

@@ -13,6 +13,7 @@ struct PrefillParams {
   const void* v;
   void* out;
   float* lse;  // optional [batch, num_heads, q_len] (ragged: [1, num_heads, total_q])
+  const float* sinks;  // optional [num_heads]: attention-sink logits, folded into final rows (common/attention_sinks.hpp)
 
   std::int64_t q_batch_stride, q_head_stride, q_row_stride;
   std::int64_t k_batch_stride, k_head_stride, k_row_stride;

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/attention_sinks.hpp"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 
@@ -107,7 +108,13 @@ __global__ void __launch_bounds__(kSimtWarpsPerBlock * 32) simt_tiled_prefill_ke
   if (!row_live) return;
 
   const bool any = l > 0.0f;
-  const float inv = any ? 1.0f / l : 0.0f;
+  float inv = any ? 1.0f / l : 0.0f;
+  float lse = any ? m + logf(l) : -INFINITY;
+  if (p.sinks != nullptr) {
+    const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(lse, p.sinks[h]);
+    inv *= f.weight;
+    lse = f.lse;
+  }
   const std::int64_t out_off =
       e.q_base_batch * p.o_batch_stride + h * p.o_head_stride + (e.q_start + r) * p.o_row_stride;
 #pragma unroll
@@ -121,8 +128,7 @@ __global__ void __launch_bounds__(kSimtWarpsPerBlock * 32) simt_tiled_prefill_ke
     }
   }
   if (p.lse != nullptr && lane == 0) {
-    p.lse[e.q_base_batch * p.lse_batch_stride + h * p.lse_head_stride + (e.q_start + r) * p.lse_row_stride] =
-        any ? m + logf(l) : -INFINITY;
+    p.lse[e.q_base_batch * p.lse_batch_stride + h * p.lse_head_stride + (e.q_start + r) * p.lse_row_stride] = lse;
   }
 }
 

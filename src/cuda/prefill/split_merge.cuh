@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/attention_sinks.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill/simt_tiled_prefill.cuh"
 
@@ -63,7 +64,8 @@ __global__ void __launch_bounds__(kMergeWarpsPerBlock * 32) split_merge_kernel(c
     }
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(0xffffffffu, total, o);
-    const float inv = 1.0f / total;
+    float inv = 1.0f / total;
+    if (p.sinks != nullptr) inv *= attnkit::detail::fold_sink(mx + logf(total), p.sinks[h]).weight;
     const float* values = p.partial_out + (h * p.workspace_rows + ws_row) * p.head_dim;
     constexpr int kBatch = 8;
     for (int d = lane; d < p.head_dim; d += 32) {
@@ -89,6 +91,7 @@ __global__ void __launch_bounds__(kMergeWarpsPerBlock * 32) split_merge_kernel(c
     }
     mx += logf(total);
   }
+  if (p.sinks != nullptr) mx = attnkit::detail::fold_sink(mx, p.sinks[h]).lse;  // a row no split saw: the sink's logit
   if (p.lse != nullptr && lane == 0) {
     p.lse[e.q_base_batch * p.lse_batch_stride + h * p.lse_head_stride + (e.q_start + r) * p.lse_row_stride] = mx;
   }

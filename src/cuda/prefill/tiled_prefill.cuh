@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/attention_sinks.hpp"
 #include "cuda/prefill/mma_primitives.cuh"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill/prefill_params.cuh"
@@ -321,8 +322,13 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
       if (r >= rows_here) continue;
       const float l = l_run[mt][hr];
       const bool any = l > 0.0f;
-      const float inv = any ? 1.0f / l : 0.0f;
-      const float lse = any ? (m_run[mt][hr] * sl + log2f(l)) * kLn2 : -INFINITY;
+      float inv = any ? 1.0f / l : 0.0f;
+      float lse = any ? (m_run[mt][hr] * sl + log2f(l)) * kLn2 : -INFINITY;
+      if (p.splits == 1 && p.sinks != nullptr) {
+        const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(lse, p.sinks[h]);
+        inv *= f.weight;
+        lse = f.lse;
+      }
       if (p.splits > 1) {
         const std::int64_t row = (static_cast<std::int64_t>(split) * p.num_heads + h) * p.workspace_rows +
                                  e.workspace_row0 + m0 + r;

@@ -45,6 +45,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/attention_sinks.hpp"
 #include "cuda/common/fast_divider.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill_hopper/hopper_config.hpp"
@@ -776,9 +777,17 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         const bool in_v = kTwoSlotO && cw != 0;
         const std::uint32_t tile = in_v ? v_base + stage * kVSlotBytes
                                         : k_base + stage * kTileBytes + (kTwoSlotO ? 0 : cw * 64 * D * 2);
-        float inv[2];
+        float inv[2], lse[2];
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) inv[hr] = st.l[hr] > 0.0f ? 1.0f / st.l[hr] : 0.0f;
+        for (int hr = 0; hr < 2; ++hr) {
+          inv[hr] = st.l[hr] > 0.0f ? 1.0f / st.l[hr] : 0.0f;
+          lse[hr] = row_lse(hr);
+          if (p.sinks != nullptr) {  // staged tiles are whole (unsplit, unpacked) rows of head w.h
+            const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(lse[hr], p.sinks[w.h]);
+            inv[hr] *= f.weight;
+            lse[hr] = f.lse;
+          }
+        }
         constexpr bool kBf16Out = In == HopperInput::kBF16;
         auto piece = [&](int hr, int i) { return pack2<kBf16Out>(o[4 * i + 2 * hr] * inv[hr], o[4 * i + 2 * hr + 1] * inv[hr]); };
         mbar_wait(in_v ? o_v_slot_free : o_slot_free, (q_iter - 1) & 1);
@@ -813,7 +822,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           const int r = row0 + hr * 8;
           if (r < rows_here && p.lse != nullptr && c == 0) {
             p.lse[w.e.q_base_batch * p.lse_batch_stride + w.h * p.lse_head_stride + (w.e.q_start + w.m0 + r) * p.lse_row_stride] =
-                row_lse(hr);
+                lse[hr];
           }
         }
         ATTNKIT_HOPPER_STAMP(step, 7);
@@ -846,12 +855,18 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       if (!kBlockStores && !valid) continue;
       const float l = st.l[hr];
       const bool any = l > 0.0f;
-      const float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
+      float inv = any ? hp.v_scale / l : 0.0f;  // v_scale: e4m3's V scale, else 1
+      float lse = row_lse(hr);
       const std::int64_t row = w.e.q_start + w.m0 + q_row;
       const std::int64_t out_off = w.e.q_base_batch * p.o_batch_stride + head * p.o_head_stride + row * p.o_row_stride;
       // Key splits: this split's normalised state, row [split][head][workspace row] of the
-      // workspace (f32), which the merge combines by LSE.
+      // workspace (f32), which the merge combines by LSE (and folds the sinks into).
       const bool split_state = p.splits > 1;
+      if (p.sinks != nullptr && !split_state && valid) {
+        const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(lse, p.sinks[head]);
+        inv *= f.weight;
+        lse = f.lse;
+      }
       const std::int64_t state_row =
           (static_cast<std::int64_t>(w.split) * p.num_heads + head) * p.workspace_rows + w.e.workspace_row0 + w.m0 + q_row;
       if (split_state || p.out_kind == OutKind::kF32) {
@@ -877,9 +892,9 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
       }
       if (valid && e_c == 0) {
         if (split_state) {
-          p.partial_lse[state_row] = row_lse(hr);
+          p.partial_lse[state_row] = lse;
         } else if (p.lse != nullptr) {
-          p.lse[w.e.q_base_batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride] = row_lse(hr);
+          p.lse[w.e.q_base_batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride] = lse;
         }
       }
     }
