@@ -119,17 +119,18 @@ struct PrefillSinkCase {
     if (with_sinks) t.sinks = sinks.view;
     return t;
   }
-  void run(const PrefillPlan& plan) {
+  // with_lse false: out only (on Hopper at d64, the instance that sums P on the tensor cores).
+  void run(const PrefillPlan& plan, bool with_lse = true) {
     poison(out);
     poison(lse);
     DeviceTensor dq(q), dk(k), dv(v), dout(out), dlse(lse), ds(sinks);
     DeviceWorkspace ws(plan.evidence.workspace_bytes, 0xFF);
-    PrefillTensors t{dq.view, dk.view, dv.view, dout.view, dlse.view};
+    PrefillTensors t{dq.view, dk.view, dv.view, dout.view, with_lse ? dlse.view : TensorView{}};
     t.sinks = ds.view;
     cuda::prefill(plan, t, ws.view());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     dout.copy_to(out);
-    dlse.copy_to(lse);
+    if (with_lse) dlse.copy_to(lse);
   }
 };
 
@@ -161,6 +162,16 @@ TEST(AttentionSinksCuda, PrefillOnEveryFamilySplitOrNot) {
     }
   }
   EXPECT_GE(split_cases, 1) << "no plan split its keys: the merge went untested";
+
+  // Without an LSE: the fold's weight comes from the row sums alone (at d64 on Hopper, summed by the
+  // tensor cores from the 16-bit P).
+  PrefillSinkCase c(8, 2, 64, 300, 300, true, DType::kBF16);
+  const reference::Result with = reference::prefill(c.p, c.host(true)), without = reference::prefill(c.p, c.host(false));
+  const PrefillPlan plan = plan_prefill(c.p, cuda::target());
+  c.run(plan, /*with_lse=*/false);
+  const std::string note = to_string(plan.partition.family) + " d64 no LSE seed=" + std::to_string(c.seed);
+  expect_matches_golden(c.out, with.out, DType::kBF16, DType::kBF16, DType::kBF16, note);
+  EXPECT_GT(compare(c.out, without.out).rel_l2, 0.05) << note << ": the sinks made no difference";
 }
 
 TEST(AttentionSinksCuda, PagedDecodeAndExtend) {

@@ -300,6 +300,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     if constexpr (kExtend) return kvh * p.group + (row0 + r) % p.group;
     return h0 + r;
   };
+  attnkit::detail::prefetch_sinks(p.sinks, p.num_heads);
 
   // Query rows of the block -> f32 staging (zeros past head_dim; all zeros for an invalid fused
   // position), by `threads` threads from `thread`, in batches of load_q_batch (from batch `from` on;
@@ -382,15 +383,12 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         acc.x = fmaf(w, x[s].x, acc.x), acc.y = fmaf(w, x[s].y, acc.y), acc.z = fmaf(w, x[s].z, acc.z),
         acc.w = fmaf(w, x[s].w, acc.w);
       }
-      float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      float row_lse = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
-      if (p.sinks != nullptr) {
-        const attnkit::detail::SinkFold f = attnkit::detail::fold_sink(row_lse, p.sinks[head_of(r)]);
-        inv *= f.weight;
-        row_lse = f.lse;
-      }
+      // The sink joins the row's denominator (log2 units, relative to 2^m_use); its LSE folds once.
+      const float sink = p.sinks != nullptr ? p.sinks[head_of(r)] : -INFINITY;
+      const float denom = p.sinks != nullptr ? sum + exp2f(sink * kLog2e - m_use) : sum;
+      const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
       store_out(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-      if (d == 0) store_lse(r, row_lse);
+      if (d == 0) store_lse(r, attnkit::detail::fold_sink(sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY, sink).lse);
     }
     ATTNKIT_DECODE_STAMP(10);
     cuda_common::cluster_sync_relaxed();  // the peers' reads of this block are done (their values are used)
@@ -637,10 +635,9 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
         sum = fmaf(warp_l[w * p.rows_per_block + r], f, sum);
         acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
       }
-      float inv = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
-      if (fold_sinks) {
-        inv *= attnkit::detail::fold_sink(sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY, p.sinks[head_of(r)]).weight;
-      }
+      // The sink joins the row's denominator, relative to the same 2^m_use as the key sums.
+      const float denom = fold_sinks ? sum + exp2f(p.sinks[head_of(r)] * kLog2e - m_use) : sum;
+      const float inv = denom > 0.0f ? __frcp_rn(denom) : 0.0f;
       write(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     }
   };

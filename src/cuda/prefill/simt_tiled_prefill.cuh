@@ -34,6 +34,7 @@ __device__ inline void store_float(__nv_bfloat16* p, float x) { *p = __float2bfl
 
 template <class T>
 __global__ void __launch_bounds__(kSimtWarpsPerBlock * 32) simt_tiled_prefill_kernel(const PrefillParams p) {
+  attnkit::detail::prefetch_sinks(p.sinks, p.num_heads);
   constexpr int kPerLane = kSimtMaxHeadDim / 32;
   __shared__ float s_k[kSimtKeysPerTile][kSimtMaxHeadDim];
   __shared__ float s_v[kSimtKeysPerTile][kSimtMaxHeadDim];

@@ -64,6 +64,7 @@ __device__ inline RowKeys row_keys(const PrefillParams& p, int kv_len, std::int6
 // the common path carries no tanh; the mask costs one uniform branch per key tile.
 template <int D, int Bc, int Warps, int RowTiles, int Stages, bool QInRegs, bool Softcap, class T>
 __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const PrefillParams p) {
+  attnkit::detail::prefetch_sinks(p.sinks, p.num_heads);
   using H = HalfType<T>;
   constexpr int WarpRows = 16 * RowTiles;
   constexpr int Br = Warps * WarpRows;

@@ -363,6 +363,7 @@ __device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint3
 template <int D, int Bc, int Stages, HopperInput In, int Consumers, bool TensorSums>
 __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
+  attnkit::detail::prefetch_sinks(hp.p.sinks, hp.p.num_heads);
   constexpr bool kFp8 = In == HopperInput::kE4M3;
   constexpr int kBytes = input_bytes(In);
   constexpr int kChunkElems = 128 / kBytes;  // elements of one 128-byte swizzled row chunk
