@@ -47,7 +47,7 @@ TEST(AttentionSinks, DecodeMatchesGoldenOnEveryFamilySplitOrNot) {
         DecodeTensors no_sinks = t;
         no_sinks.sinks = {};
         expect_sink_result(c.out, c.lse, reference::decode(p, t), reference::decode(p, no_sinks), dtype, what);
-        if (s.lengths[1] == 0) {  // sequence 1 saw no key
+        if (s.lengths.size() > 1 && s.lengths[1] == 0) {  // sequence 1 saw no key
           for (std::int64_t h = 0; h < s.heads; ++h) {
             EXPECT_EQ(c.lse.get(static_cast<std::size_t>(s.heads + h)), sinks.get(static_cast<std::size_t>(h))) << what;
           }
