@@ -1,10 +1,11 @@
 // libFuzzer target: the CPU kernels (scalar online, and the fast families on every instruction
 // set this CPU has) on tiny random problems against the float64 golden, with the tolerances of
 // DESIGN.md. The fuzzer picks the shape, options, family, threads, ISA, layout (padded strides),
-// lengths, magnitudes and the seed of the values; outputs are poisoned with NaN first, so an
-// element left unwritten is a finding too.
+// lengths, magnitudes, attention sinks and the seed of the values; outputs are poisoned with NaN
+// first, so an element left unwritten is a finding too.
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -121,6 +122,16 @@ void select_isa(FuzzedDataProvider& in) {
   setenv("ATTNKIT_CPU_ISA", std::string(cpu::simd::isa_name(isa)).c_str(), 1);
 }
 
+// Attention-sink logits for some inputs (heads at -inf have none); an empty view otherwise.
+TensorView maybe_sinks(FuzzedDataProvider& in, HostTensor& sinks, std::mt19937_64& rng) {
+  if (!in.ConsumeBool()) return {};
+  std::normal_distribution<float> logit(1.0f, 3.0f);
+  for (std::size_t h = 0; h < sinks.numel(); ++h) {
+    sinks.set(h, in.ConsumeBool() ? -std::numeric_limits<float>::infinity() : logit(rng));
+  }
+  return sinks.view;
+}
+
 void fuzz_decode(FuzzedDataProvider& in) {
   DecodeProblem p;
   p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
@@ -151,11 +162,12 @@ void fuzz_decode(FuzzedDataProvider& in) {
   fill(v, rng, 1.0f);
   poison(out);
   testing::poison(lse);
-  const DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view};
+  HostTensor sinks(DType::kF32, {H});
+  const DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view, maybe_sinks(in, sinks, rng)};
   std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
   cpu::decode(plan, t, Workspace{workspace.data(), workspace.size()});
   const reference::Result golden = reference::decode(p, t);
-  const std::string what = std::string("decode ") + (scalar ? "scalar" : "fast");
+  const std::string what = std::string("decode ") + (scalar ? "scalar" : "fast") + (t.sinks.empty() ? "" : " sinks");
   check(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
 }
@@ -189,11 +201,13 @@ void fuzz_prefill(FuzzedDataProvider& in) {
   fill(v, rng, 1.0f);
   poison(out);
   testing::poison(lse);
-  const PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
+  PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
+  HostTensor sinks(DType::kF32, {H});
+  t.sinks = maybe_sinks(in, sinks, rng);
   std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
   cpu::prefill(plan, t, Workspace{workspace.data(), workspace.size()});
   const reference::Result golden = reference::prefill(p, t);
-  const std::string what = std::string("prefill ") + (scalar ? "scalar" : "fast");
+  const std::string what = std::string("prefill ") + (scalar ? "scalar" : "fast") + (t.sinks.empty() ? "" : " sinks");
   check(out, golden.out, coarsest(p.dtype, p.dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
 }
