@@ -19,7 +19,7 @@ struct DecodeTensors {
 // sum_j e^{s_j} v_j / (sum_j e^{s_j} + e^{sinks[h]}) and its LSE log(sum_j e^{s_j} + e^{sinks[h]}),
 // which keeps (out, lse) a state merge_states can combine; a row with no visible key writes zeros
 // and LSE sinks[h]. Values are finite or -inf (no sink for that head); the tensor lives where the
-// call runs, contiguous. Decode, prefill, paged decode and extend take them.
+// call runs, contiguous. Decode, the fused step, prefill, paged decode and extend take them.
 
 // Per-tensor scales of e4m3 (fp8) prefill inputs: the real value of a stored element x is
 // x * scale (the dequantization scale; a quantizer that divided by s to fit e4m3's +-448 passes s).
@@ -68,6 +68,7 @@ struct FusedDecodeTensors {
   TensorView positions;  // i32 [batch]
   TensorView out;        // [batch, num_heads, head_dim]
   TensorView lse;        // optional f32 [batch, num_heads]
+  TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (above)
 };
 
 // Partial softmax states of key splits: out_partial [splits, rows, head_dim] (f32, f16 or bf16)

@@ -179,10 +179,11 @@ def apply_rope(x: Any, positions: Any, *, style: str = "half", theta: float = 10
 def fused_rope_append_decode(plan: Plan, q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any,
                              positions: Any, out: Any = None, lse: Any = None, *, style: str = "half",
                              theta: float = 10000.0, cos_table: Any = None, sin_table: Any = None,
-                             return_lse: bool = False) -> Any:
+                             return_lse: bool = False, sinks: Any = None) -> Any:
     """Seed 000's fused step: RoPE on q and k_new (both un-rotated on input), append the rotated
-    k_new and v_new at positions[b], attend over positions[b] + 1 keys. Returns out (and lse)."""
-    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None:
+    k_new and v_new at positions[b], attend over positions[b] + 1 keys. Returns out (and lse).
+    `sinks` (f32 [num_heads], on q's device): attention-sink logits, as in decode()."""
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().fused_rope_append_decode(plan.number, q, k_new, v_new, k_cache, v_cache,
                                                        _as_torch_index(positions, q), style, float(theta), cos_table,
                                                        sin_table, return_lse)
@@ -199,7 +200,7 @@ def fused_rope_append_decode(plan: Plan, q: Any, k_new: Any, v_new: Any, k_cache
     positions = _arrays.index_array(positions, q)
     _native.fused_rope_append_decode(plan._native, _x(q), _x(k_new), _x(v_new), _x(k_cache), _x(v_cache),
                                      _x(positions), _x(out), _x(lse), style, float(theta), _x(cos_table),
-                                     _x(sin_table), _x(plan.workspace(q)), _arrays.current_stream(q))
+                                     _x(sin_table), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
     return (out, lse) if lse is not None else out
 
 

@@ -144,7 +144,7 @@ void bind_runs(nb::module_& m) {
       [](const DecodePlan& plan, const InArray& q, const InArray& k_new, const InArray& v_new, const OutArray& k_cache,
          const OutArray& v_cache, const InArray& positions, const OutArray& out, const OptOut& lse,
          const std::string& style, float theta, const OptIn& cos_table, const OptIn& sin_table,
-         const OptOut& workspace, std::uintptr_t stream) {
+         const OptOut& workspace, std::uintptr_t stream, const OptIn& sinks) {
         FusedDecodeTensors t;
         t.q = view_of(q, "q");
         t.k_new = view_of(k_new, "k_new");
@@ -154,6 +154,7 @@ void bind_runs(nb::module_& m) {
         t.positions = view_of(positions, "positions");
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
+        t.sinks = view_of(sinks, "sinks");
         const RopeSpec spec = rope_spec(style, theta, cos_table, sin_table);
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
@@ -164,7 +165,8 @@ void bind_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k_new"_a, "v_new"_a, "k_cache"_a, "v_cache"_a, "positions"_a, "out"_a, "lse"_a.none(),
-      "style"_a, "theta"_a, "cos_table"_a.none(), "sin_table"_a.none(), "workspace"_a.none(), "stream"_a = 0);
+      "style"_a, "theta"_a, "cos_table"_a.none(), "sin_table"_a.none(), "workspace"_a.none(), "stream"_a = 0,
+      "sinks"_a.none() = nb::none());
 
   m.def(
       "merge_states",

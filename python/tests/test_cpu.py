@@ -232,6 +232,11 @@ def test_fused_equals_rope_append_decode(rng):
     np.testing.assert_allclose(k_cache, kc2, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(v_cache, vc2)
 
+    sinks = (2.0 + 1.5 * rng.standard_normal(h)).astype(np.float32)  # the same step with attention sinks
+    out = attnkit.fused_rope_append_decode(plan, q, k_new, v_new, k_cache, v_cache, positions, sinks=sinks)
+    expected, _ = attnkit.reference_decode(plan, q2, kc2, vc2, positions + 1, sinks=sinks)
+    check_close(out, expected, "f32")
+
 
 def test_merge_states_of_two_key_halves(rng):
     """Decode the first and second half of the keys separately (as non-causal prefill rows) and

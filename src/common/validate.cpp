@@ -389,9 +389,11 @@ void validate_fused(const DecodeProblem& p, const FusedDecodeTensors& t, const R
   check_exact(ctx, t.positions, {"positions", {B}}, DType::kI32, device);
   check_exact(ctx, t.out, {"out", {B, H, D}}, p.out_dtype, device);
   check_exact(ctx, t.lse, {"lse", {B, H}, true}, DType::kF32, device);
+  check_exact(ctx, t.sinks, {"sinks", {H}, true}, DType::kF32, device);
   check_same_gpu(ctx, {{"q", &t.q}, {"k_new", &t.k_new}, {"v_new", &t.v_new}, {"k_cache", &t.k_cache},
                        {"v_cache", &t.v_cache}, {"positions", &t.positions}, {"out", &t.out},
-                       {"lse", &t.lse}});
+                       {"lse", &t.lse}, {"sinks", &t.sinks}});
+  validate_sinks_host(t.sinks, ctx);
   validate_rope_spec(rope, D, ctx);
   validate_positions_host(t.positions, B, S, p.kv_len, ctx);
   validate_rope_positions_host(t.positions, B, rope, ctx);

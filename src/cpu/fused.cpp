@@ -62,6 +62,7 @@ void fused_rope_append_decode(const DecodePlan& plan, const FusedDecodeTensors& 
   attend.lengths = TensorView::contiguous(lengths.data(), DType::kI32, {B});
   attend.out = t.out;
   attend.lse = t.lse;
+  attend.sinks = t.sinks;
   decode(plan, attend, workspace);
 }
 

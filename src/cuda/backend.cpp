@@ -97,12 +97,13 @@ void set_kv_map(unsigned char (&dst)[128], const TensorView& kv, const DecodePar
 }
 
 void set_io(DecodeParams& p, const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-            const TensorView& lse) {
+            const TensorView& lse, const TensorView& sinks) {
   p.q = q.data, p.q_dtype = q.dtype, p.q_stride_b = q.strides[0], p.q_stride_h = q.strides[1];
   p.k = k.data, p.k_stride_b = k.strides[0], p.k_stride_h = k.strides[1], p.k_stride_s = k.strides[2];
   p.v = v.data, p.v_stride_b = v.strides[0], p.v_stride_h = v.strides[1], p.v_stride_s = v.strides[2];
   p.out = out.data, p.out_dtype = out.dtype, p.out_stride_b = out.strides[0], p.out_stride_h = out.strides[1];
   if (!lse.empty()) p.lse = lse.as<float>(), p.lse_stride_b = lse.strides[0], p.lse_stride_h = lse.strides[1];
+  p.sinks = sinks.empty() ? nullptr : sinks.as<const float>();
   if (p.batch > 0) {
     set_kv_map(p.k_map, k, p, "cuda::decode", "k_cache");
     set_kv_map(p.v_map, v, p, "cuda::decode", "v_cache");
@@ -190,8 +191,7 @@ void decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace,
   cuda_common::require_vector_aligned(t.k_cache, ctx, "k_cache");
   cuda_common::require_vector_aligned(t.v_cache, ctx, "v_cache");
   DecodeParams p = base_params(plan);
-  set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse);
-  p.sinks = t.sinks.empty() ? nullptr : t.sinks.as<const float>();
+  set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse, t.sinks);
   p.lengths = t.lengths.as<const std::int32_t>();
   set_workspace(p, plan, workspace, ctx);
   if (p.batch == 0) return;
@@ -205,7 +205,8 @@ void fused_rope_append_decode(const DecodePlan& plan, const FusedDecodeTensors& 
   require_small_enough(plan, ctx);
   validate_fused(plan.problem, t, rope, DeviceKind::kCuda);
   for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.k_new, "k_new"}, {&t.v_new, "v_new"}, {&t.k_cache, "k_cache"},
-                            {&t.v_cache, "v_cache"}, {&t.positions, "positions"}, {&t.out, "out"}, {&t.lse, "lse"}}) {
+                            {&t.v_cache, "v_cache"}, {&t.positions, "positions"}, {&t.out, "out"}, {&t.lse, "lse"},
+                            {&t.sinks, "sinks"}}) {
     cuda_common::require_device_memory(*view, ctx, name);
   }
   cuda_common::require_device_memory(rope.cos_table, ctx, "rope.cos_table");
@@ -213,7 +214,7 @@ void fused_rope_append_decode(const DecodePlan& plan, const FusedDecodeTensors& 
   cuda_common::require_vector_aligned(t.k_cache, ctx, "k_cache");
   cuda_common::require_vector_aligned(t.v_cache, ctx, "v_cache");
   DecodeParams p = base_params(plan);
-  set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse);
+  set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse, t.sinks);
   p.fused = true;
   p.positions = t.positions.as<const std::int32_t>();
   p.k_new = t.k_new.data, p.k_new_stride_b = t.k_new.strides[0], p.k_new_stride_h = t.k_new.strides[1];

@@ -42,8 +42,11 @@ HostTensor copy_of(const HostTensor& t) {
   return c;
 }
 
-void check_fused(const DecodeProblem& p, const std::vector<std::int32_t>& pos, const RopeSpec& rope) {
+// sinks (optional): attention-sink logits for every call, the golden's included.
+void check_fused(const DecodeProblem& p, const std::vector<std::int32_t>& pos, const RopeSpec& rope,
+                 const HostTensor* sinks = nullptr) {
   FusedCase f(p, pos);
+  const TensorView sink_view = sinks != nullptr ? sinks->view : TensorView{};
   const std::string what = "fused dtype=" + std::string(dtype_name(p.kv_dtype)) + " window=" +
                            std::to_string(p.options.window) + seed_note(f.seed);
   const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim, S = p.max_seq;
@@ -58,9 +61,11 @@ void check_fused(const DecodeProblem& p, const std::vector<std::int32_t>& pos, c
   cpu::apply_rope(k2.view, f.positions.view, rope);
   cpu::append_kv({k2.view, f.v_new.view, kc2.view, vc2.view, f.positions.view});
   for (std::int64_t b = 0; b < B; ++b) lengths.i32()[b] = f.positions.i32()[b] + 1;
-  cpu::decode(plan, {q2.view, kc2.view, vc2.view, lengths.view, out2.view, lse2.view});
+  cpu::decode(plan, {q2.view, kc2.view, vc2.view, lengths.view, out2.view, lse2.view, sink_view});
 
-  cpu::fused_rope_append_decode(plan, f.tensors(), rope);
+  FusedDecodeTensors fused = f.tensors();
+  fused.sinks = sink_view;
+  cpu::fused_rope_append_decode(plan, fused, rope);
 
   EXPECT_EQ(f.q.bytes, q_before) << "fused modified q: " << what;
   EXPECT_EQ(f.k_new.bytes, k_before) << "fused modified k_new: " << what;
@@ -94,7 +99,7 @@ void check_fused(const DecodeProblem& p, const std::vector<std::int32_t>& pos, c
   DecodeProblem gp = p;
   gp.q_dtype = DType::kF32;
   const reference::Result golden =
-      reference::decode(gp, {q_gold.view, kc_gold.view, vc_gold.view, lengths.view, {}, {}});
+      reference::decode(gp, {q_gold.view, kc_gold.view, vc_gold.view, lengths.view, {}, {}, sink_view});
   expect_matches_golden(f.out, golden.out, coarsest({p.q_dtype, p.kv_dtype, p.out_dtype}), what);
   expect_lse_matches(f.lse, golden.lse, what);
 }
@@ -113,6 +118,13 @@ TEST(FusedRopeAppendDecode, WindowInterleavedMultiQueryAndShorterPlan) {
   rope.style = RopeStyle::kInterleaved;
   rope.theta = 500000.0f;
   check_fused(p, {199, 3}, rope);
+}
+
+TEST(FusedRopeAppendDecode, AttentionSinks) {
+  std::mt19937_64 rng(fresh_seed());
+  DecodeProblem p = decode_problem(3, 8, 2, 64, 40, DType::kBF16);
+  const HostTensor sinks = random_sinks(8, rng);
+  check_fused(p, {0, 17, 39}, RopeSpec{}, &sinks);
 }
 
 TEST(FusedRopeAppendDecode, CallerTables) {

@@ -2,7 +2,7 @@
 // q and k_new rotated in float64 (reference::rope), the rotated k rounded to the cache dtype and
 // appended with v_new at positions[b], then decode over positions[b] + 1 keys. Both RoPE styles,
 // theta and caller tables; cache rows past each position hold NaN (never read); the appended rows
-// are checked; a position outside the cache appends nothing and yields NaN rows.
+// are checked; a position outside the cache appends nothing and yields NaN rows; attention sinks.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -21,6 +21,7 @@ struct FusedSpec {
   std::vector<int> positions;
   std::int64_t window = 0;
   bool one_invalid = false;  // append an out-of-range position as an extra sequence
+  bool sinks = false;        // attention-sink logits (random_sinks)
 };
 
 std::ostream& operator<<(std::ostream& os, const FusedSpec& s) { return os << s.name; }
@@ -37,6 +38,8 @@ std::vector<FusedSpec> fused_specs() {
       {"half_theta_bf16_invalid_position", 8, 2, 64, kBF16, kHalf, false, {33, 700}, 0, true},
       // 3 x 8 blocks: few enough splits to merge in clusters, one sequence of them with no valid key.
       {"half_theta_bf16_invalid_position_cluster_merge", 32, 8, 128, kBF16, kHalf, false, {33, 700}, 0, true},
+      {"half_theta_bf16_sinks", 32, 8, 128, kBF16, kHalf, false, {0, 17, 4000}, 0, false, true},
+      {"interleaved_tables_f16_sinks_cluster_merge", 16, 4, 64, kF16, kInterleaved, true, {2, 1500}, 0, true, true},
   };
 }
 
@@ -106,12 +109,13 @@ TEST_P(FusedCuda, MatchesRopeThenAppendThenGolden) {
 
   const DecodePlan plan = plan_decode(p, cuda::target());
   HostTensor k_after(s.kv, {batch, G, max_seq, D}), v_after(s.kv, {batch, G, max_seq, D});
+  const HostTensor sinks = random_sinks(s.sinks ? H : 0, rng);
   {
-    DeviceTensor dq(q), dkn(k_new), dvn(v_new), dk(k), dv(v), dpos(pos), dout(out), dlse(lse);
+    DeviceTensor dq(q), dkn(k_new), dvn(v_new), dk(k), dv(v), dpos(pos), dout(out), dlse(lse), dsinks(sinks);
     DeviceWorkspace ws(plan.evidence.workspace_bytes);
-    cuda::fused_rope_append_decode(
-        plan, FusedDecodeTensors{dq.view, dkn.view, dvn.view, dk.view, dv.view, dpos.view, dout.view, dlse.view},
-        dev_rope, ws.view());
+    FusedDecodeTensors t{dq.view, dkn.view, dvn.view, dk.view, dv.view, dpos.view, dout.view, dlse.view};
+    if (s.sinks) t.sinks = dsinks.view;
+    cuda::fused_rope_append_decode(plan, t, dev_rope, ws.view());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     dout.copy_to(out);
     dlse.copy_to(lse);
@@ -162,7 +166,8 @@ TEST_P(FusedCuda, MatchesRopeThenAppendThenGolden) {
   DecodeProblem golden_problem = p;
   golden_problem.q_dtype = DType::kF32;
   const reference::Result golden =
-      reference::decode(golden_problem, DecodeTensors{q_rot.view, k.view, v.view, lengths.view, {}, {}});
+      reference::decode(golden_problem,
+                        DecodeTensors{q_rot.view, k.view, v.view, lengths.view, {}, {}, s.sinks ? sinks.view : TensorView{}});
   if (s.one_invalid) {
     // The invalid sequence (last) must be NaN; compare the valid ones only.
     const std::size_t valid_rows = static_cast<std::size_t>((batch - 1) * H);
