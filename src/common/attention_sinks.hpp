@@ -46,7 +46,4 @@ inline void fold_sink_into_row(float* row, std::int64_t d, float* lse, float sin
   *lse = f.lse;
 }
 
-// sinks[h] of an optional f32 [heads] tensor's data, -inf (no sink) when there is none.
-inline float sink_at(const float* sinks, std::int64_t h) { return sinks ? sinks[h] : -INFINITY; }
-
 }  // namespace attnkit::detail

@@ -19,10 +19,10 @@
 
 #include <omp.h>
 
-#include "common/attention_sinks.hpp"
 #include "attnkit/cpu.hpp"
 #include "attnkit/error.hpp"
 #include "attnkit/validate.hpp"
+#include "common/attention_sinks.hpp"
 #include "cpu/paged_rows.hpp"
 #include "cpu/row_io.hpp"
 
