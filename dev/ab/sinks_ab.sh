@@ -15,5 +15,4 @@ for round in 1 2 3; do
     $cli $P --no-causal $extra > $OUT/prefillnc_${v}_$round.json 2>/dev/null || echo "prefill nc $v failed"
   done
 done
-ls $OUT | wc -l
 python3 dev/ab/sinks_table.py $OUT

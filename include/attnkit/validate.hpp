@@ -20,9 +20,9 @@ void validate_rope(const TensorView& x, const TensorView& positions, const RopeS
 void validate_merge(const MergeTensors& t, DeviceKind device);
 void validate_workspace(const Workspace& ws, std::uint64_t needed_bytes, DeviceKind device);
 
-// Attention-sink logits on the host (CPU runs): each finite or -inf (NaN and +inf are rejected).
-// Device sinks are read only by the kernels (documented, unchecked).
-void validate_sinks_host(const TensorView& sinks, const char* context);
+// Optional attention-sink logits: f32 [num_heads] on `device`; on the host each finite or -inf
+// (NaN and +inf are rejected). Device sinks are read only by the kernels (documented, unchecked).
+void validate_sinks(const TensorView& sinks, std::int64_t num_heads, DeviceKind device, const char* context);
 
 // Host-side checks of i32 index tensors (CPU runs, or device runs given host copies).
 void validate_lengths_host(const TensorView& lengths, std::int64_t batch, std::int64_t max_len,

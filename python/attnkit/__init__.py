@@ -28,7 +28,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Error", "Plan", "Target",
-    "plan_decode", "plan_prefill", "plan_paged_decode", "plan_extend", "cpu_target", "cuda_target", "known_target", "cuda_built", "cuda_device_count",
+    "plan_decode", "plan_prefill", "plan_paged_decode", "plan_extend",
+    "cpu_target", "cuda_target", "known_target", "cuda_built", "cuda_device_count",
     "decode", "prefill", "append_kv", "apply_rope", "fused_rope_append_decode", "merge_states",
     "paged_decode", "extend", "paged_append_kv",
     "reference_decode", "reference_prefill", "reference_paged_decode", "reference_extend",

@@ -18,14 +18,25 @@ _CANONICAL = {
 }
 
 
+_TORCH_HELPERS: dict = {}  # torch functions and dtypes looked up once (torch is imported only when used)
+KNOWN_ARRAY_TYPES: dict = {}  # type -> library name: every call asks this several times per tensor
+
+
 def library(x: Any) -> str:
     """'numpy', 'torch' or 'cupy' for an array of that library; raises TypeError otherwise."""
-    root = type(x).__module__.split(".", 1)[0]
+    kind = type(x)
+    name = KNOWN_ARRAY_TYPES.get(kind)
+    if name is not None:
+        return name
+    root = kind.__module__.split(".", 1)[0]
     if root in ("numpy", "torch", "cupy"):
-        return root
-    if hasattr(x, "__dlpack__"):
-        return "dlpack"
-    raise TypeError(f"attnkit: expected a numpy, torch or cupy array, got {type(x).__name__}")
+        name = root
+    elif hasattr(x, "__dlpack__"):
+        name = "dlpack"
+    else:
+        raise TypeError(f"attnkit: expected a numpy, torch or cupy array, got {kind.__name__}")
+    KNOWN_ARRAY_TYPES[kind] = name
+    return name
 
 
 def dtype_name(dtype: Any) -> str:
@@ -57,7 +68,7 @@ def device_of(x: Any) -> tuple[str, int]:
     if lib == "numpy":
         return ("cpu", 0)
     if lib == "torch":
-        return ("cuda", x.device.index or 0) if x.device.type == "cuda" else ("cpu", 0)
+        return ("cuda", x.get_device()) if x.is_cuda else ("cpu", 0)
     if lib == "cupy":
         return ("cuda", x.device.id)
     kind, index = x.__dlpack_device__()
@@ -65,27 +76,62 @@ def device_of(x: Any) -> tuple[str, int]:
 
 
 def exported(x: Any) -> Any:
-    """The array as the native module takes it. A torch tensor that requires grad cannot be
-    exported through DLPack; detach() gives the same memory without the autograd record. A
+    """The array as the native module takes it. Torch tensors go as DLPack capsules made by
+    torch.utils.dlpack.to_dlpack: Tensor.__dlpack__ does the same in Python with checks the
+    native side repeats (devices, dtypes) or that cannot apply (the run goes on torch's current
+    stream, so no stream handshake), and cost ~3 us a tensor, most of a small call's host time.
+    A tensor that requires grad goes as detach() (the same memory without the autograd record). A
     torch.float8_e4m3fn tensor goes as a uint8 view of the same memory (not every torch exports
     float8 through DLPack); the native side reads those bytes as e4m3 for the q/k/v of an e4m3
     prefill plan only, and rejects them everywhere else."""
-    if x is None or library(x) != "torch":
+    if x is None or (KNOWN_ARRAY_TYPES.get(type(x)) or library(x)) != "torch":
         return x
     if x.requires_grad:
         x = x.detach()
-    if str(x.dtype) == "torch.float8_e4m3fn":
+    to_dlpack = _TORCH_HELPERS.get("to_dlpack") or _to_dlpack()
+    if x.dtype is _torch_float8():
+        x = x.view(_torch_dtype("u8"))
+    return to_dlpack(x)
+
+
+def _to_dlpack():
+    fn = _TORCH_HELPERS.get("to_dlpack")
+    if fn is None:
+        from torch.utils.dlpack import to_dlpack as fn
+
+        _TORCH_HELPERS["to_dlpack"] = fn
+    return fn
+
+
+def _torch_empty():
+    fn = _TORCH_HELPERS.get("empty")
+    if fn is None:
         import torch
 
-        x = x.view(torch.uint8)
-    return x
+        fn = _TORCH_HELPERS["empty"] = torch.empty
+    return fn
+
+
+def _torch_float8():
+    """torch.float8_e4m3fn, or None for a torch without it."""
+    try:
+        return _TORCH_HELPERS["float8"]
+    except KeyError:
+        import torch
+
+        _TORCH_HELPERS["float8"] = getattr(torch, "float8_e4m3fn", None)
+        return _TORCH_HELPERS["float8"]
 
 
 def _torch_dtype(name: str):
-    import torch
+    dtypes = _TORCH_HELPERS.get("dtypes")
+    if dtypes is None:
+        import torch
 
-    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
-            "u8": torch.uint8}[name]
+        dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
+                  "u8": torch.uint8}
+        _TORCH_HELPERS["dtypes"] = dtypes
+    return dtypes[name]
 
 
 def _numpy_dtype(lib_module, name: str):
@@ -99,11 +145,9 @@ def _numpy_dtype(lib_module, name: str):
 def empty(like: Any, shape: Sequence[int], dtype: str) -> Any:
     """An uninitialised array of `shape` and attnkit `dtype` from `like`'s library, on its device."""
     lib = library(like)
-    shape = tuple(int(s) for s in shape)
     if lib == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=_torch_dtype(dtype), device=like.device)
+        return _torch_empty()(shape, dtype=_torch_dtype(dtype), device=like.device)
+    shape = tuple(int(s) for s in shape)
     if lib == "cupy":
         import cupy
 
@@ -147,15 +191,29 @@ def current_stream(x: Any) -> int:
         return 0
     lib = library(x)
     if lib == "torch":
-        import torch
-
-        return int(torch.cuda.current_stream(index).cuda_stream)
+        return _torch_raw_stream()(index)
     if lib == "cupy":
         import cupy
 
         with cupy.cuda.Device(index):
             return int(cupy.cuda.get_current_stream().ptr)
     return 0
+
+
+def _torch_raw_stream():
+    """index -> torch's current stream on CUDA device `index` as an integer. torch's own compiled
+    code reads it with torch._C._cuda_getCurrentRawStream (no Stream object per call, ~1 us less);
+    the public torch.cuda.current_stream where a torch lacks it."""
+    fn = _TORCH_HELPERS.get("raw_stream")
+    if fn is None:
+        import torch
+
+        fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if fn is None:
+            def fn(index):
+                return int(torch.cuda.current_stream(index).cuda_stream)
+        _TORCH_HELPERS["raw_stream"] = fn
+    return fn
 
 
 def torch_current_device() -> int:

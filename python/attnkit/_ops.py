@@ -33,6 +33,8 @@ def _require_backend(plan: Plan, x: Any, context: str) -> None:
 def _is_array(x: Any) -> bool:
     if x is None:
         return False
+    if type(x) in _arrays.KNOWN_ARRAY_TYPES:
+        return True
     try:
         _arrays.library(x)
     except TypeError:
@@ -84,8 +86,8 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
     """One decode step. q [batch, num_heads, head_dim]; k_cache, v_cache
     [batch, kv_heads, max_seq, head_dim]; lengths int32 [batch] (or a list / an int), the valid
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
-    [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
-    score per row whose value is zero (gpt-oss)."""
+    [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's
+    device): attention-sink logits, one more score per row whose value is zero (gpt-oss)."""
     if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse)
         return (o, l) if return_lse else o
@@ -253,8 +255,8 @@ def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any
     [num_pages, page_size, kv_heads, head_dim]); page_table int32 [batch, max_pages_per_seq]
     (key j of sequence b is in page page_table[b, j // page_size]); lengths int32 [batch] (or a
     list), each sequence's keys. Returns out [batch, num_heads, head_dim] (and lse f32
-    [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
-    score per row whose value is zero (gpt-oss)."""
+    [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's
+    device): attention-sink logits, one more score per row whose value is zero (gpt-oss)."""
     context = "paged_decode"
     if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().paged_decode(plan.number, q, k_pages, v_pages, page_table, _as_torch_index(lengths, q),
@@ -282,8 +284,9 @@ def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, pa
     sequence (cu_seqlens_q int32 [batch + 1], starting at 0); they are the last q_len_b of the
     sequence's lengths[b] keys, so append them first (paged_append_kv). Causal, bottom-right
     aligned. Returns out shaped like q (and lse f32 [rows, num_heads]); rows past
-    cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there). `sinks` (f32 [num_heads], on q's device): attention-sink logits, one more
-    score per row whose value is zero (gpt-oss)."""
+    cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there). `sinks`
+    (f32 [num_heads], on q's device): attention-sink logits, one more score per row whose value
+    is zero (gpt-oss)."""
     context = "extend"
     if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().extend(plan.number, q, _as_torch_index(cu_seqlens_q, q), k_pages, v_pages, page_table,

@@ -78,30 +78,38 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
 
 def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, softcap: float, lengths: Any,
             family: Optional[str], threads: int, out: Any, o_dtype: str, return_lse: bool, sinks: Any = None) -> Any:
-    """sdpa's planned call (a cached plan per shape): out, or (out, lse [batch, heads, q_len])."""
-    batch, heads, q_len, head_dim = (int(s) for s in q.shape)
-    kv_heads, kv_len = int(k.shape[1]), int(k.shape[2])
+    """sdpa's planned call (a cached plan per shape): out, or (out, lse [batch, heads, q_len]).
+    A repeated shape costs a key and a dictionary lookup before the run: nothing else is built."""
+    batch, heads, q_len, head_dim = q.shape
+    _, kv_heads, kv_len, _ = k.shape
     kind, index = _arrays.device_of(q)
-    backend = "cuda" if kind == "cuda" else "cpu"
     q_dtype, kv_dtype = _arrays.array_dtype(q), _arrays.array_dtype(k)
-    common = dict(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim, out_dtype=o_dtype,
-                  window=window, scale=scale, softcap=softcap, backend=backend, family=family,
-                  threads=threads, device=index if backend == "cuda" else None)
 
+    def common() -> dict:
+        backend = "cuda" if kind == "cuda" else "cpu"
+        return dict(batch=int(batch), num_heads=int(heads), kv_heads=int(kv_heads), head_dim=int(head_dim),
+                    out_dtype=o_dtype, window=window, scale=scale, softcap=softcap, backend=backend, family=family,
+                    threads=threads, device=index if backend == "cuda" else None)
+
+    torch_like = _arrays.library(q) == "torch"
     if q_len == 1:
         key = ("decode", kind, index, batch, heads, kv_heads, head_dim, kv_len, q_dtype, kv_dtype, o_dtype,
                window, scale, softcap, family, threads)
 
         def make_decode():
-            plan = plan_decode(max_seq=kv_len, kv_len=kv_len, kv_dtype=kv_dtype, q_dtype=q_dtype, **common)
-            return plan, _arrays.index_array([kv_len] * batch, q)
+            plan = plan_decode(max_seq=int(kv_len), kv_len=int(kv_len), kv_dtype=kv_dtype, q_dtype=q_dtype, **common())
+            return plan, _arrays.index_array([int(kv_len)] * int(batch), q)
 
         plan, full_lengths = _cached(key, make_decode)
-        result = decode(plan, q[:, :, 0, :], k, v, full_lengths if lengths is None else lengths,
-                        out=None if out is None else out[:, :, 0, :], return_lse=return_lse, sinks=sinks)
+        rows = q.select(2, 0) if torch_like else q[:, :, 0, :]
+        out_rows = None if out is None else out.select(2, 0) if torch_like else out[:, :, 0, :]
+        result = decode(plan, rows, k, v, full_lengths if lengths is None else lengths, out=out_rows,
+                        return_lse=return_lse, sinks=sinks)
         if return_lse:
             return result[0][:, :, None, :], result[1][:, :, None]
-        return out if out is not None else result[:, :, None, :]
+        if out is not None:
+            return out
+        return result.unsqueeze(2) if torch_like else result[:, :, None, :]
 
     if lengths is not None:
         raise _native.Error("sdpa: lengths is for decode (q_len == 1). Fix: pass k and v cut to the valid keys "
@@ -111,8 +119,8 @@ def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, 
                             "Fix: convert them to one dtype")
     key = ("prefill", kind, index, batch, heads, kv_heads, head_dim, q_len, kv_len, causal, q_dtype, o_dtype,
            window, scale, softcap, family, threads)
-    plan, _ = _cached(key, lambda: (plan_prefill(q_len=q_len, kv_len=kv_len, causal=causal, dtype=q_dtype,
-                                                 **common), None))
+    plan, _ = _cached(key, lambda: (plan_prefill(q_len=int(q_len), kv_len=int(kv_len), causal=causal, dtype=q_dtype,
+                                                 **common()), None))
     return prefill(plan, q, k, v, out=out, return_lse=return_lse, sinks=sinks)
 
 

@@ -9,10 +9,11 @@ compiled model can be captured in a CUDA graph.
 You rarely call these directly: attnkit's run functions (sdpa, decode, prefill, paged_decode,
 extend, fused_rope_append_decode, paged_append_kv, append_kv, apply_rope, merge_states) on torch
 tensors take this path by themselves while torch.compile traces them (and the transformers
-backend runs through attnkit.sdpa); docs/python.md says which arguments keep a call eager. Each operator's fake implementation gives the output's shape,
-dtype and strides without running anything; the real one runs attnkit's kernels on the tensors'
-device and torch's current stream. Plans are made on first sight of a shape and cached
-(attnkit.clear_plan_cache), so warm a shape up before capturing it in a CUDA graph.
+backend runs through attnkit.sdpa); docs/python.md says which arguments keep a call eager.
+Each operator's fake implementation gives the output's shape, dtype and strides without running
+anything; the real one runs attnkit's kernels on the tensors' device and torch's current stream.
+Plans are made on first sight of a shape and cached (attnkit.clear_plan_cache), so warm a shape
+up before capturing it in a CUDA graph.
 """
 from __future__ import annotations
 

@@ -12,9 +12,10 @@ kernels on torch's current stream; grouped-query attention runs without repeatin
 the output is written straight into the [batch, seq, heads, head_dim] layout the model reads.
 
 Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
-reason: any other mask (padding, packing), attention dropout in training, autograd (attnkit has no backward), position bias, and dtypes
-other than float32/float16/bfloat16. Attention sinks (gpt-oss's `s_aux`) run on attnkit; where
-a call with sinks falls back, it runs the model's eager arithmetic (torch's sdpa would drop them).
+reason: any other mask (padding, packing), attention dropout in training, autograd (attnkit has
+no backward), position bias, and dtypes other than float32/float16/bfloat16. Attention sinks
+(gpt-oss's `s_aux`) run on attnkit; where a call with sinks falls back, it runs the model's eager
+arithmetic (torch's sdpa would drop them).
 """
 from __future__ import annotations
 

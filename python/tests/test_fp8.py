@@ -141,7 +141,7 @@ def test_torch_float8_dtype_names_and_zero_copy_export():
                                 target="h200")
     assert plan.problem["dtype"] == "e4m3"
     x = torch.zeros(3, 4, dtype=torch.float8_e4m3fn)
-    exported = attnkit._arrays.exported(x)
+    exported = torch.utils.dlpack.from_dlpack(attnkit._arrays.exported(x))
     assert exported.dtype == torch.uint8 and exported.data_ptr() == x.data_ptr()
 
 

@@ -244,7 +244,8 @@ void validate_lengths_host(const TensorView& lengths, std::int64_t batch, std::i
   }
 }
 
-void validate_sinks_host(const TensorView& sinks, const char* context) {
+void validate_sinks(const TensorView& sinks, std::int64_t num_heads, DeviceKind device, const char* context) {
+  check_exact(context, sinks, {"sinks", {num_heads}, true}, DType::kF32, device);
   if (sinks.empty() || sinks.device != DeviceKind::kCpu) return;
   const float* s = static_cast<const float*>(sinks.data);
   for (std::int64_t h = 0; h < sinks.shape[0]; ++h) {
@@ -264,11 +265,10 @@ void validate_decode(const DecodeProblem& p, const DecodeTensors& t, DeviceKind 
   check_exact(ctx, t.lengths, {"lengths", {B}}, DType::kI32, device);
   check_exact(ctx, t.out, {"out", {B, H, D}}, p.out_dtype, device);
   check_exact(ctx, t.lse, {"lse", {B, H}, true}, DType::kF32, device);
-  check_exact(ctx, t.sinks, {"sinks", {H}, true}, DType::kF32, device);
+  validate_sinks(t.sinks, H, device, ctx);
   check_same_gpu(ctx, {{"q", &t.q}, {"k_cache", &t.k_cache}, {"v_cache", &t.v_cache},
                        {"lengths", &t.lengths}, {"out", &t.out}, {"lse", &t.lse}, {"sinks", &t.sinks}});
   if (t.lengths.device == DeviceKind::kCpu) validate_lengths_host(t.lengths, B, p.kv_len, ctx);
-  validate_sinks_host(t.sinks, ctx);
 }
 
 void validate_fp8_scales(const PrefillProblem& p, const Fp8Scales& scales, const char* context) {
@@ -320,12 +320,11 @@ void validate_prefill(const PrefillProblem& p, const PrefillTensors& t, DeviceKi
     check_exact(ctx, t.lse, {"lse", {1, H, total_q}, true}, DType::kF32, device);
     validate_cu_seqlens_host(p, t, total_q, total_k);
   }
-  check_exact(ctx, t.sinks, {"sinks", {H}, true}, DType::kF32, device);
+  validate_sinks(t.sinks, H, device, ctx);
   if (!t.sinks.empty() && is_fp8(p.dtype))
     fail(ctx, "sinks with e4m3 inputs", "attention sinks are not in the e4m3 kernel; pass f16 or bf16 inputs");
   check_same_gpu(ctx, {{"q", &t.q}, {"k", &t.k}, {"v", &t.v}, {"out", &t.out}, {"lse", &t.lse},
                        {"cu_seqlens_q", &t.cu_seqlens_q}, {"cu_seqlens_k", &t.cu_seqlens_k}, {"sinks", &t.sinks}});
-  validate_sinks_host(t.sinks, ctx);
 }
 
 void validate_append(const AppendTensors& t, DeviceKind device) {
@@ -389,11 +388,10 @@ void validate_fused(const DecodeProblem& p, const FusedDecodeTensors& t, const R
   check_exact(ctx, t.positions, {"positions", {B}}, DType::kI32, device);
   check_exact(ctx, t.out, {"out", {B, H, D}}, p.out_dtype, device);
   check_exact(ctx, t.lse, {"lse", {B, H}, true}, DType::kF32, device);
-  check_exact(ctx, t.sinks, {"sinks", {H}, true}, DType::kF32, device);
+  validate_sinks(t.sinks, H, device, ctx);
   check_same_gpu(ctx, {{"q", &t.q}, {"k_new", &t.k_new}, {"v_new", &t.v_new}, {"k_cache", &t.k_cache},
                        {"v_cache", &t.v_cache}, {"positions", &t.positions}, {"out", &t.out},
                        {"lse", &t.lse}, {"sinks", &t.sinks}});
-  validate_sinks_host(t.sinks, ctx);
   validate_rope_spec(rope, D, ctx);
   validate_positions_host(t.positions, B, S, p.kv_len, ctx);
   validate_rope_positions_host(t.positions, B, rope, ctx);

@@ -192,11 +192,10 @@ void validate_paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors
   check_cache_tensors(ctx, p.cache, B, p.kv_heads, D, p.kv_dtype, t.cache, device);
   check(ctx, "out", t.out, {B, H, D}, p.out_dtype, device);
   check(ctx, "lse", t.lse, {B, H}, DType::kF32, device, true);
-  check(ctx, "sinks", t.sinks, {H}, DType::kF32, device, true);
+  validate_sinks(t.sinks, H, device, ctx);
   check_same_gpu(ctx, {{"q", &t.q}, {"k_pages", &t.cache.k_pages}, {"v_pages", &t.cache.v_pages},
                        {"page_table", &t.cache.page_table}, {"lengths", &t.cache.lengths}, {"out", &t.out},
                        {"lse", &t.lse}, {"sinks", &t.sinks}});
-  validate_sinks_host(t.sinks, ctx);
   if (all_on_host({&t.cache.page_table, &t.cache.lengths})) {
     validate_paged_indices_host(p.cache, t.cache.page_table, t.cache.lengths, B, p.kv_len, ctx);
   }
@@ -219,11 +218,10 @@ void validate_extend(const ExtendProblem& p, const ExtendTensors& t, DeviceKind 
   check_cache_tensors(ctx, p.cache, B, p.kv_heads, D, p.kv_dtype, t.cache, device);
   check(ctx, "out", t.out, {rows, H, D}, p.out_dtype, device);
   check(ctx, "lse", t.lse, {rows, H}, DType::kF32, device, true);
-  check(ctx, "sinks", t.sinks, {H}, DType::kF32, device, true);
+  validate_sinks(t.sinks, H, device, ctx);
   check_same_gpu(ctx, {{"q", &t.q}, {"cu_seqlens_q", &t.cu_seqlens_q}, {"k_pages", &t.cache.k_pages},
                        {"v_pages", &t.cache.v_pages}, {"page_table", &t.cache.page_table},
                        {"lengths", &t.cache.lengths}, {"out", &t.out}, {"lse", &t.lse}, {"sinks", &t.sinks}});
-  validate_sinks_host(t.sinks, ctx);
   if (!all_on_host({&t.cu_seqlens_q, &t.cache.page_table, &t.cache.lengths})) return;
   check_offsets_host(ctx, "cu_seqlens_q", t.cu_seqlens_q, B, rows);
   validate_paged_indices_host(p.cache, t.cache.page_table, t.cache.lengths, B, p.kv_len, ctx);

@@ -102,6 +102,33 @@ TEST(DecodeCudaRejects, BadInputsThrowBeforeWriting) {
   expect_matches_golden(f.out, golden.out, DType::kBF16, DType::kBF16, DType::kBF16, "after rejects");
 }
 
+// Memory of another GPU (Python's DLPack capsules no longer pass through torch's own device check,
+// so the library's is the one that counts).
+TEST(DecodeCudaRejects, AnotherDevicesMemoryIsRejected) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs, found " << cuda::device_count();
+  Fixture f;
+  const DecodePlan plan = plan_decode(f.problem, cuda::target(0));
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DeviceTensor q(f.q), k(f.k), v(f.v), lengths(f.lengths), out(f.out), lse(f.lse);
+  DeviceWorkspace ws(plan.evidence.workspace_bytes);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  DeviceTensor k_elsewhere(f.k);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DecodeTensors other = {q.view, k_elsewhere.view, v.view, lengths.view, out.view, lse.view};
+  try {
+    cuda::decode(plan, other, ws.view());
+    ADD_FAILURE() << "no Error for k_cache on device 1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Fix:"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostTensor after(f.out.view.dtype, {1, 8, 64});
+  out.copy_to(after);
+  EXPECT_EQ(std::memcmp(after.bytes.data(), f.out.bytes.data(), f.out.bytes.size()), 0) << "out was written";
+}
+
 TEST(DecodeCudaRejects, HostPointersInAppendAndFusedLeaveCacheUntouched) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   Fixture f;

@@ -4,13 +4,13 @@
 
 #include <cstdint>
 
-#include "attnkit/error.hpp"
 #include "attnkit/dtype.hpp"
+#include "attnkit/error.hpp"
+#include "cuda/common/cuda_check.hpp"
 
 namespace attnkit::cuda_common {
 
-void require_device_memory(const void* data, const std::string& context, const std::string& name) {
-  if (data == nullptr) return;
+int device_of_memory(const void* data, const std::string& context, const std::string& name) {
   cudaPointerAttributes attributes{};
   const cudaError_t status = cudaPointerGetAttributes(&attributes, data);
   if (status != cudaSuccess) {
@@ -18,12 +18,28 @@ void require_device_memory(const void* data, const std::string& context, const s
     fail(context, name + " is not CUDA memory (" + cudaGetErrorName(status) + ")",
          "allocate " + name + " with cudaMalloc (or a framework's CUDA allocator) before passing it to attnkit::cuda");
   }
-  const bool on_device = attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-  if (!on_device)
+  if (attributes.type == cudaMemoryTypeManaged) return kAnyDevice;
+  if (attributes.type != cudaMemoryTypeDevice)
     fail(context,
          name + " points to host memory (" +
              (attributes.type == cudaMemoryTypeHost ? std::string("pinned host") : std::string("pageable host")) + ")",
          "copy " + name + " to the device (cudaMemcpy) and pass the device pointer, or call the CPU backend");
+  return attributes.device;
+}
+
+void require_device_memory(const void* data, const std::string& context, const std::string& name) {
+  if (data == nullptr) return;
+  const int device = device_of_memory(data, context, name);
+  // Kernels launch on the current device; another device's memory would be read over the link
+  // if peer access is on, or fault if it is not.
+  int current = -1;
+  check(cudaGetDevice(&current), context, "cudaGetDevice");
+  if (device != kAnyDevice && device != current)
+    fail(context,
+         name + " is memory of CUDA device " + std::to_string(device) + " but device " + std::to_string(current) +
+             " is current",
+         "make the tensors' device current before the call (cudaSetDevice; in torch, torch.cuda.set_device or "
+         "`with torch.cuda.device(i)`), or move " + name + " there");
 }
 
 void require_vector_aligned(const TensorView& t, const std::string& context, const std::string& name) {

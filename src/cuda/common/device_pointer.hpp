@@ -8,7 +8,13 @@
 
 namespace attnkit::cuda_common {
 
-// Error with a Fix unless `data` is device (or managed) memory of a CUDA device. Empty = skipped.
+// The CUDA device whose memory `data` is (kAnyDevice for managed memory); an error with a Fix for
+// host memory or a pointer CUDA does not know.
+constexpr int kAnyDevice = -1;
+int device_of_memory(const void* data, const std::string& context, const std::string& name);
+
+// Error with a Fix unless `data` is device memory of the current device (or managed memory).
+// Null / empty = skipped.
 void require_device_memory(const void* data, const std::string& context, const std::string& name);
 inline void require_device_memory(const TensorView& t, const std::string& context, const std::string& name) {
   if (!t.empty()) require_device_memory(t.data, context, name);
