@@ -1,7 +1,9 @@
 """Host time per call of attnkit's Python entry points (docs/perf-notes.md, "Python per-call host
 time"). Small shapes, so the host, not the kernel, sets the pace: on CUDA, N calls queued back to
-back and one synchronize give the per-call host time whenever it exceeds the kernel's (the
-kernel's own time, CUDA events, is printed beside it). Each row runs twice in one process: with
+back and one synchronize give the per-call host time whenever it exceeds the kernel's. Beside
+it, CUDA events around one call ("events": the GPU waits for the host between the two records,
+so on a small shape this is the host's time again, as a benchmark with events would read it).
+Each row runs twice in one process: with
 tensors exported as DLPack capsules (the package now) and as the tensors themselves, which makes
 nanobind call Tensor.__dlpack__ (the package before). torch's sdpa is the reference.
 
@@ -44,7 +46,7 @@ def per_call_us(fn, calls, device):
     return statistics.median(rounds)
 
 
-def kernel_us(fn):
+def events_us(fn):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(50):
@@ -82,14 +84,14 @@ def main():
     print(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else 'host'}), torch {torch.__version__}, "
           f"b{batch} x {kv_len} keys, {heads}/{kv_heads} heads, d{head_dim}, {dtype}; us per call, median of 5 "
           f"rounds of {args.calls // 5}")
-    print(f"{'call':<16} {'capsules':>9} {'tensors':>9}" + (f" {'kernel':>8}" if dev == "cuda" else ""))
+    print(f"{'call':<16} {'capsules':>9} {'tensors':>9}" + (f" {'events':>8}" if dev == "cuda" else ""))
     for name, fn in rows.items():
         _arrays.exported = _capsule_export
         new = per_call_us(fn, args.calls, dev)
         _arrays.exported = _tensor_export
         old = per_call_us(fn, args.calls, dev)
         _arrays.exported = _capsule_export
-        extra = f" {kernel_us(fn):8.1f}" if dev == "cuda" else ""
+        extra = f" {events_us(fn):8.1f}" if dev == "cuda" else ""
         print(f"{name:<16} {new:9.1f} {old:9.1f}{extra}")
     reference = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(q4, k, v, enable_gqa=True),
                             args.calls, dev)

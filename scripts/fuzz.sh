@@ -2,11 +2,11 @@
 # Builds the libFuzzer targets of fuzz/ with clang (-fsanitize=fuzzer,address,undefined) and runs
 # each for N seconds (default 60) from its committed seed corpus (fuzz/corpus/<target>/).
 # Exits non-zero on any finding (crash, sanitizer report, Error without a Fix, wrong answer); the
-# input that found it is left in build/fuzz/work/<target>-artifacts/ for replay:
-#   build/fuzz/fuzz/fuzz_<target> <that file>
+# input that found it is left in build/asan/work/<target>-artifacts/ for replay:
+#   build/asan/fuzz/fuzz_<target> <that file>
 # Usage: scripts/fuzz.sh [seconds] [target...]        targets: planner validate differential
 #   ATTNKIT_FUZZ_STRICT=1  also generate inputs no caller makes by mistake (docs/errors.md, Fuzzing)
-#   ATTNKIT_FUZZ_BUILD     build folder (default build/fuzz)
+#   ATTNKIT_FUZZ_BUILD     build folder (default build/asan, the asan preset's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(planner validate differential)
-build=${ATTNKIT_FUZZ_BUILD:-build/fuzz}
+build=${ATTNKIT_FUZZ_BUILD:-build/asan}
 
 # clang and libFuzzer's runtime (only "recommended" by clang's packages, so install it by name).
 missing=()
@@ -25,8 +25,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DATTNKIT_CUDA=OFF -DATTNKIT_FUZZ=ON -DATTNKIT_TESTS=OFF >/dev/null
+# The asan preset's tree is the fuzzing build too (its tests and the fuzzers share the sanitized
+# library; after `cmake --workflow --preset asan-test` the targets are built already). Another
+# folder gets a fuzz-only configuration.
+if [[ $build == build/asan ]]; then
+  cmake --preset asan >/dev/null
+else
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DATTNKIT_CUDA=OFF -DATTNKIT_FUZZ=ON -DATTNKIT_TESTS=OFF >/dev/null
+fi
 cmake --build "$build" -j2 --target "${targets[@]/#/fuzz_}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}

@@ -315,3 +315,21 @@ def test_paged_append_then_extend_on_cuda_matches_float64(seed):
         n = lengths[b]
         expected = sdpa_f64(qb, k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=True)[0].transpose(0, 1)
         check_close(out[lo:hi].float().cpu().numpy(), expected.cpu().numpy(), "bf16")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_of_a_device_that_is_not_current_are_rejected():
+    """Capsules skip Tensor.__dlpack__'s device check; the library's check answers instead, and
+    the call runs once the tensors' device is current."""
+    plan = attnkit.plan_decode(batch=1, num_heads=4, kv_heads=1, head_dim=64, max_seq=32, kv_dtype="bf16",
+                               backend="cuda", device=1)
+    q = torch.randn(1, 4, 64, device="cuda:1").bfloat16()
+    k = torch.randn(1, 1, 32, 64, device="cuda:1").bfloat16()
+    out = torch.full_like(q, float("nan"))
+    with torch.cuda.device(0):
+        with pytest.raises(attnkit.Error, match="Fix:"):
+            attnkit.decode(plan, q, k, k, [32], out=out)
+    assert torch.isnan(out).all()
+    with torch.cuda.device(1):
+        attnkit.decode(plan, q, k, k, [32], out=out)
+    assert torch.isfinite(out).all()

@@ -10,8 +10,12 @@
 #include <random>
 #include <vector>
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #include "cpu/simd/vec_avx2.hpp"
 namespace attnkit {
 namespace {
@@ -22,7 +26,11 @@ void exp_nonpositive_avx2(const float* in, float* out) {
 }
 }  // namespace
 }  // namespace attnkit
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace attnkit {
 namespace {

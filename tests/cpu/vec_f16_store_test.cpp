@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnkit/dtype.hpp"
+#include "support/cpu_features.hpp"
 
 namespace attnkit {
 namespace {
@@ -27,8 +28,12 @@ using StoreF16 = void (*)(const float* in, std::uint16_t* out, int n);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #include "cpu/simd/vec_avx2.hpp"
 namespace attnkit {
 namespace {
@@ -38,9 +43,17 @@ void store_f16_avx2(const float* in, std::uint16_t* out, int n) {
 }
 }  // namespace
 }  // namespace attnkit
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#endif
 #include "cpu/simd/vec_avx512.hpp"
 namespace attnkit {
 namespace {
@@ -50,7 +63,11 @@ void store_f16_avx512(const float* in, std::uint16_t* out, int n) {
 }
 }  // namespace
 }  // namespace attnkit
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #pragma GCC diagnostic pop
 
 namespace attnkit {
@@ -105,7 +122,7 @@ TEST(VecF16Store, Avx512MatchesTheScalarConversion) {
 }
 
 TEST(VecF16Store, Avx2MatchesTheScalarConversion) {
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no AVX2 + F16C";
+  if (!__builtin_cpu_supports("avx2") || !attnkit::testing::cpu_has_f16c()) GTEST_SKIP() << "no AVX2 + F16C";
   expect_matches_scalar<cpu::simd::VecAvx2::kWidth>(store_f16_avx2);
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "attnkit/plan.hpp"
+#include "support/cpu_features.hpp"
 
 using namespace attnkit;
 
@@ -79,7 +80,7 @@ TEST(CpuTarget, VectorLanesFollowTheSelectedPath) {
 #if defined(__x86_64__)
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && attnkit::testing::cpu_has_f16c()) {
     ScopedIsa avx2("avx2");
     EXPECT_EQ(cpu_target(1).cpu_vector_lanes, 8);
   }

@@ -540,8 +540,8 @@ TEST(PlanGpu, PrefillPicksTheHopperFamilyOnlyWhereItRuns) {
   EXPECT_EQ(family(p, known_target("h100")), KernelFamily::kWarpSpecializedWgmma);
 
   // Asked for where it cannot run: an Error with a Fix, before any rule's choice leaves the planner.
-  for (const auto& [q, t] : {std::pair{f32, h200}, std::pair{d96, h200}, std::pair{capped, h200}, std::pair{p, ampere}}) {
-    const std::string message = error_of([&] { plan_prefill(q, t, KernelFamily::kWarpSpecializedWgmma); });
+  for (const auto& bad : {std::pair{f32, h200}, std::pair{d96, h200}, std::pair{capped, h200}, std::pair{p, ampere}}) {
+    const std::string message = error_of([&] { plan_prefill(bad.first, bad.second, KernelFamily::kWarpSpecializedWgmma); });
     EXPECT_NE(message.find("Fix:"), std::string::npos) << message;
   }
   const std::string cpu_message = error_of([&] { plan_prefill(p, cpu(2), KernelFamily::kWarpSpecializedWgmma); });
