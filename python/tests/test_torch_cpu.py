@@ -99,6 +99,39 @@ def test_sdpa_with_sinks_matches_torch_eager_sinks(seed, dtype):
     check_close(got.transpose(1, 2).float().numpy(), expected, dtype)
 
 
+def test_sdpa_reuses_the_f32_copy_of_a_bf16_sinks_parameter_until_it_changes(seed):
+    """sdpa keeps one f32 copy of a 16-bit sinks parameter across calls; an in-place update, a new
+    .data and an inference tensor are each seen (the result follows the sinks, never a stale copy)."""
+    import attnkit._sdpa as sdpa_module
+
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 4, 1, 32, generator=g).bfloat16()
+    k, v = torch.randn(1, 2, 9, 32, generator=g).bfloat16(), torch.randn(1, 2, 9, 32, generator=g).bfloat16()
+    sinks = torch.nn.Parameter((2 * torch.randn(4, generator=g)).bfloat16())
+
+    def expected():
+        out, _ = attention_f64(*(x.float().numpy() for x in (q, k, v)), causal=False, scale=32 ** -0.5,
+                               sinks=sinks.detach().float().numpy())
+        return out
+
+    attnkit.clear_plan_cache()
+    check_close(attnkit.sdpa(q, k, v, sinks=sinks).float().numpy(), expected(), "bf16")
+    kept = sdpa_module._torch_sinks_f32(sinks)
+    assert sdpa_module._torch_sinks_f32(sinks) is kept  # the same copy while nothing changed
+    with torch.no_grad():
+        sinks.add_(3.0)  # in place: the version moves
+    assert sdpa_module._torch_sinks_f32(sinks) is not kept
+    check_close(attnkit.sdpa(q, k, v, sinks=sinks).float().numpy(), expected(), "bf16")
+    sinks.data = (2 * torch.randn(4, generator=g)).bfloat16()  # new memory
+    check_close(attnkit.sdpa(q, k, v, sinks=sinks).float().numpy(), expected(), "bf16")
+    with torch.inference_mode():
+        frozen = sinks.detach().clone() - 1.0  # an inference tensor: no version counter, cast per call
+        got = attnkit.sdpa(q, k, v, sinks=frozen)
+    out, _ = attention_f64(*(x.float().numpy() for x in (q, k, v)), causal=False, scale=32 ** -0.5,
+                           sinks=frozen.float().numpy())
+    check_close(got.float().numpy(), out, "bf16")
+
+
 def run_like_eager(model, prompt, attention_mask=None, new_tokens=8):
     """(logits, greedy tokens, attnkit calls, fallbacks) of `model` with attnkit, and eager's
     logits and tokens, from the same weights."""
