@@ -18,7 +18,7 @@ import time
 import torch
 
 import attnkit
-from attnkit import _arrays
+from attnkit import _arrays, _attnkit
 
 _capsule_export = _arrays.exported
 
@@ -75,16 +75,25 @@ def main():
                                kv_dtype=str(dtype).split(".")[1], backend=dev)
     q4 = q[:, :, None, :]
     sinks = torch.zeros(heads, device=dev, dtype=torch.float32)
+    sinks_param = torch.nn.Parameter(torch.zeros(heads, device=dev, dtype=dtype))  # a model's (gpt-oss: bf16)
+    workspace, stream = plan.workspace(q), _arrays.current_stream(q)
+    capsule = torch.utils.dlpack.to_dlpack
+
+    def native():  # the floor under the Python layer: nanobind, the C++ validation, the launch
+        _attnkit.decode(plan._native, capsule(q), capsule(k), capsule(v), capsule(lengths), capsule(out), None,
+                        workspace, stream)
+
     rows = {
         "decode(out=)": lambda: attnkit.decode(plan, q, k, v, lengths, out),
         "decode": lambda: attnkit.decode(plan, q, k, v, lengths),
         "sdpa": lambda: attnkit.sdpa(q4, k, v),
         "sdpa(sinks=)": lambda: attnkit.sdpa(q4, k, v, sinks=sinks),
+        f"sdpa({str(dtype)[6:]} sinks)": lambda: attnkit.sdpa(q4, k, v, sinks=sinks_param),
     }
     print(f"device {dev} ({torch.cuda.get_device_name() if dev == 'cuda' else 'host'}), torch {torch.__version__}, "
           f"b{batch} x {kv_len} keys, {heads}/{kv_heads} heads, d{head_dim}, {dtype}; us per call, median of 5 "
           f"rounds of {args.calls // 5}")
-    print(f"{'call':<16} {'capsules':>9} {'tensors':>9}" + (f" {'events':>8}" if dev == "cuda" else ""))
+    print(f"{'call':<20} {'capsules':>9} {'tensors':>9}" + (f" {'events':>8}" if dev == "cuda" else ""))
     for name, fn in rows.items():
         _arrays.exported = _capsule_export
         new = per_call_us(fn, args.calls, dev)
@@ -92,10 +101,11 @@ def main():
         old = per_call_us(fn, args.calls, dev)
         _arrays.exported = _capsule_export
         extra = f" {events_us(fn):8.1f}" if dev == "cuda" else ""
-        print(f"{name:<16} {new:9.1f} {old:9.1f}{extra}")
+        print(f"{name:<20} {new:9.1f} {old:9.1f}{extra}")
+    print(f"{'native decode':<20} {per_call_us(native, args.calls, dev):9.1f}")
     reference = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(q4, k, v, enable_gqa=True),
                             args.calls, dev)
-    print(f"{'torch sdpa':<16} {reference:9.1f}")
+    print(f"{'torch sdpa':<20} {reference:9.1f}")
 
 
 if __name__ == "__main__":
