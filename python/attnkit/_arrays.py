@@ -58,8 +58,20 @@ def dtype_name(dtype: Any) -> str:
                 "float8_e4m3fn for e4m3 prefill inputs)")
 
 
+_NAME_OF_DTYPE: dict = {}  # dtype object -> attnkit name (a str() per call otherwise)
+
+
 def array_dtype(x: Any) -> str:
-    return dtype_name(x.dtype)
+    dtype = x.dtype
+    try:
+        return _NAME_OF_DTYPE[dtype]
+    except (KeyError, TypeError):  # not seen yet, or an unhashable dtype
+        name = dtype_name(dtype)
+    try:
+        _NAME_OF_DTYPE[dtype] = name
+    except TypeError:
+        pass
+    return name
 
 
 def device_of(x: Any) -> tuple[str, int]:
