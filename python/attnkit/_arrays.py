@@ -4,7 +4,7 @@ stream a CUDA run goes on. Nothing here copies an array."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 _NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
 _TORCH_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.int32": "i32",
@@ -18,7 +18,6 @@ _CANONICAL = {
 }
 
 
-_TORCH_HELPERS: dict = {}  # torch functions and dtypes looked up once (torch is imported only when used)
 KNOWN_ARRAY_TYPES: dict = {}  # type -> library name: every call asks this several times per tensor
 
 
@@ -100,50 +99,43 @@ def exported(x: Any) -> Any:
         return x
     if x.requires_grad:
         x = x.detach()
-    to_dlpack = _TORCH_HELPERS.get("to_dlpack") or _to_dlpack()
-    if x.dtype is _torch_float8():
-        x = x.view(_torch_dtype("u8"))
-    return to_dlpack(x)
+    torch = _torch()
+    if x.dtype is torch.float8:
+        x = x.view(torch.dtypes["u8"])
+    return torch.to_dlpack(x)
 
 
-def _to_dlpack():
-    fn = _TORCH_HELPERS.get("to_dlpack")
-    if fn is None:
-        from torch.utils.dlpack import to_dlpack as fn
+class _Torch:
+    """What the hot paths need from torch, looked up once, on first use (numpy users never import
+    torch): to_dlpack, empty, float8_e4m3fn (None where torch lacks it), attnkit dtype names to
+    torch dtypes, and the current raw stream of a device. torch's compiled code reads the stream
+    with torch._C._cuda_getCurrentRawStream (no Stream object per call, ~1 us less); the public
+    torch.cuda.current_stream serves where a torch lacks it."""
 
-        _TORCH_HELPERS["to_dlpack"] = fn
-    return fn
-
-
-def _torch_empty():
-    fn = _TORCH_HELPERS.get("empty")
-    if fn is None:
+    def __init__(self):
         import torch
+        from torch.utils.dlpack import to_dlpack
 
-        fn = _TORCH_HELPERS["empty"] = torch.empty
-    return fn
+        self.to_dlpack, self.empty = to_dlpack, torch.empty
+        self.float8 = getattr(torch, "float8_e4m3fn", None)
+        self.dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
+                       "u8": torch.uint8}
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self.raw_stream = raw if raw is not None else (lambda index: int(torch.cuda.current_stream(index).cuda_stream))
 
 
-def _torch_float8():
-    """torch.float8_e4m3fn, or None for a torch without it."""
-    try:
-        return _TORCH_HELPERS["float8"]
-    except KeyError:
-        import torch
+_torch_helpers: Optional[_Torch] = None
 
-        _TORCH_HELPERS["float8"] = getattr(torch, "float8_e4m3fn", None)
-        return _TORCH_HELPERS["float8"]
+
+def _torch() -> _Torch:
+    global _torch_helpers
+    if _torch_helpers is None:
+        _torch_helpers = _Torch()
+    return _torch_helpers
 
 
 def _torch_dtype(name: str):
-    dtypes = _TORCH_HELPERS.get("dtypes")
-    if dtypes is None:
-        import torch
-
-        dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
-                  "u8": torch.uint8}
-        _TORCH_HELPERS["dtypes"] = dtypes
-    return dtypes[name]
+    return _torch().dtypes[name]
 
 
 def _numpy_dtype(lib_module, name: str):
@@ -158,7 +150,7 @@ def empty(like: Any, shape: Sequence[int], dtype: str) -> Any:
     """An uninitialised array of `shape` and attnkit `dtype` from `like`'s library, on its device."""
     lib = library(like)
     if lib == "torch":
-        return _torch_empty()(shape, dtype=_torch_dtype(dtype), device=like.device)
+        return _torch().empty(shape, dtype=_torch_dtype(dtype), device=like.device)
     shape = tuple(int(s) for s in shape)
     if lib == "cupy":
         import cupy
@@ -203,29 +195,13 @@ def current_stream(x: Any) -> int:
         return 0
     lib = library(x)
     if lib == "torch":
-        return _torch_raw_stream()(index)
+        return _torch().raw_stream(index)
     if lib == "cupy":
         import cupy
 
         with cupy.cuda.Device(index):
             return int(cupy.cuda.get_current_stream().ptr)
     return 0
-
-
-def _torch_raw_stream():
-    """index -> torch's current stream on CUDA device `index` as an integer. torch's own compiled
-    code reads it with torch._C._cuda_getCurrentRawStream (no Stream object per call, ~1 us less);
-    the public torch.cuda.current_stream where a torch lacks it."""
-    fn = _TORCH_HELPERS.get("raw_stream")
-    if fn is None:
-        import torch
-
-        fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if fn is None:
-            def fn(index):
-                return int(torch.cuda.current_stream(index).cuda_stream)
-        _TORCH_HELPERS["raw_stream"] = fn
-    return fn
 
 
 def torch_current_device() -> int:
