@@ -22,15 +22,17 @@ using namespace attnkit;
 
 __global__ void empty_kernel() {}
 
-// Median over 9 rounds of 400 calls each, us per call; the stream is drained between rounds.
+// Median over 9 rounds of 400 calls each, us per call of host time: the stream is drained before
+// each round and after it, outside the timed loop (400 launches stay under the launch queue's
+// depth, so the loop never waits for the GPU).
 double per_call_us(const std::function<void()>& fn) {
   std::vector<double> rounds;
   for (int r = 0; r < 10; ++r) {
     cudaDeviceSynchronize();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 400; ++i) fn();
-    cudaDeviceSynchronize();
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    cudaDeviceSynchronize();
     if (r > 0) rounds.push_back(us / 400);  // round 0 warms up
   }
   std::sort(rounds.begin(), rounds.end());
@@ -89,5 +91,41 @@ int main() {
                 cuda_decode::make_kv_box_map(map, box, static_cast<int>(plan.partition.tile_size), "x", "v");
               }));
   std::printf("%-44s %8.2f\n", "empty kernel launch", per_call_us([&] { empty_kernel<<<1, 32>>>(); }));
+  // The launch API the decode uses, with and without a cluster of 2 blocks.
+  for (unsigned cluster : {1u, 2u}) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(2), config.blockDim = dim3(32);
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = cluster, attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute, config.numAttrs = cluster > 1 ? 1 : 0;
+    std::printf("empty kernel, cudaLaunchKernelEx, cluster %u %*s %8.2f\n", cluster, 9, "",
+                per_call_us([&] { cudaLaunchKernelEx(&config, empty_kernel); }));
+  }
+  // The same decode with its splits merged by the merge kernel instead of the cluster (two
+  // launches; the partition's merge_cluster = 0 is a shape the backend accepts).
+  if (plan.partition.merge_cluster > 1) {
+    DecodePlan merged = plan;
+    merged.partition.merge_cluster = 0;
+    const std::uint64_t states = static_cast<std::uint64_t>(merged.partition.sequence_splits) * 32 * (128 + 1) * 4;
+    merged.evidence.workspace_bytes = states;
+    void* merge_ws = nullptr;
+    cudaMalloc(&merge_ws, states);
+    const Workspace w{merge_ws, states, DeviceKind::kCuda};
+    std::printf("%-44s %8.2f\n", "cuda::decode, splits merged by a kernel",
+                per_call_us([&] { cuda::decode(merged, t, w); }));
+  }
+  // One split: b1 with 64 keys plans unsplit.
+  DecodeProblem short_problem = p;
+  short_problem.max_seq = short_problem.kv_len = 64;
+  const DecodePlan unsplit = plan_decode(short_problem, cuda::target());
+  DecodeTensors short_t = t;
+  short_t.k_cache.shape[2] = short_t.v_cache.shape[2] = 64;
+  short_t.k_cache.strides[1] = short_t.v_cache.strides[1] = 64 * 128;
+  short_t.k_cache.strides[0] = short_t.v_cache.strides[0] = 8 * 64 * 128;
+  const int short_len = 64;
+  cudaMemcpy(lengths, &short_len, 4, cudaMemcpyHostToDevice);
+  std::printf("cuda::decode, b1 x 64 keys (splits %u) %*s %8.2f\n", unsplit.partition.sequence_splits, 13, "",
+              per_call_us([&] { cuda::decode(unsplit, short_t, Workspace{nullptr, 0, DeviceKind::kCuda}); }));
   return 0;
 }
