@@ -18,13 +18,13 @@ _CANONICAL = {
 }
 
 
-KNOWN_ARRAY_TYPES: dict = {}  # type -> library name: every call asks this several times per tensor
+_LIBRARY_OF_TYPE: dict = {}  # type -> library name: every call asks this several times per tensor
 
 
 def library(x: Any) -> str:
     """'numpy', 'torch' or 'cupy' for an array of that library; raises TypeError otherwise."""
     kind = type(x)
-    name = KNOWN_ARRAY_TYPES.get(kind)
+    name = _LIBRARY_OF_TYPE.get(kind)
     if name is not None:
         return name
     root = kind.__module__.split(".", 1)[0]
@@ -34,7 +34,7 @@ def library(x: Any) -> str:
         name = "dlpack"
     else:
         raise TypeError(f"attnkit: expected a numpy, torch or cupy array, got {kind.__name__}")
-    KNOWN_ARRAY_TYPES[kind] = name
+    _LIBRARY_OF_TYPE[kind] = name
     return name
 
 
@@ -64,13 +64,11 @@ def array_dtype(x: Any) -> str:
     dtype = x.dtype
     try:
         return _NAME_OF_DTYPE[dtype]
-    except (KeyError, TypeError):  # not seen yet, or an unhashable dtype
-        name = dtype_name(dtype)
-    try:
-        _NAME_OF_DTYPE[dtype] = name
-    except TypeError:
-        pass
-    return name
+    except KeyError:
+        name = _NAME_OF_DTYPE[dtype] = dtype_name(dtype)
+        return name
+    except TypeError:  # an unhashable dtype object: no memo
+        return dtype_name(dtype)
 
 
 def device_of(x: Any) -> tuple[str, int]:
@@ -95,7 +93,7 @@ def exported(x: Any) -> Any:
     torch.float8_e4m3fn tensor goes as a uint8 view of the same memory (not every torch exports
     float8 through DLPack); the native side reads those bytes as e4m3 for the q/k/v of an e4m3
     prefill plan only, and rejects them everywhere else."""
-    if x is None or (KNOWN_ARRAY_TYPES.get(type(x)) or library(x)) != "torch":
+    if x is None or library(x) != "torch":
         return x
     if x.requires_grad:
         x = x.detach()

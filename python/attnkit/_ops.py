@@ -33,8 +33,6 @@ def _require_backend(plan: Plan, x: Any, context: str) -> None:
 def _is_array(x: Any) -> bool:
     if x is None:
         return False
-    if type(x) in _arrays.KNOWN_ARRAY_TYPES:
-        return True
     try:
         _arrays.library(x)
     except TypeError:
