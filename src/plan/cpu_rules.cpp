@@ -12,6 +12,7 @@
 // cores' (1 MiB); Zen 2 / 3 have 512 KiB, where prefill blocks sized for it (64 rows instead of
 // 128) measured no faster (docs/perf-notes.md, CPU round 29).
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <string>
 
@@ -60,6 +61,13 @@ constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
 // short turns suit Intel's prefetchers), and AMD cores at 16 lanes were not measured
 // (docs/perf-notes.md, CPU round 33).
 constexpr int kPipelinedDecodeLanes = 8;
+// Paged decode: the bodies read a tile in place only when it lies in one page (paged_decode.cpp), so
+// where this host's tile is longer than a power-of-two page of at least 8 keys the tile shrinks to the
+// page. Against gathering 256-key tiles into staging, two threads of a Zen 4, b1 x 64k group 4:
+// pages of 8 / 16 / 32 / 64 keys bf16 1.1-1.9x / 1.4-1.5x / 1.4-2.0x / 1.3-1.8x faster, f32
+// 1.1-1.3x / 1.4x / 1.8-2.2x / 1.7-2.5x; pages of 4 were as often slower, pages of 1 2-6x slower
+// (docs/perf-notes.md, "Paged decode on the CPU: tiles shrunk to the page").
+constexpr std::uint64_t kMinInPlacePageKeys = 8;
 // Pairs of heads (group 2) only for f32 rows: b1 / b4 x 64k f32 -35%, but bf16 and f16 +25% (their
 // widening and O's per-head load and store per chunk make the pair compute-bound; the tiled body's
 // 16-key tiles read them at ~70%).
@@ -177,7 +185,8 @@ void require_cpu_prefill_dtype(DType dtype, const char* context) {
 }
 
 void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const KernelFamily* requested,
-                          WorkPartition& p, std::vector<std::string>& reasons, DecodeCache cache) {
+                          WorkPartition& p, std::vector<std::string>& reasons, DecodeCache cache,
+                          std::int64_t page_size) {
   const char* ctx = "plan_decode";
   const std::uint64_t keys = pr.options.window > 0 ? std::min(u(pr.kv_len), u(pr.options.window)) : u(pr.kv_len);
   if (requested != nullptr && *requested == KernelFamily::kScalarOnline) {
@@ -232,6 +241,13 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
                       " KiB) stay in half of an assumed 32 KiB L1d");
   }
 
+  const std::uint64_t page = cache == DecodeCache::kPaged ? u(page_size) : 0;
+  if (page >= kMinInPlacePageKeys && std::has_single_bit(page) && page < tile) {
+    tile = page;
+    reasons.push_back("tile: " + std::to_string(tile) + " keys, one page: the bodies read tiles in place only inside a "
+                      "page, which beats gathering longer tiles into staging from pages of " +
+                      std::to_string(kMinInPlacePageKeys) + " keys up");
+  }
   // Splits: see balanced_key_splits.
   const std::uint64_t units = u(pr.batch) * u(pr.kv_heads);
   const KeySplits cut = balanced_key_splits(units, keys, tile, u(threads));

@@ -305,7 +305,8 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   plan.problem = problem;
   plan.target = target;
   if (target.backend == Backend::kCpu) {
-    detail::partition_cpu_decode(d, target, nullptr, plan.partition, plan.reasons, detail::DecodeCache::kPaged);
+    detail::partition_cpu_decode(d, target, nullptr, plan.partition, plan.reasons, detail::DecodeCache::kPaged,
+                                 problem.cache.page_size);
   } else {
     detail::partition_cuda_decode(d, target, nullptr, plan.partition, plan.reasons, detail::DecodeCache::kPaged);
   }

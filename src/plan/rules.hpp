@@ -2,6 +2,7 @@
 // its kernels' owner (cpu_rules.cpp, cuda_decode_rules.cpp, cuda_prefill_rules.cpp); the common
 // planner (plan_decode / plan_prefill) validates, calls the rules, then fills in the evidence.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,11 @@ namespace attnkit::detail {
 // without a cache hint (evict-first measured no gain there: docs/perf-notes.md, "Decode round 23").
 enum class DecodeCache { kContiguous, kPaged };
 // CPU: a contiguous multi-head cache on cores whose prefetch hints hold L1's miss buffers streams
-// K beside V (pipeline_stages 2); paged tasks read gathered staging and keep the tiled body.
+// K beside V (pipeline_stages 2); paged tasks keep the tiled body, on tiles no longer than a page
+// of `page_size` keys where that lets the bodies read them in place.
 void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
                           WorkPartition& partition, std::vector<std::string>& reasons,
-                          DecodeCache cache = DecodeCache::kContiguous);
+                          DecodeCache cache = DecodeCache::kContiguous, std::int64_t page_size = 0);
 void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                            WorkPartition& partition, std::vector<std::string>& reasons);
 void partition_cuda_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,

@@ -146,21 +146,23 @@ TEST(PagedPlans, StateBoundsWorkspaceAndRejectBadProblems) {
   EXPECT_EQ(plan.bounds.batch, 64);
   EXPECT_EQ(plan.bounds.max_kv_len, 32768);
   EXPECT_EQ(plan.bounds.workspace_bytes, plan.evidence.workspace_bytes);
-  // Pages of 16 keys hold whole tiles: the bodies read them in place (with a window too: the kernel
-  // copies the keys before a window's first tile boundary); pages of one key or of a size that is
-  // not a power of two need the gathered chunks.
+  // Power-of-two pages of 8 keys or more hold whole tiles on every host (a longer tile shrinks to
+  // the page): the bodies read them in place (with a window too: the kernel copies the keys before a
+  // window's first tile boundary); pages of fewer keys or of a size that is not a power of two need
+  // the gathered chunks.
   auto windowed = p;
   windowed.options.window = 100;
   for (const auto& q : {p, windowed}) {
-    const auto plan16 = plan_paged_decode(q, cpu_target(4));
-    if (16 % plan16.partition.tile_size == 0) {
-      EXPECT_EQ(plan16.gather_keys, 0u) << "window " << q.options.window;
-      EXPECT_NE(to_table(plan16).find("in place:"), std::string::npos);
-    } else {
-      EXPECT_GE(plan16.gather_keys, plan16.partition.tile_size);  // this host's tiles are longer than a page
+    for (std::int64_t page : {8, 16, 32}) {
+      auto paged = q;
+      paged.cache = {65536, page, 32768 / page, PageLayout::kHND};
+      const auto in_place = plan_paged_decode(paged, cpu_target(4));
+      EXPECT_EQ(in_place.gather_keys, 0u) << "window " << q.options.window << ", page " << page;
+      EXPECT_EQ(page % in_place.partition.tile_size, 0) << "page " << page;
+      EXPECT_NE(to_table(in_place).find("in place:"), std::string::npos);
     }
   }
-  for (std::int64_t page : {1, 24}) {
+  for (std::int64_t page : {1, 4, 24}) {
     auto gathered = p;
     gathered.cache = {65536, page, 32768 / page + 1, PageLayout::kHND};
     const auto g = plan_paged_decode(gathered, cpu_target(4));
