@@ -10,7 +10,7 @@
 
 namespace attnkit::cuda_common {
 
-int device_of_memory(const void* data, const std::string& context, const std::string& name) {
+DeviceMemory device_of_memory(const void* data, const std::string& context, const std::string& name) {
   cudaPointerAttributes attributes{};
   const cudaError_t status = cudaPointerGetAttributes(&attributes, data);
   if (status != cudaSuccess) {
@@ -18,25 +18,25 @@ int device_of_memory(const void* data, const std::string& context, const std::st
     fail(context, name + " is not CUDA memory (" + cudaGetErrorName(status) + ")",
          "allocate " + name + " with cudaMalloc (or a framework's CUDA allocator) before passing it to attnkit::cuda");
   }
-  if (attributes.type == cudaMemoryTypeManaged) return kAnyDevice;
+  if (attributes.type == cudaMemoryTypeManaged) return {attributes.device, true};
   if (attributes.type != cudaMemoryTypeDevice)
     fail(context,
          name + " points to host memory (" +
              (attributes.type == cudaMemoryTypeHost ? std::string("pinned host") : std::string("pageable host")) + ")",
          "copy " + name + " to the device (cudaMemcpy) and pass the device pointer, or call the CPU backend");
-  return attributes.device;
+  return {attributes.device, false};
 }
 
 void require_device_memory(const void* data, const std::string& context, const std::string& name) {
   if (data == nullptr) return;
-  const int device = device_of_memory(data, context, name);
+  const DeviceMemory memory = device_of_memory(data, context, name);
   // Kernels launch on the current device; another device's memory would be read over the link
   // if peer access is on, or fault if it is not.
   int current = -1;
   check(cudaGetDevice(&current), context, "cudaGetDevice");
-  if (device != kAnyDevice && device != current)
+  if (!memory.managed && memory.device != current)
     fail(context,
-         name + " is memory of CUDA device " + std::to_string(device) + " but device " + std::to_string(current) +
+         name + " is memory of CUDA device " + std::to_string(memory.device) + " but device " + std::to_string(current) +
              " is current",
          "make the tensors' device current before the call (cudaSetDevice; in torch, torch.cuda.set_device or "
          "`with torch.cuda.device(i)`), or move " + name + " there");

@@ -8,10 +8,13 @@
 
 namespace attnkit::cuda_common {
 
-// The CUDA device whose memory `data` is (kAnyDevice for managed memory); an error with a Fix for
-// host memory or a pointer CUDA does not know.
-constexpr int kAnyDevice = -1;
-int device_of_memory(const void* data, const std::string& context, const std::string& name);
+// Where `data` lives: the CUDA device it was allocated on, and whether it is managed memory (then
+// every device may read it). An error with a Fix for host memory or a pointer CUDA does not know.
+struct DeviceMemory {
+  int device = 0;
+  bool managed = false;
+};
+DeviceMemory device_of_memory(const void* data, const std::string& context, const std::string& name);
 
 // Error with a Fix unless `data` is device memory of the current device (or managed memory).
 // Null / empty = skipped.

@@ -39,10 +39,7 @@ class DeviceGuard {
 // The device a shard tensor lives on (managed memory: the one it was allocated against). Not
 // require_device_memory: one thread drives every shard, so most are not on the current device.
 int device_of(const void* data, const std::string& ctx, const std::string& name) {
-  (void)cuda_common::device_of_memory(data, ctx, name);  // host memory rejected with its Fix
-  cudaPointerAttributes a{};
-  cuda_common::check(cudaPointerGetAttributes(&a, data), ctx, "cudaPointerGetAttributes");
-  return a.device;
+  return cuda_common::device_of_memory(data, ctx, name).device;  // host memory rejected with its Fix
 }
 
 TensorView batch_slice(TensorView v, std::int64_t b) {
