@@ -165,9 +165,11 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
   constexpr std::int64_t eb = tag_bytes<Tag>();
   constexpr std::int64_t kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), ahead = decode_prefetch_rows<Tag>(t), last = t.key_end - 1;
-  const std::int64_t tile_offset = row_offset(t.k, j0);
   const PrefetchRows pk(t.k, eb, 0, d * eb, last, j0), pv(t.v, eb, 0, d * eb, last, j0);
-  for (std::int64_t j = 0; j < n; j += kKeys) {
+  const std::int64_t run = rows_per_run(t.k, n);
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
+  for (std::int64_t j = r0; j < r1; j += kKeys) {
     typename Vec::Acc acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     std::int64_t key_offset[kKeys];
@@ -215,6 +217,7 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
       for (int g = 0; g < GC; ++g) L.scores[(g0 + g) * L.tp + j + kk] = L.lanes[kk * GC + g];
     }
   }
+  }
 }
 
 // acc[g] += sum_j p[g][j] * V[j] for rows [g0, g0 + GR), vectors [c0, c0 + NV) of head_dim,
@@ -229,12 +232,14 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   for (int v = 0; v < NV; ++v) width[v] = kD > 0 ? W : static_cast<int>(imin(W, d - (c0 + v) * W));
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (g0 + g) * L.dp + (c0 + v) * W);
-  std::int64_t offset = row_offset(t.v, j0) + c0 * W;
   const std::int64_t pf_from = c0 * W * eb, pf_bytes = kD > 0 ? NV * W * eb : imin(NV * W, d - c0 * W) * eb;
   constexpr std::int64_t kVBytes = kD > 0 ? NV * W * eb : 0, kKBytes = kD * eb;  // 0: known at run time
   const std::int64_t ahead = decode_prefetch_rows<Tag>(t), last = t.key_end - 1;
   const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last, j0), pk(t.k, eb, 0, d * eb, last, j0);
-  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+  const std::int64_t run = rows_per_run(t.v, n);
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
+  for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
     if (g0 == 0) {
       pv.rows<3, 1, kVBytes>(j0 + j + ahead);
       if (c0 == 0) pk.rows<2, 1, kKBytes>(j0 + n + j);
@@ -251,6 +256,7 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
       const V pb = Vec::set1(L.scores[(g0 + g) * L.tp + j]);
       for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
     }
+  }
   }
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < NV; ++v) Vec::store(L.acc + (g0 + g) * L.dp + (c0 + v) * W, acc[g][v]);

@@ -117,9 +117,12 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
   for (int g = 0; g < GC; ++g)
     for (int kk = 0; kk < kKeys; ++kk) order[g * kKeys + kk] = kk * GC + g;
   const __m512i by_row = _mm512_load_si512(order);
-  const std::int64_t ahead = decode_bf16_prefetch_rows(t), tile_offset = row_offset(t.k, j0), last = t.key_end - 1;
+  const std::int64_t ahead = decode_bf16_prefetch_rows(t), last = t.key_end - 1;
   const PrefetchRows pk(t.k, 2, 0, d * 2, last, j0), pv(t.v, 2, 0, d * 2, last, j0);
-  for (std::int64_t j = 0; j < n; j += kKeys) {
+  const std::int64_t run = rows_per_run(t.k, n);
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
+  for (std::int64_t j = r0; j < r1; j += kKeys) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
     std::int64_t key_offset[kKeys];
@@ -150,6 +153,7 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
     for (int g = 0; g < GC; ++g) {
       _mm512_mask_storeu_ps(L.scores + (g0 + g) * L.tp + j - g * kKeys, static_cast<__mmask16>(keys_mask << (g * kKeys)), w);
     }
+  }
   }
 }
 
@@ -188,8 +192,12 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
   const char* pf = reinterpret_cast<const char*>(ra + ahead * stride);
   const char* pf_end = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(t.v.data) + t.v.offset +
                                                      last * stride + b0 * kPairChunk);
+  // Key pairs run by run (a page's rows of a paged V; the tile's runs have even lengths but the last).
+  const std::int64_t run = rows_per_run(t.v, n);
   std::int64_t j = 0;
-  for (; j + 1 < n; j += 2, ra += 2 * stride, pf += 4 * stride) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
+  for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pf += 4 * stride) {
     if (g0 == 0 && t.v.pages != nullptr) {
       const std::int64_t r = j0 + ahead + 2 * j;
       pv.rows<3, 1, CB * 64>(r);
@@ -204,6 +212,7 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
       pk.rows<2, 2>(j0 + n + j);
     }
     pair(ra + stride, j);
+  }
   }
   if (j < n) pair(nullptr, j);
   for (int g = 0; g < GR; ++g)

@@ -108,12 +108,17 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
                   bool prefetch) {
   constexpr std::int64_t kRowBytes = kD * 2;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
-  const std::uint16_t* kbase = static_cast<const std::uint16_t*>(t.k.data) + row_offset(t.k, j0);
+  const std::uint16_t* kdata = static_cast<const std::uint16_t*>(t.k.data);
+  const std::uint16_t* kbase = kdata;
   const std::uint16_t* qh = L.qh + h0 * L.dp;
   const std::uint16_t* ql = L.ql + h0 * L.dp;
   const PrefetchRows pk(t.k, 2, 0, d * 2, last, j0), pv(t.v, 2, 0, d * 2, last, j0);
+  const std::int64_t run = rows_per_run(t.k, n);
   std::int64_t j = 0;
-  for (; j + 4 <= n; j += 4) {
+  // Whole steps run by run (a page's rows of a paged K; every run but the last is whole steps).
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  kbase = kdata + run_offset(t.k, j0, r0);
+  for (const std::int64_t r1 = imin(n, r0 + run); j + 4 <= r1; j += 4) {
     if (prefetch) {
       pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
       pv.rows<2, 4, kRowBytes>(j0 + j);
@@ -121,6 +126,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
     const std::uint16_t* k0 = kbase + j * stride;
     const std::uint16_t* kr[4] = {k0, k0 + stride, k0 + 2 * stride, k0 + 3 * stride};
     score_keys4_rows4<kSplit, kD>(t, kr, qh, ql, L.dp, L.s + j * 4);
+  }
   }
   if (j < n) {
     if (prefetch) {
@@ -231,8 +237,12 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
   const std::int64_t k_end = j0 + n + (pass + 1) * n / passes;
   std::int64_t k_next = j0 + n + pass * n / passes, k_credit = 0;
   const std::int64_t k_rows = k_end - k_next;
+  // Key pairs run by run (a page's rows of a paged V; every run but the last is whole pairs).
+  const std::int64_t run = rows_per_run(t.v, n);
   std::int64_t j = 0;
-  for (; j + 1 < n; j += 2, ra += 2 * stride, pp += 4) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
+  for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pp += 4) {
     if (prefetch) {
       pv.rows<3, 2, kVBytes>(j0 + j + v_ahead);
       if constexpr (kPasses > 0) {
@@ -271,6 +281,7 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
         acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pb, hi[b]);
       }
     }
+  }
   }
   if constexpr (kFma) {
     if (j < n) pv_key_fma<CB, true>(acc, ra, L.s + j * 4, width);  // a lone last key

@@ -144,9 +144,11 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
   constexpr std::int64_t eb = tag_bytes<Tag>(), kRowBytes = kD * eb;  // 0: not known at compile time
   const std::int64_t d = head_dim_of<kD>(t), stride = t.k.row_stride, last = t.key_end - 1;
   const PrefetchRows pk(t.k, eb, 0, d * eb, last, j0), pv(t.v, eb, 0, d * eb, last, j0);
-  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t), tile_offset = row_offset(t.k, j0);
+  const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t), run = rows_per_run(t.k, n);
   const float* q = L.q + h0 * L.dp;
-  for (std::int64_t j = 0; j < n; j += kRows4Keys) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
+  for (std::int64_t j = r0; j < r1; j += kRows4Keys) {
     if (prefetch) {
       pk.rows<3, kRows4Keys, kRowBytes>(j0 + j + ahead);
       pv.rows<2, kRows4Keys, kRowBytes>(j0 + j);
@@ -211,6 +213,7 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
     }
     Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
   }
+  }
 }
 
 // acc of heads [h, h + 2) += P V over keys [j0, j0 + n), head_dim vectors [c0, c0 + NV) (NV <= 8:
@@ -240,9 +243,11 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   for (int g = 0; g < 2; ++g)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h + g) * L.dp + (c0 + v) * W);
-  std::int64_t offset = row_offset(t.v, j0) + c0 * W;
   const float* p = L.s + s_lane;
-  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride, p += 4) {
+  const std::int64_t run = rows_per_run(t.v, n);
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
+  for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride, p += 4) {
     if (prefetch) {
       pv.rows<3, 1>(j0 + j + ahead);
       // k_rows rows over n keys: one whenever the credit reaches n.
@@ -261,6 +266,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
     }
+  }
   }
 #pragma GCC unroll 2
   for (int g = 0; g < 2; ++g)
@@ -294,8 +300,10 @@ ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F
   for (int g = 0; g < 4; ++g)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + (c0 + v) * W);
-  std::int64_t offset = row_offset(t.v, j0) + c0 * W;
-  for (std::int64_t j = 0; j < n; ++j, offset += t.v.row_stride) {
+  const std::int64_t run = rows_per_run(t.v, n);
+  for (std::int64_t r0 = 0; r0 < n; r0 += run) {
+  std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
+  for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
     if (prefetch) {
       pv.rows<3, 1, kPassBytes>(j0 + j + ahead);
       pk.rows<2, 1, kPassBytes>(j0 + n + j);
@@ -320,6 +328,7 @@ ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
     }
+  }
   }
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g)

@@ -32,6 +32,17 @@ inline std::int64_t row_offset(const RowSource& s, std::int64_t r) {
   return s.offset + page * s.page_stride + (r & ((std::int64_t{1} << s.page_shift) - 1)) * s.row_stride;
 }
 
+// A tile of n rows from key j0 as strided runs: a paged source's rows are strided inside a page, so
+// a tile spanning pages (the plan keeps tiles and pages powers of two, tiles page-aligned) is walked
+// page by page; a contiguous tile is one run. Row j0 + r of the run that holds it lies at
+// run_offset(s, j0, r0) + r * row_stride, r0 being the run's first row.
+inline std::int64_t rows_per_run(const RowSource& s, std::int64_t n) {
+  return s.pages == nullptr ? n : std::int64_t{1} << s.page_shift;
+}
+inline std::int64_t run_offset(const RowSource& s, std::int64_t j0, std::int64_t r0) {
+  return row_offset(s, j0 + r0) - r0 * s.row_stride;
+}
+
 // Where a task's output rows go: the caller's tensor (any dtype, its strides) or f32 scratch.
 struct RowSink {
   void* data = nullptr;

@@ -3,8 +3,8 @@
 //   (paged.hpp); i32 page table [batch, max_pages_per_seq] and lengths [batch], on the host.
 // Parallelism: the plan's tasks, (sequence, KV head, key split), on OpenMP threads, dynamic
 //   scheduling. A task packs the GQA group and runs the fast decode body (fast_body.hpp) on its
-//   keys. Where the plan reads pages in place (gather_keys 0: every tile inside one page), the
-//   body reads the rows from the pool itself, one call per task from the task's first tile
+//   keys. Where the plan reads pages in place (gather_keys 0: every tile inside one page, or made
+//   of whole pages that the body walks page by page), the body reads the rows from the pool itself, one call per task from the task's first tile
 //   boundary on, as on a contiguous cache (a window's first keys before it are gathered first).
 //   Otherwise the task walks its keys in chunks of plan.gather_keys: gather the chunk's K and V
 //   rows from their pages into L2-resident staging, run the body on it, merge the chunk's state
@@ -51,9 +51,10 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   const std::int64_t page = p.cache.page_size;
   if (!(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
         part.keys_per_split >= 1 && part.tile_size >= 1 &&
-        (in_place ? (page & (page - 1)) == 0 && page % part.tile_size == 0 : plan.gather_keys >= part.tile_size)))
+        (in_place ? (page & (page - 1)) == 0 && (page % part.tile_size == 0 || (page >= 16 && part.tile_size % page == 0))
+                  : plan.gather_keys >= part.tile_size)))
     fail(ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G) +
-                  (in_place ? " whose tiles nest in the pages" : ""),
+                  (in_place ? " whose tiles nest in the pages or span whole pages of 16 keys or more" : ""),
          "plan with plan_paged_decode(problem, cpu_target())");
   const detail::FastBodies& bodies = detail::paged_bodies();
   const std::int64_t splits = part.sequence_splits, keys_per_split = part.keys_per_split;

@@ -24,25 +24,31 @@ namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 // P V, so both streams stay in flight instead of restarting at every phase).
 // Paged rows: the page holding the tile's first row (`first`) and the page after it are looked up
 // once, when the prefetcher is made (per tile); a step's rows inside one of them are a strided run
-// from there, and only rows straddling a page or beyond both are looked up one by one. A table
-// lookup per step cost the paged bf16 group-4 decode 27% (docs/perf-notes.md, "Paged decode on the
-// CPU: two lookups per tile").
+// from there. A step past both (a tile spanning several pages) moves the pair of pages to its own
+// page, one lookup per two pages walked; only rows straddling a page are looked up one by one. A
+// table lookup per step cost the paged bf16 group-4 decode 27% (docs/perf-notes.md, "Paged decode
+// on the CPU: two lookups per tile").
 struct PrefetchRows {
   const char* base;  // row 0, byte `from` (rows of one strided run)
   std::int64_t stride, bytes, last;
   const RowSource* paged;  // the source when its rows are paged, else null
   std::int64_t elem, from;
-  std::int64_t page_first = 0, page_rows = 0;  // paged: the first page's first row, rows per page
-  // Paged: row r of the first page at here + r * stride, of the next at next + r * stride (as
-  // integers: the bases themselves may lie outside the pool). Without a next page (it starts past
-  // `last`) both are the first page's: rows past `last` are never fetched.
-  std::uintptr_t here = 0, next = 0;
+  std::int64_t page_rows = 0;  // paged: rows per page
+  // Paged, the window of two pages (moved along the tile by `rows`): the first page's first row;
+  // row r of the first page at here + r * stride, of the next at next + r * stride (as integers:
+  // the bases themselves may lie outside the pool). Without a next page (it starts past `last`)
+  // both are the first page's: rows past `last` are never fetched.
+  mutable std::int64_t page_first = 0;
+  mutable std::uintptr_t here = 0, next = 0;
 
   PrefetchRows(const RowSource& s, std::int64_t elem_, std::int64_t from_, std::int64_t bytes_, std::int64_t last_,
                std::int64_t first)
       : base(static_cast<const char*>(s.data) + s.offset * elem_ + from_), stride(s.row_stride * elem_), bytes(bytes_),
         last(last_), paged(s.pages != nullptr ? &s : nullptr), elem(elem_), from(from_) {
-    if (paged != nullptr) find_pages(first);
+    if (paged != nullptr) {
+      page_rows = std::int64_t{1} << paged->page_shift;
+      find_pages(first);
+    }
   }
 
   // Row r's address (byte `from`), looked up in the page table where the rows are paged.
@@ -68,6 +74,10 @@ struct PrefetchRows {
     const char* p = base + row * stride;
     if (paged != nullptr) {
       p = paged_run<kRows>(row);
+      if (p == nullptr && row >= page_first + 2 * page_rows && row <= last) {
+        find_pages(row);
+        p = paged_run<kRows>(row);
+      }
       if (p == nullptr) {
         each_row<kLocality>(row, kRows, n);
         return;
@@ -92,8 +102,7 @@ struct PrefetchRows {
 
  private:
   // Out of line: the contiguous bodies' loops keep the code they had before pages existed.
-  __attribute__((noinline)) void find_pages(std::int64_t first) {
-    page_rows = std::int64_t{1} << paged->page_shift;
+  __attribute__((noinline)) void find_pages(std::int64_t first) const {
     page_first = first & ~(page_rows - 1);
     here = page_base(page_first);
     next = page_first + page_rows <= last ? page_base(page_first + page_rows) : here;

@@ -61,13 +61,16 @@ constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
 // short turns suit Intel's prefetchers), and AMD cores at 16 lanes were not measured
 // (docs/perf-notes.md, CPU round 33).
 constexpr int kPipelinedDecodeLanes = 8;
-// Paged decode: the bodies read a tile in place only when it lies in one page (paged_decode.cpp), so
-// where this host's tile is longer than a power-of-two page of at least 8 keys the tile shrinks to the
-// page. Against gathering 256-key tiles into staging, two threads of a Zen 4, b1 x 64k group 4:
-// pages of 8 / 16 / 32 / 64 keys bf16 1.1-1.9x / 1.4-1.5x / 1.4-2.0x / 1.3-1.8x faster, f32
-// 1.1-1.3x / 1.4x / 1.8-2.2x / 1.7-2.5x; pages of 4 were as often slower, pages of 1 2-6x slower
-// (docs/perf-notes.md, "Paged decode on the CPU: tiles shrunk to the page").
+// Paged decode reads power-of-two pages of at least 8 keys in place (paged_decode.cpp): a tile
+// that a page holds, or, from pages of 16 keys (every body's key step fits a page), a tile of whole
+// pages walked page by page (fast_tasks.hpp's rows_per_run); a longer tile shrinks to pages of 8.
+// Against gathering 256-key tiles into staging, two threads of a Zen 4, b1 x 64k group 4, tiles
+// shrunk to pages of 8 / 16 / 32 / 64 keys: bf16 1.1-1.9x / 1.4-1.5x / 1.4-2.0x / 1.3-1.8x faster,
+// f32 1.1-1.3x / 1.4x / 1.8-2.2x / 1.7-2.5x (pages of 4 as often slower, of 1 2-6x slower); 256-key
+// tiles walked across pages of 16 / 64 another ~17% / ~7% (bf16; docs/perf-notes.md, "Paged decode
+// on the CPU: tiles shrunk to the page").
 constexpr std::uint64_t kMinInPlacePageKeys = 8;
+constexpr std::uint64_t kMinSpannedPageKeys = 16;
 // Pairs of heads (group 2) only for f32 rows: b1 / b4 x 64k f32 -35%, but bf16 and f16 +25% (their
 // widening and O's per-head load and store per chunk make the pair compute-bound; the tiled body's
 // 16-key tiles read them at ~70%).
@@ -242,11 +245,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   }
 
   const std::uint64_t page = cache == DecodeCache::kPaged ? u(page_size) : 0;
-  if (page >= kMinInPlacePageKeys && std::has_single_bit(page) && page < tile) {
+  if (page >= kMinInPlacePageKeys && page < kMinSpannedPageKeys && std::has_single_bit(page) && page < tile) {
     tile = page;
-    reasons.push_back("tile: " + std::to_string(tile) + " keys, one page: the bodies read tiles in place only inside a "
-                      "page, which beats gathering longer tiles into staging from pages of " +
-                      std::to_string(kMinInPlacePageKeys) + " keys up");
+    reasons.push_back("tile: " + std::to_string(tile) + " keys, one page: the bodies walk a tile across pages of " +
+                      std::to_string(kMinSpannedPageKeys) + " keys or more, and read shorter pages in place one "
+                      "tile each, which beats gathering longer tiles into staging");
   }
   // Splits: see balanced_key_splits.
   const std::uint64_t units = u(pr.batch) * u(pr.kv_heads);
@@ -385,6 +388,11 @@ void partition_cpu_prefill(const PrefillProblem& pr, const Target& t, const Kern
   p.split_reduce_scratch_elements = 0;
   p.grid_blocks = tasks;
   p.pipeline_stages = 1;
+}
+
+bool cpu_reads_pages_in_place(std::int64_t page_size, std::uint32_t tile) {
+  const std::uint64_t page = u(page_size);
+  return std::has_single_bit(page) && (page % tile == 0 || (page >= kMinSpannedPageKeys && tile % page == 0));
 }
 
 }  // namespace attnkit::detail

@@ -55,15 +55,6 @@ void add_page_table_reads(Evidence& e, std::int64_t batch, std::int64_t kv_len, 
   if (target.peak_read_bytes_per_s > 0) e.predicted_seconds += static_cast<double>(bytes) / target.peak_read_bytes_per_s;
 }
 
-// CPU decode: whether the bodies can read each tile's rows in place in its page. A tile's rows must
-// be one strided run: the page holds whole tiles (a power-of-two page the tile divides) and tiles
-// start on multiples of the tile (the kernel gathers the few keys of a window before its first
-// boundary). Else chunks are gathered into contiguous staging first.
-bool cpu_reads_pages_in_place(const PagedDecodeProblem& problem, std::uint32_t tile) {
-  const std::int64_t page = problem.cache.page_size;
-  return (page & (page - 1)) == 0 && page % tile == 0;
-}
-
 std::uint32_t gather_keys_for(const Target& target, std::int64_t head_dim, DType kv_dtype, std::uint32_t tile) {
   if (target.backend != Backend::kCpu) return 0;  // the GPU kernels read pages in place
   const std::uint64_t per_key = 2 * u(head_dim) * dtype_size(kv_dtype);
@@ -337,7 +328,7 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
               "under " + std::to_string(geo::kMinBoxPageRows) + " rows, or pages and tiles that do not nest)");
   }
   const std::uint32_t tile = plan.partition.tile_size;
-  const bool in_place = target.backend == Backend::kCpu && cpu_reads_pages_in_place(problem, tile);
+  const bool in_place = target.backend == Backend::kCpu && detail::cpu_reads_pages_in_place(problem.cache.page_size, tile);
   plan.gather_keys = in_place ? 0 : gather_keys_for(target, problem.head_dim, problem.kv_dtype, tile);
   plan.reasons.push_back(cache_line(problem.cache));
   if (target.backend == Backend::kCpu && problem.cache.layout == PageLayout::kNHD && problem.kv_heads > 1) {
@@ -348,14 +339,14 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   }
   if (in_place) {
     plan.reasons.push_back("in place: the decode bodies read each tile of " + std::to_string(tile) +
-                           " keys from its page (pages of a power of two keys that the tile divides), table "
-                           "lookups per tile only (its page and the next, for the prefetches), no staging copy "
-                           "(a window's keys before its first tile boundary are copied)");
+                           " keys from its page" + (problem.cache.page_size < tile ? "s, page by page" : std::string()) +
+                           ", table lookups per page run only (and per two pages for the prefetches), no staging "
+                           "copy (a window's keys before its first tile boundary are copied)");
   } else if (plan.gather_keys > 0) {
     plan.reasons.push_back("gather: " + std::to_string(plan.gather_keys) +
                            " keys of K and V copied from their pages per kernel call (half of an assumed 1 MiB L2), "
                            "each chunk's partial state merged into the task's (in place needs pages of a power of "
-                           "two keys that the tile of " + std::to_string(tile) + " divides)");
+                           "two keys, at least 8)");
   }
   plan.bounds = PlanBounds{problem.batch, problem.kv_len, 1, problem.batch, plan.evidence.workspace_bytes};
   plan.reasons.push_back(bounds_line(plan.bounds));

@@ -17,11 +17,15 @@ namespace attnkit::detail {
 // without a cache hint (evict-first measured no gain there: docs/perf-notes.md, "Decode round 23").
 enum class DecodeCache { kContiguous, kPaged };
 // CPU: a contiguous multi-head cache on cores whose prefetch hints hold L1's miss buffers streams
-// K beside V (pipeline_stages 2); paged tasks keep the tiled body, on tiles no longer than a page
-// of `page_size` keys where that lets the bodies read them in place.
+// K beside V (pipeline_stages 2); paged tasks keep the tiled body, on tiles the bodies can read in
+// place from pages of `page_size` keys where the page allows it (cpu_reads_pages_in_place).
 void partition_cpu_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,
                           WorkPartition& partition, std::vector<std::string>& reasons,
                           DecodeCache cache = DecodeCache::kContiguous, std::int64_t page_size = 0);
+// CPU paged decode: whether the bodies read tiles of `tile` keys in place from pages of `page_size`
+// keys (a power of two that holds whole tiles, or, from 16 keys, whose whole pages make a tile);
+// else the kernel gathers chunks of keys into staging.
+bool cpu_reads_pages_in_place(std::int64_t page_size, std::uint32_t tile);
 void partition_cpu_prefill(const PrefillProblem& p, const Target& t, const KernelFamily* requested,
                            WorkPartition& partition, std::vector<std::string>& reasons);
 void partition_cuda_decode(const DecodeProblem& p, const Target& t, const KernelFamily* requested,

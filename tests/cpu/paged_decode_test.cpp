@@ -3,6 +3,8 @@
 // soft-cap, split-KV plans, every dtype; plus the paged golden against the contiguous golden.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "paged_case.hpp"
 
 namespace attnkit::testing {
@@ -97,6 +99,50 @@ TEST(PagedDecode, TilesReadInPlaceFromTheirPagesMatchGolden) {
     }
   }
   EXPECT_GT(split_plans, 0) << "no case exercised split-KV in place";
+}
+
+// Tiles of whole pages walked page by page, on any host: the plan is made for a core with 256-key
+// tiles (16 lanes, neither Intel's nor AMX), and the host's bodies run it. Every dtype (the
+// row-block bodies of groups of 4k heads, the generic and vdpbf16ps ones of the others), head_dim
+// 128 and a generic 72, pages of 16 and 64 dealt at random (NaN in the spare pages), lengths ending
+// mid-page, mid-tile and on a tile boundary, a window starting mid-page, split and unsplit plans.
+TEST(PagedDecode, TilesSpanningPagesMatchGolden) {
+  int spanning = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (auto [heads, kv_heads, head_dim] : {std::tuple{8, 2, 128}, std::tuple{4, 4, 72}, std::tuple{16, 2, 72},
+                                             std::tuple{8, 4, 128}}) {
+      for (std::int64_t page : {16, 64}) {
+        const std::uint64_t seed = fresh_seed();
+        std::mt19937_64 rng(seed);
+        PagedSetup s;
+        s.layout = heads == 4 ? PageLayout::kNHD : PageLayout::kHND;
+        s.page_size = page;
+        s.batch = 3;
+        s.heads = heads;
+        s.kv_heads = kv_heads;
+        s.head_dim = head_dim;
+        s.dtype = dtype;
+        s.lengths = {1999, 512, 37};
+        PagedCase c(s, rng);
+        for (int threads : {1, 8}) {
+          Target target = cpu_target(threads);
+          target.cpu_intel_cores = false;
+          target.cpu_matrix_tiles = false;
+          target.cpu_vector_lanes = 16;
+          auto problem = paged_decode_problem(c, 2000);
+          if (threads == 8) problem.options.window = 700;
+          const auto plan = plan_paged_decode(problem, target);
+          ASSERT_EQ(plan.gather_keys, 0u);
+          ASSERT_GT(plan.partition.tile_size, page) << "the case should walk tiles across pages";
+          spanning += 1;
+          const DecodeRun r = run_paged_decode(c, plan, rng);
+          check_against_golden(c, plan, r, describe_setup(s, seed) + " threads=" + std::to_string(threads) +
+                                               " tile=" + std::to_string(plan.partition.tile_size));
+        }
+      }
+    }
+  }
+  EXPECT_GT(spanning, 0);
 }
 
 TEST(PagedDecode, SplitKvWindowsSoftcapEmptySequencesAndDtypes) {
