@@ -168,55 +168,55 @@ void decode_scores(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0, 
   const PrefetchRows pk(t.k, eb, 0, d * eb, last, j0), pv(t.v, eb, 0, d * eb, last, j0);
   const std::int64_t run = rows_per_run(t.k, n);
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
-  for (std::int64_t j = r0; j < r1; j += kKeys) {
-    typename Vec::Acc acc[W];
-    for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
-    std::int64_t key_offset[kKeys];
-    for (int kk = 0; kk < kKeys; ++kk) {
-      // A short last pass repeats its last key; those lanes are discarded.
-      key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
-    }
-    if (g0 == 0) {
+    const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
+    for (std::int64_t j = r0; j < r1; j += kKeys) {
+      typename Vec::Acc acc[W];
+      for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
+      std::int64_t key_offset[kKeys];
       for (int kk = 0; kk < kKeys; ++kk) {
-        pk.rows<3, 1, kRowBytes>(j0 + j + kk + ahead);
-        pv.rows<2, 1, kRowBytes>(j0 + j + kk);
+        // A short last pass repeats its last key; those lanes are discarded.
+        key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
       }
-    }
-    // Pairs hold 2 x kKeys K vectors beside the W accumulators: only for a few keys per pass.
-    if constexpr (kPairChunks<Tag, kD> && kKeys <= 2) {
-#pragma GCC unroll 8
-      for (std::int64_t c = 0; c < d; c += 2 * W) {
-        V klo[kKeys], khi[kKeys];
+      if (g0 == 0) {
         for (int kk = 0; kk < kKeys; ++kk) {
-          load_chunk_pair<Tag, kD>(t.k.data, key_offset[kk] + c, klo[kk], khi[kk]);
+          pk.rows<3, 1, kRowBytes>(j0 + j + kk + ahead);
+          pv.rows<2, 1, kRowBytes>(j0 + j + kk);
         }
-        for (int g = 0; g < GC; ++g) {
-          const V qlo = Vec::load(L.q + (g0 + g) * L.dp + c), qhi = Vec::load(L.q + (g0 + g) * L.dp + c + W);
+      }
+      // Pairs hold 2 x kKeys K vectors beside the W accumulators: only for a few keys per pass.
+      if constexpr (kPairChunks<Tag, kD> && kKeys <= 2) {
+#pragma GCC unroll 8
+        for (std::int64_t c = 0; c < d; c += 2 * W) {
+          V klo[kKeys], khi[kKeys];
           for (int kk = 0; kk < kKeys; ++kk) {
-            acc[kk * GC + g] = Vec::acc_fma(qlo, klo[kk], acc[kk * GC + g]);
-            acc[kk * GC + g] = Vec::acc_fma(qhi, khi[kk], acc[kk * GC + g]);
+            load_chunk_pair<Tag, kD>(t.k.data, key_offset[kk] + c, klo[kk], khi[kk]);
+          }
+          for (int g = 0; g < GC; ++g) {
+            const V qlo = Vec::load(L.q + (g0 + g) * L.dp + c), qhi = Vec::load(L.q + (g0 + g) * L.dp + c + W);
+            for (int kk = 0; kk < kKeys; ++kk) {
+              acc[kk * GC + g] = Vec::acc_fma(qlo, klo[kk], acc[kk * GC + g]);
+              acc[kk * GC + g] = Vec::acc_fma(qhi, khi[kk], acc[kk * GC + g]);
+            }
+          }
+        }
+      } else {
+#pragma GCC unroll 16
+        for (std::int64_t c = 0; c < d; c += W) {
+          const int m = kD > 0 ? W : static_cast<int>(imin(W, d - c));
+          V qv[GC];
+          for (int g = 0; g < GC; ++g) qv[g] = Vec::load(L.q + (g0 + g) * L.dp + c);
+          for (int kk = 0; kk < kKeys; ++kk) {
+            const V kv = load_chunk<Tag>(t.k.data, key_offset[kk] + c, m);
+            for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::acc_fma(qv[g], kv, acc[kk * GC + g]);
           }
         }
       }
-    } else {
-#pragma GCC unroll 16
-      for (std::int64_t c = 0; c < d; c += W) {
-        const int m = kD > 0 ? W : static_cast<int>(imin(W, d - c));
-        V qv[GC];
-        for (int g = 0; g < GC; ++g) qv[g] = Vec::load(L.q + (g0 + g) * L.dp + c);
-        for (int kk = 0; kk < kKeys; ++kk) {
-          const V kv = load_chunk<Tag>(t.k.data, key_offset[kk] + c, m);
-          for (int g = 0; g < GC; ++g) acc[kk * GC + g] = Vec::acc_fma(qv[g], kv, acc[kk * GC + g]);
-        }
+      Vec::store(L.lanes, Vec::acc_transpose_sum(acc));
+      const std::int64_t valid = imin(kKeys, n - j);
+      for (std::int64_t kk = 0; kk < valid; ++kk) {
+        for (int g = 0; g < GC; ++g) L.scores[(g0 + g) * L.tp + j + kk] = L.lanes[kk * GC + g];
       }
     }
-    Vec::store(L.lanes, Vec::acc_transpose_sum(acc));
-    const std::int64_t valid = imin(kKeys, n - j);
-    for (std::int64_t kk = 0; kk < valid; ++kk) {
-      for (int g = 0; g < GC; ++g) L.scores[(g0 + g) * L.tp + j + kk] = L.lanes[kk * GC + g];
-    }
-  }
   }
 }
 
@@ -238,25 +238,25 @@ void decode_pv_block(const DecodeTask& t, const DecodeLayout& L, std::int64_t g0
   const PrefetchRows pv(t.v, eb, pf_from, pf_bytes, last, j0), pk(t.k, eb, 0, d * eb, last, j0);
   const std::int64_t run = rows_per_run(t.v, n);
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
-  for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
-    if (g0 == 0) {
-      pv.rows<3, 1, kVBytes>(j0 + j + ahead);
-      if (c0 == 0) pk.rows<2, 1, kKBytes>(j0 + n + j);
-    }
-    V vv[NV];
-    if constexpr (kPairChunks<Tag, kD> && NV % 2 == 0) {
-      for (int v = 0; v < NV; v += 2) {
-        load_chunk_pair<Tag, kD>(t.v.data, offset + v * W, vv[v], vv[v + 1]);
+    std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
+    for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
+      if (g0 == 0) {
+        pv.rows<3, 1, kVBytes>(j0 + j + ahead);
+        if (c0 == 0) pk.rows<2, 1, kKBytes>(j0 + n + j);
       }
-    } else {
-      for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+      V vv[NV];
+      if constexpr (kPairChunks<Tag, kD> && NV % 2 == 0) {
+        for (int v = 0; v < NV; v += 2) {
+          load_chunk_pair<Tag, kD>(t.v.data, offset + v * W, vv[v], vv[v + 1]);
+        }
+      } else {
+        for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+      }
+      for (int g = 0; g < GR; ++g) {
+        const V pb = Vec::set1(L.scores[(g0 + g) * L.tp + j]);
+        for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
+      }
     }
-    for (int g = 0; g < GR; ++g) {
-      const V pb = Vec::set1(L.scores[(g0 + g) * L.tp + j]);
-      for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
-    }
-  }
   }
   for (int g = 0; g < GR; ++g)
     for (int v = 0; v < NV; ++v) Vec::store(L.acc + (g0 + g) * L.dp + (c0 + v) * W, acc[g][v]);

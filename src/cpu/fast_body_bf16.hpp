@@ -121,39 +121,39 @@ void decode_scores_bf16(const DecodeTask& t, const DecodeLayoutBf16& L, std::int
   const PrefetchRows pk(t.k, 2, 0, d * 2, last, j0), pv(t.v, 2, 0, d * 2, last, j0);
   const std::int64_t run = rows_per_run(t.k, n);
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
-  for (std::int64_t j = r0; j < r1; j += kKeys) {
-    V acc[W];
-    for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
-    std::int64_t key_offset[kKeys];
-    for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
-    if (g0 == 0) {
-      for (int kk = 0; kk < kKeys; ++kk) {
-        pk.rows<3, 1>(j0 + j + kk + ahead);
-        pv.rows<2, 1>(j0 + j + kk);
+    const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
+    for (std::int64_t j = r0; j < r1; j += kKeys) {
+      V acc[W];
+      for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
+      std::int64_t key_offset[kKeys];
+      for (int kk = 0; kk < kKeys; ++kk) key_offset[kk] = tile_offset + imin(j + kk, n - 1) * t.k.row_stride;
+      if (g0 == 0) {
+        for (int kk = 0; kk < kKeys; ++kk) {
+          pk.rows<3, 1>(j0 + j + kk + ahead);
+          pv.rows<2, 1>(j0 + j + kk);
+        }
       }
-    }
-    for (std::int64_t c = 0; c < d; c += kPairChunk) {
-      const int m = static_cast<int>(imin(kPairChunk, d - c));
-      for (int kk = 0; kk < kKeys; ++kk) {
-        const P16 kv = B16::load(k + key_offset[kk] + c, m);
-        for (int g = 0; g < GC; ++g) {
-          acc[kk * GC + g] = B16::dot(acc[kk * GC + g], B16::load(L.qh + (g0 + g) * L.dp + c, kPairChunk), kv);
-          if constexpr (kSplit) {
-            acc[kk * GC + g] = B16::dot(acc[kk * GC + g], B16::load(L.ql + (g0 + g) * L.dp + c, kPairChunk), kv);
+      for (std::int64_t c = 0; c < d; c += kPairChunk) {
+        const int m = static_cast<int>(imin(kPairChunk, d - c));
+        for (int kk = 0; kk < kKeys; ++kk) {
+          const P16 kv = B16::load(k + key_offset[kk] + c, m);
+          for (int g = 0; g < GC; ++g) {
+            acc[kk * GC + g] = B16::dot(acc[kk * GC + g], B16::load(L.qh + (g0 + g) * L.dp + c, kPairChunk), kv);
+            if constexpr (kSplit) {
+              acc[kk * GC + g] = B16::dot(acc[kk * GC + g], B16::load(L.ql + (g0 + g) * L.dp + c, kPairChunk), kv);
+            }
           }
         }
       }
+      // Lane kk * GC + g holds (key kk, row g): regroup to g * kKeys + kk, then one masked store per
+      // row (a scalar scatter through memory would stall on store forwarding).
+      const V w = _mm512_permutexvar_ps(by_row, Vec::transpose_sum(acc));
+      const std::int64_t valid = imin(kKeys, n - j);
+      const unsigned keys_mask = (1u << valid) - 1u;
+      for (int g = 0; g < GC; ++g) {
+        _mm512_mask_storeu_ps(L.scores + (g0 + g) * L.tp + j - g * kKeys, static_cast<__mmask16>(keys_mask << (g * kKeys)), w);
+      }
     }
-    // Lane kk * GC + g holds (key kk, row g): regroup to g * kKeys + kk, then one masked store per
-    // row (a scalar scatter through memory would stall on store forwarding).
-    const V w = _mm512_permutexvar_ps(by_row, Vec::transpose_sum(acc));
-    const std::int64_t valid = imin(kKeys, n - j);
-    const unsigned keys_mask = (1u << valid) - 1u;
-    for (int g = 0; g < GC; ++g) {
-      _mm512_mask_storeu_ps(L.scores + (g0 + g) * L.tp + j - g * kKeys, static_cast<__mmask16>(keys_mask << (g * kKeys)), w);
-    }
-  }
   }
 }
 
@@ -196,23 +196,23 @@ void decode_pv_bf16_block(const DecodeTask& t, const DecodeLayoutBf16& L, std::i
   const std::int64_t run = rows_per_run(t.v, n);
   std::int64_t j = 0;
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
-  for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pf += 4 * stride) {
-    if (g0 == 0 && t.v.pages != nullptr) {
-      const std::int64_t r = j0 + ahead + 2 * j;
-      pv.rows<3, 1, CB * 64>(r);
-      pv.rows<3, 1, CB * 64>(r + 2);
-    } else if (g0 == 0 && pf <= pf_end) {
-      for (int b = 0; b < CB; ++b) {
-        _mm_prefetch(pf + b * 64, _MM_HINT_T0);
-        _mm_prefetch(pf + 2 * stride + b * 64, _MM_HINT_T0);
+    if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
+    for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pf += 4 * stride) {
+      if (g0 == 0 && t.v.pages != nullptr) {
+        const std::int64_t r = j0 + ahead + 2 * j;
+        pv.rows<3, 1, CB * 64>(r);
+        pv.rows<3, 1, CB * 64>(r + 2);
+      } else if (g0 == 0 && pf <= pf_end) {
+        for (int b = 0; b < CB; ++b) {
+          _mm_prefetch(pf + b * 64, _MM_HINT_T0);
+          _mm_prefetch(pf + 2 * stride + b * 64, _MM_HINT_T0);
+        }
       }
+      if (g0 == 0 && b0 == 0) {
+        pk.rows<2, 2>(j0 + n + j);
+      }
+      pair(ra + stride, j);
     }
-    if (g0 == 0 && b0 == 0) {
-      pk.rows<2, 2>(j0 + n + j);
-    }
-    pair(ra + stride, j);
-  }
   }
   if (j < n) pair(nullptr, j);
   for (int g = 0; g < GR; ++g)

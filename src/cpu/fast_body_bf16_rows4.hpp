@@ -117,16 +117,16 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   std::int64_t j = 0;
   // Whole steps run by run (a page's rows of a paged K; every run but the last is whole steps).
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  kbase = kdata + run_offset(t.k, j0, r0);
-  for (const std::int64_t r1 = imin(n, r0 + run); j + 4 <= r1; j += 4) {
-    if (prefetch) {
-      pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
-      pv.rows<2, 4, kRowBytes>(j0 + j);
+    kbase = kdata + run_offset(t.k, j0, r0);
+    for (const std::int64_t r1 = imin(n, r0 + run); j + 4 <= r1; j += 4) {
+      if (prefetch) {
+        pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
+        pv.rows<2, 4, kRowBytes>(j0 + j);
+      }
+      const std::uint16_t* k0 = kbase + j * stride;
+      const std::uint16_t* kr[4] = {k0, k0 + stride, k0 + 2 * stride, k0 + 3 * stride};
+      score_keys4_rows4<kSplit, kD>(t, kr, qh, ql, L.dp, L.s + j * 4);
     }
-    const std::uint16_t* k0 = kbase + j * stride;
-    const std::uint16_t* kr[4] = {k0, k0 + stride, k0 + 2 * stride, k0 + 3 * stride};
-    score_keys4_rows4<kSplit, kD>(t, kr, qh, ql, L.dp, L.s + j * 4);
-  }
   }
   if (j < n) {
     if (prefetch) {
@@ -241,47 +241,47 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
   const std::int64_t run = rows_per_run(t.v, n);
   std::int64_t j = 0;
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
-  for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pp += 4) {
-    if (prefetch) {
-      pv.rows<3, 2, kVBytes>(j0 + j + v_ahead);
-      if constexpr (kPasses > 0) {
-        // Keys [pass * n + j, pass * n + j + 2) of the passes' joint walk, scaled to one tile.
-        for (std::int64_t r = (pass * n + j) / kPasses; r < (pass * n + j + 2) / kPasses; ++r) {
-          pk.rows<2, 1, kKBytes>(j0 + n + r);
-        }
-      } else {
-        // k_rows rows over n keys, two keys per step: one whenever the credit reaches n.
-        k_credit += 2 * k_rows;
-        while (k_credit >= n && k_next < k_end) {
-          pk.rows<2, 1>(k_next++);
-          k_credit -= n;
+    if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
+    for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pp += 4) {
+      if (prefetch) {
+        pv.rows<3, 2, kVBytes>(j0 + j + v_ahead);
+        if constexpr (kPasses > 0) {
+          // Keys [pass * n + j, pass * n + j + 2) of the passes' joint walk, scaled to one tile.
+          for (std::int64_t r = (pass * n + j) / kPasses; r < (pass * n + j + 2) / kPasses; ++r) {
+            pk.rows<2, 1, kKBytes>(j0 + n + r);
+          }
+        } else {
+          // k_rows rows over n keys, two keys per step: one whenever the credit reaches n.
+          k_credit += 2 * k_rows;
+          while (k_credit >= n && k_next < k_end) {
+            pk.rows<2, 1>(k_next++);
+            k_credit -= n;
+          }
         }
       }
-    }
-    if constexpr (kFma) {
-      pv_key_fma<CB, kTail>(acc, ra, L.s + j * 4, width);
-      pv_key_fma<CB, kTail>(acc, ra + stride, L.s + j * 4 + 4, width);
-      continue;
-    }
-    P16 lo[CB], hi[CB];
-#pragma GCC unroll 4
-    for (int b = 0; b < CB; ++b) {
-      const P16 va = kTail ? _mm512_maskz_loadu_epi16(mask[b], ra + b * kPairChunk) : _mm512_loadu_si512(ra + b * kPairChunk);
-      const P16 vb = kTail ? _mm512_maskz_loadu_epi16(mask[b], ra + stride + b * kPairChunk)
-                           : _mm512_loadu_si512(ra + stride + b * kPairChunk);
-      B16::interleave(va, vb, lo[b], hi[b]);
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const P16 pb = B16::broadcast_pair(pp[g]);
+      if constexpr (kFma) {
+        pv_key_fma<CB, kTail>(acc, ra, L.s + j * 4, width);
+        pv_key_fma<CB, kTail>(acc, ra + stride, L.s + j * 4 + 4, width);
+        continue;
+      }
+      P16 lo[CB], hi[CB];
 #pragma GCC unroll 4
       for (int b = 0; b < CB; ++b) {
-        acc[g][2 * b] = B16::dot(acc[g][2 * b], pb, lo[b]);
-        acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pb, hi[b]);
+        const P16 va = kTail ? _mm512_maskz_loadu_epi16(mask[b], ra + b * kPairChunk) : _mm512_loadu_si512(ra + b * kPairChunk);
+        const P16 vb = kTail ? _mm512_maskz_loadu_epi16(mask[b], ra + stride + b * kPairChunk)
+                             : _mm512_loadu_si512(ra + stride + b * kPairChunk);
+        B16::interleave(va, vb, lo[b], hi[b]);
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const P16 pb = B16::broadcast_pair(pp[g]);
+#pragma GCC unroll 4
+        for (int b = 0; b < CB; ++b) {
+          acc[g][2 * b] = B16::dot(acc[g][2 * b], pb, lo[b]);
+          acc[g][2 * b + 1] = B16::dot(acc[g][2 * b + 1], pb, hi[b]);
+        }
       }
     }
-  }
   }
   if constexpr (kFma) {
     if (j < n) pv_key_fma<CB, true>(acc, ra, L.s + j * 4, width);  // a lone last key

@@ -147,72 +147,72 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
   const std::int64_t ahead = rows4_f_prefetch_rows<Tag>(t), run = rows_per_run(t.k, n);
   const float* q = L.q + h0 * L.dp;
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
-  for (std::int64_t j = r0; j < r1; j += kRows4Keys) {
-    if (prefetch) {
-      pk.rows<3, kRows4Keys, kRowBytes>(j0 + j + ahead);
-      pv.rows<2, kRows4Keys, kRowBytes>(j0 + j);
-    }
-    std::int64_t kr[kRows4Keys];
+    const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
+    for (std::int64_t j = r0; j < r1; j += kRows4Keys) {
+      if (prefetch) {
+        pk.rows<3, kRows4Keys, kRowBytes>(j0 + j + ahead);
+        pv.rows<2, kRows4Keys, kRowBytes>(j0 + j);
+      }
+      std::int64_t kr[kRows4Keys];
 #pragma GCC unroll 4
-    for (int kk = 0; kk < kRows4Keys; ++kk) kr[kk] = tile_offset + imin(j + kk, n - 1) * stride;
-    V acc[W];
+      for (int kk = 0; kk < kRows4Keys; ++kk) kr[kk] = tile_offset + imin(j + kk, n - 1) * stride;
+      V acc[W];
 #pragma GCC unroll 16
-    for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
-    if constexpr (even_odd_columns<Tag>() && W < 16) {
-      // 16 registers: W accumulators, both keys' even and odd K columns, and one head's q at a
-      // time, one chunk per iteration (with q's 8 vectors in registers, or chunks unrolled, the
-      // compiler spilled accumulators; with q read by every FMA the loads outnumbered the FMAs).
-      const auto* k = static_cast<const std::uint16_t*>(t.k.data);
+      for (int i = 0; i < W; ++i) acc[i] = Vec::zero();
+      if constexpr (even_odd_columns<Tag>() && W < 16) {
+        // 16 registers: W accumulators, both keys' even and odd K columns, and one head's q at a
+        // time, one chunk per iteration (with q's 8 vectors in registers, or chunks unrolled, the
+        // compiler spilled accumulators; with q read by every FMA the loads outnumbered the FMAs).
+        const auto* k = static_cast<const std::uint16_t*>(t.k.data);
 #pragma GCC unroll 1
-      for (std::int64_t c = 0; c < d; c += kEvenOddChunk) {
-        const int m = kD > 0 ? static_cast<int>(kEvenOddChunk) : static_cast<int>(imin(kEvenOddChunk, d - c));
-        V even[kRows4Keys], odd[kRows4Keys];
+        for (std::int64_t c = 0; c < d; c += kEvenOddChunk) {
+          const int m = kD > 0 ? static_cast<int>(kEvenOddChunk) : static_cast<int>(imin(kEvenOddChunk, d - c));
+          V even[kRows4Keys], odd[kRows4Keys];
 #pragma GCC unroll 4
-        for (int kk = 0; kk < kRows4Keys; ++kk) Vec::load_bf16_even_odd(k + kr[kk] + c, m, even[kk], odd[kk]);
+          for (int kk = 0; kk < kRows4Keys; ++kk) Vec::load_bf16_even_odd(k + kr[kk] + c, m, even[kk], odd[kk]);
 #pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) {
-          const V qe = Vec::load(q + g * L.dp + c), qo = Vec::load(q + g * L.dp + c + W);
+          for (int g = 0; g < 4; ++g) {
+            const V qe = Vec::load(q + g * L.dp + c), qo = Vec::load(q + g * L.dp + c + W);
 #pragma GCC unroll 4
-          for (int kk = 0; kk < kRows4Keys; ++kk) {
-            acc[kk * 4 + g] = Vec::fma(qo, odd[kk], Vec::fma(qe, even[kk], acc[kk * 4 + g]));
+            for (int kk = 0; kk < kRows4Keys; ++kk) {
+              acc[kk * 4 + g] = Vec::fma(qo, odd[kk], Vec::fma(qe, even[kk], acc[kk * 4 + g]));
+            }
           }
         }
-      }
-      Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
-      continue;
-    } else if constexpr (even_odd_columns<Tag>()) {
-      const auto* k = static_cast<const std::uint16_t*>(t.k.data);
-      for (std::int64_t c = 0; c < d; c += kEvenOddChunk) {
-        const int m = static_cast<int>(imin(kEvenOddChunk, d - c));
-        V qe[4], qo[4];
+        Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
+        continue;
+      } else if constexpr (even_odd_columns<Tag>()) {
+        const auto* k = static_cast<const std::uint16_t*>(t.k.data);
+        for (std::int64_t c = 0; c < d; c += kEvenOddChunk) {
+          const int m = static_cast<int>(imin(kEvenOddChunk, d - c));
+          V qe[4], qo[4];
 #pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) qe[g] = Vec::load(q + g * L.dp + c), qo[g] = Vec::load(q + g * L.dp + c + W);
+          for (int g = 0; g < 4; ++g) qe[g] = Vec::load(q + g * L.dp + c), qo[g] = Vec::load(q + g * L.dp + c + W);
+#pragma GCC unroll 4
+          for (int kk = 0; kk < kRows4Keys; ++kk) {
+            V even, odd;
+            Vec::load_bf16_even_odd(k + kr[kk] + c, m, even, odd);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; ++g) acc[kk * 4 + g] = Vec::fma(qo[g], odd, Vec::fma(qe[g], even, acc[kk * 4 + g]));
+          }
+        }
+        Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
+        continue;
+      }
+      for (std::int64_t c = 0; c < d; c += W) {
+        const int m = static_cast<int>(imin(W, d - c));
+        V qv[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) qv[g] = Vec::load(q + g * L.dp + c);
 #pragma GCC unroll 4
         for (int kk = 0; kk < kRows4Keys; ++kk) {
-          V even, odd;
-          Vec::load_bf16_even_odd(k + kr[kk] + c, m, even, odd);
+          const V kv = load_chunk<Tag>(t.k.data, kr[kk] + c, m);
 #pragma GCC unroll 4
-          for (int g = 0; g < 4; ++g) acc[kk * 4 + g] = Vec::fma(qo[g], odd, Vec::fma(qe[g], even, acc[kk * 4 + g]));
+          for (int g = 0; g < 4; ++g) acc[kk * 4 + g] = Vec::fma(qv[g], kv, acc[kk * 4 + g]);
         }
       }
       Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
-      continue;
     }
-    for (std::int64_t c = 0; c < d; c += W) {
-      const int m = static_cast<int>(imin(W, d - c));
-      V qv[4];
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) qv[g] = Vec::load(q + g * L.dp + c);
-#pragma GCC unroll 4
-      for (int kk = 0; kk < kRows4Keys; ++kk) {
-        const V kv = load_chunk<Tag>(t.k.data, kr[kk] + c, m);
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) acc[kk * 4 + g] = Vec::fma(qv[g], kv, acc[kk * 4 + g]);
-      }
-    }
-    Vec::store(L.s + j * 4, Vec::transpose_sum(acc));
-  }
   }
 }
 
@@ -246,27 +246,27 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
   const float* p = L.s + s_lane;
   const std::int64_t run = rows_per_run(t.v, n);
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
-  for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride, p += 4) {
-    if (prefetch) {
-      pv.rows<3, 1>(j0 + j + ahead);
-      // k_rows rows over n keys: one whenever the credit reaches n.
-      k_credit += k_rows;
-      if (k_credit >= n) {
-        pk.rows<2, 1, kRowBytes>(k_next++);
-        k_credit -= n;
+    std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
+    for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride, p += 4) {
+      if (prefetch) {
+        pv.rows<3, 1>(j0 + j + ahead);
+        // k_rows rows over n keys: one whenever the credit reaches n.
+        k_credit += k_rows;
+        if (k_credit >= n) {
+          pk.rows<2, 1, kRowBytes>(k_next++);
+          k_credit -= n;
+        }
+      }
+      V vv[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+#pragma GCC unroll 2
+      for (int g = 0; g < 2; ++g) {
+        const V pb = Vec::set1(p[g]);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
       }
     }
-    V vv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
-#pragma GCC unroll 2
-    for (int g = 0; g < 2; ++g) {
-      const V pb = Vec::set1(p[g]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
-    }
-  }
   }
 #pragma GCC unroll 2
   for (int g = 0; g < 2; ++g)
@@ -302,33 +302,33 @@ ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F
     for (int v = 0; v < NV; ++v) acc[g][v] = Vec::load(L.acc + (h0 + g) * L.dp + (c0 + v) * W);
   const std::int64_t run = rows_per_run(t.v, n);
   for (std::int64_t r0 = 0; r0 < n; r0 += run) {
-  std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
-  for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
-    if (prefetch) {
-      pv.rows<3, 1, kPassBytes>(j0 + j + ahead);
-      pk.rows<2, 1, kPassBytes>(j0 + n + j);
-    }
-    V vv[NV];
-    if constexpr (even_odd_columns<Tag>()) {
-      static_assert(NV % 2 == 0, "even/odd passes take whole 32-column chunks");
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; v += 2) {
-        Vec::load_bf16_even_odd(static_cast<const std::uint16_t*>(t.v.data) + offset + v * W,
-                                kWhole ? static_cast<int>(kEvenOddChunk)
-                                       : static_cast<int>(imin(kEvenOddChunk, d - (c0 + v) * W)),
-                                vv[v], vv[v + 1]);
+    std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
+    for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
+      if (prefetch) {
+        pv.rows<3, 1, kPassBytes>(j0 + j + ahead);
+        pk.rows<2, 1, kPassBytes>(j0 + n + j);
       }
-    } else {
+      V vv[NV];
+      if constexpr (even_odd_columns<Tag>()) {
+        static_assert(NV % 2 == 0, "even/odd passes take whole 32-column chunks");
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v += 2) {
+          Vec::load_bf16_even_odd(static_cast<const std::uint16_t*>(t.v.data) + offset + v * W,
+                                  kWhole ? static_cast<int>(kEvenOddChunk)
+                                         : static_cast<int>(imin(kEvenOddChunk, d - (c0 + v) * W)),
+                                  vv[v], vv[v + 1]);
+        }
+      } else {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+        for (int v = 0; v < NV; ++v) vv[v] = load_chunk<Tag>(t.v.data, offset + v * W, width[v]);
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const V pb = Vec::set1(L.s[j * 4 + g]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
+      }
     }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const V pb = Vec::set1(L.s[j * 4 + g]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[g][v] = Vec::fma(pb, vv[v], acc[g][v]);
-    }
-  }
   }
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g)
