@@ -4,8 +4,9 @@
 // Parallelism: the plan's tasks, (sequence, KV head, key split), on OpenMP threads, dynamic
 //   scheduling. A task packs the GQA group and runs the fast decode body (fast_body.hpp) on its
 //   keys. Where the plan reads pages in place (gather_keys 0: every tile inside one page, or made
-//   of whole pages that the body walks page by page), the body reads the rows from the pool itself, one call per task from the task's first tile
-//   boundary on, as on a contiguous cache (a window's first keys before it are gathered first).
+//   of whole pages that the body walks page by page), the body reads the rows from the pool
+//   itself, one call per task from the task's first tile boundary on, as on a contiguous cache (a
+//   window's first keys before it are gathered first).
 //   Otherwise the task walks its keys in chunks of plan.gather_keys: gather the chunk's K and V
 //   rows from their pages into L2-resident staging, run the body on it, merge the chunk's state
 //   into the task's running state.
