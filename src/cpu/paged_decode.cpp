@@ -26,6 +26,7 @@
 #include "common/attention_sinks.hpp"
 #include "cpu/paged_rows.hpp"
 #include "cpu/row_io.hpp"
+#include "plan/rules.hpp"
 
 namespace attnkit::cpu {
 namespace {
@@ -52,8 +53,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   const std::int64_t page = p.cache.page_size;
   if (!(part.family == KernelFamily::kSplitKvDecode && part.rows_per_block == G && part.sequence_splits >= 1 &&
         part.keys_per_split >= 1 && part.tile_size >= 1 &&
-        (in_place ? (page & (page - 1)) == 0 && (page % part.tile_size == 0 || (page >= 16 && part.tile_size % page == 0))
-                  : plan.gather_keys >= part.tile_size)))
+        (in_place ? attnkit::detail::cpu_reads_pages_in_place(page, part.tile_size) : plan.gather_keys >= part.tile_size)))
     fail(ctx, "the plan's partition is not a CPU split_kv_decode over the GQA group of " + std::to_string(G) +
                   (in_place ? " whose tiles nest in the pages or span whole pages of 16 keys or more" : ""),
          "plan with plan_paged_decode(problem, cpu_target())");
