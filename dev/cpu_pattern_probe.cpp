@@ -22,6 +22,11 @@
 //   decode-1pass V in one pass of whole rows (not two 128-byte column passes)
 //   decode-bN    decode-nopf's loads with V's two column passes taken per block of N rows (8, 16,
 //                32, 64, 256) instead of per tile
+//   paged        the decode's pattern over a pool of pages of --page-keys rows (16) dealt at
+//                random; -nopf: no software prefetch; -kick: also the first line of the page
+//                after next into L2 on entering a page; -far: the L2 prefetches a tile further ahead;
+//                -hnd: pages of [heads][page keys][row] (an HND pool), -hnd-tiles: and a tile of every
+//                head in turn
 //   kv-inter     K row j and V row j of each key read side by side (two streams at once);
 //                -pf4 / -pf8 / -pf16: both streams that many rows ahead into L1
 //   k-then-v     a KV head's whole K, then its whole V (one stream at a time, hardware prefetch)
@@ -146,6 +151,14 @@ inline void prefetch_rows(const char* p, std::int64_t rows, std::int64_t row, st
   }
 }
 
+// `rows` rows of `bytes` from p (a step's rows, inside one page).
+template <int kHint>
+inline void prefetch_lines(const char* p, std::int64_t rows, std::int64_t row, std::int64_t bytes) {
+  for (std::int64_t r = 0; r < rows; ++r, p += row) {
+    for (std::int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, static_cast<_mm_hint>(kHint));
+  }
+}
+
 // The decode's pattern. l2_ahead: tiles between the L2 prefetch and its use (0: as the decode);
 // kL2Hint: _MM_HINT_T1 as the decode, _MM_HINT_NTA for the variant; passes: V column passes.
 template <int kL2Hint>
@@ -185,6 +198,74 @@ std::uint64_t decode_pattern(const char* k, const char* v, const Shape& s,
             prefetch_rows<kL2Hint>(kh + next * row, per, row, row, kend);
             next += per;
           }
+          load_row(acc, work, vr, pass_bytes);
+          load_row(acc, work, vr + row, pass_bytes);
+        }
+      }
+    }
+  }
+  return work.done(acc);
+}
+
+// The decode's pattern (decode_pattern's loads and prefetches, two V passes) over a paged pool:
+// each head's keys in pages of g_page_keys rows, the pages of a thread's heads dealt at random over
+// its region (g_pages: a permutation of the region's pages; page i of head h is
+// g_pages[h * pages_per_head + i]), so every page run of page_keys x row bytes starts somewhere new
+// ("Paged decode on the CPU" rounds). kick: also touch the first line of the page after the next
+// one into L2 when a step enters a new page, on top of the row-wise prefetches.
+std::int64_t g_page_keys = 16;
+std::vector<std::int64_t> g_pages, g_hnd_pages;  // g_hnd_pages: the HND pool's kv_len / page_keys pages
+int g_kick_pages = 2, g_kick_lines = 1;  // paged-kick: that many lines of the page that many ahead
+
+std::uint64_t paged_pattern(const char* k, const char* v, const Shape& s, bool prefetch, bool kick, int l2_ahead = 0,
+                            bool hnd = false, bool heads_inner = false) {
+  Acc acc = acc_zero();
+  Work work;
+  const std::int64_t row = s.row, pk = g_page_keys, per_head = s.keys / pk, run = pk * row, pass_bytes = row / 2;
+  const int shift = __builtin_ctzll(static_cast<unsigned long long>(pk));  // pk: a power of two >= 4
+  constexpr std::int64_t kL1Rows = 8;
+  // hnd: pages of [heads][pk][row] (the thread's heads side by side in a page, as an HND pool),
+  // the sequence's pages g_pages[0, per_head); else each head's own pages of [pk][row].
+  // heads_inner: a tile of every head before the next tile (else a head's whole key range first).
+  const std::int64_t tiles = (s.keys + s.tile - 1) / s.tile;
+  for (std::int64_t outer = 0; outer < (heads_inner ? tiles : s.heads); ++outer)
+  for (std::int64_t inner = 0; inner < (heads_inner ? s.heads : tiles); ++inner) {
+    const std::int64_t h = heads_inner ? inner : outer, j0 = (heads_inner ? outer : inner) * s.tile;
+    const std::int64_t* pages = hnd ? g_hnd_pages.data() : g_pages.data() + h * per_head;
+    const std::int64_t page_bytes = hnd ? s.heads * run : run, head_at = hnd ? h * run : 0;
+    // Steps of 2 or 4 rows never cross a page (pk >= 4, steps aligned), so one lookup per step.
+    auto at = [&](const char* base, std::int64_t j) { return base + pages[j >> shift] * page_bytes + head_at + (j & (pk - 1)) * row; };
+    const std::int64_t ahead = l2_ahead * s.tile;
+    {
+      const std::int64_t n = std::min(s.tile, s.keys - j0);
+      for (std::int64_t j = 0; j < n; j += 4) {
+        const std::int64_t key = j0 + j;
+        if (prefetch) {
+          if (key + kL1Rows < s.keys) prefetch_lines<_MM_HINT_T0>(at(k, key + kL1Rows), 4, row, row);
+          if (key + ahead < s.keys) prefetch_lines<_MM_HINT_T1>(at(v, key + ahead), 4, row, row);
+          if (kick && (key & (pk - 1)) == 0 && key + g_kick_pages * pk < s.keys) {
+            const char* p = at(k, key + g_kick_pages * pk);
+            for (int l = 0; l < g_kick_lines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T1);
+          }
+        }
+        const char* kr = at(k, key);
+        for (int r = 0; r < 4; ++r) load_row(acc, work, kr + r * row, row);
+      }
+      for (int pass = 0; pass < 2; ++pass) {
+        const std::int64_t from = pass * pass_bytes;
+        std::int64_t next = j0 + n + ahead + pass * n / 2;
+        for (std::int64_t j = 0; j < n; j += 2) {
+          const std::int64_t key = j0 + j;
+          if (prefetch) {
+            if (key + kL1Rows < s.keys) prefetch_lines<_MM_HINT_T0>(at(v, key + kL1Rows) + from, 2, row, pass_bytes);
+            if (next < s.keys) prefetch_lines<_MM_HINT_T1>(at(k, next), 1, row, row);
+            next += 1;
+            if (kick && (key & (pk - 1)) == 0 && key + g_kick_pages * pk < s.keys) {
+              const char* p = at(v, key + g_kick_pages * pk) + from;
+              for (int l = 0; l < g_kick_lines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T1);
+            }
+          }
+          const char* vr = at(v, key) + from;
           load_row(acc, work, vr, pass_bytes);
           load_row(acc, work, vr + row, pass_bytes);
         }
@@ -363,11 +444,13 @@ int main(int argc, char** argv) {
     else if (a == "--huge") huge = true;
     else if (a == "--work") g_work = static_cast<int>(next());
     else if (a == "--dep") g_dep = true;
+    else if (a == "--page-keys") g_page_keys = next();
+    else if (a == "--kick") g_kick_pages = static_cast<int>(next()), g_kick_lines = static_cast<int>(next());
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--row-bytes 256] [--kv-len 65536] [--heads 8] [--tile 256] [--reps 15] [--huge] [--work 0] "
-                   "[--dep] [--threads 1] [--only name,name]\n",
+                   "[--dep] [--threads 1] [--page-keys 16] [--only name,name]\n",
                    argv[0]);
       return 2;
     }
@@ -382,8 +465,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--dep needs AVX512_BF16\n");
     return 2;
   }
-  if (s.row % 128 != 0 || s.tile % 4 != 0 || s.keys % s.tile != 0 || threads < 1 || s.heads % threads != 0) {
-    std::fprintf(stderr, "Fix: row bytes a multiple of 128, tile a multiple of 4 dividing kv_len, threads dividing heads\n");
+  if (s.row % 128 != 0 || s.tile % 4 != 0 || s.keys % s.tile != 0 || g_page_keys < 4 || (g_page_keys & (g_page_keys - 1)) != 0 || s.keys % g_page_keys != 0 || threads < 1 || s.heads % threads != 0) {
+    std::fprintf(stderr, "Fix: row bytes a multiple of 128, tile a multiple of 4 dividing kv_len, page keys a power of two >= 4 dividing kv_len, threads dividing heads\n");
     return 2;
   }
   const std::int64_t bytes = s.heads * s.keys * s.row;
@@ -415,6 +498,12 @@ int main(int argc, char** argv) {
       {"decode-b32", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 32); }},
       {"decode-b64", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 64); }},
       {"decode-b256", [](const char* k, const char* v, const Shape& s) { return decode_blocked_passes(k, v, s, 256); }},
+      {"paged", [](const char* k, const char* v, const Shape& s) { return paged_pattern(k, v, s, true, false); }},
+      {"paged-nopf", [](const char* k, const char* v, const Shape& s) { return paged_pattern(k, v, s, false, false); }},
+      {"paged-far", [](const char* k, const char* v, const Shape& s) { return paged_pattern(k, v, s, true, false, 1); }},
+      {"paged-hnd", [](const char* k, const char* v, const Shape& s) { return paged_pattern(k, v, s, true, false, 0, true, false); }},
+      {"paged-hnd-tiles", [](const char* k, const char* v, const Shape& s) { return paged_pattern(k, v, s, true, false, 0, true, true); }},
+      {"paged-kick", [](const char* k, const char* v, const Shape& s) { return paged_pattern(k, v, s, true, true); }},
       {"tile-rows", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 0, 0); }},
       {"tile-rows-l1", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 8, 0); }},
       {"tile-rows-l1l2", [](const char* k, const char* v, const Shape& s) { return tile_rows(k, v, s, 8, 64); }},
@@ -446,6 +535,18 @@ int main(int argc, char** argv) {
   }
   Shape slice = s;
   slice.heads = s.heads / threads;
+  // Each thread's region of heads as pages dealt at random (the paged variants).
+  auto deal = [](std::vector<std::int64_t>& pages, std::int64_t count) {
+    pages.resize(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) pages[i] = i;
+    std::uint64_t x = 88172645463325252ull;
+    for (std::int64_t i = count - 1; i > 0; --i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::swap(pages[i], pages[static_cast<std::int64_t>(x % static_cast<std::uint64_t>(i + 1))]);
+    }
+  };
+  deal(g_pages, slice.heads * s.keys / g_page_keys);
+  deal(g_hnd_pages, s.keys / g_page_keys);
   auto run_all = [&](const Run& run) {
     std::vector<std::uint64_t> out(threads);
     std::vector<std::thread> pool;
