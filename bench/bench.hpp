@@ -51,6 +51,9 @@ struct Row {
   double ceiling_value = 0;     // bytes/s or FLOP/s, measured in the same run
   double pct_of_ceiling = 0;
   double predicted_s = 0;       // bytes / ceiling (or flops / ceiling, whichever is larger)
+  // CPU decode rows: the read probe passed again right after each timed repetition (median
+  // bytes/s), and the median over repetitions of the repetition's rate over that pass's, in %.
+  double read_probe_beside = 0, pct_of_probe_beside = 0;
   std::string plan_json;        // the plan's evidence, as to_json()
   std::string skipped;          // non-empty: the case did not run (e.g. kernel not implemented), why
   bool skipped_by_limit = false;  // ...because it is over the sweep's size limit (by design, not a failure)
@@ -73,8 +76,6 @@ struct Ceiling {
   double value = 0;
 };
 
-// Ceilings measured in the same run: `bytes` of pure reads, returns bytes/s.
-double cpu_read_ceiling(const Options& options);
 // Peak f32 FMA rate of this CPU (all threads, widest ISA present), in FLOP/s (2 per FMA lane).
 Ceiling cpu_fma_ceiling(const Options& options);
 std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options);

@@ -21,8 +21,7 @@
 #include <cstdint>
 
 #include "attnkit/error.hpp"
-#include "bench.hpp"
-#include "host_bytes.hpp"
+#include "read_probe.hpp"
 
 namespace attnkit::bench {
 namespace {
@@ -159,43 +158,38 @@ double fma_rate(const Options& options, Chains chains, double flops_per_iteratio
 
 }  // namespace
 
-namespace {
-
-// Best read rate over kCeilingPasses of `threads` slices of `slice` bytes, on huge pages or not.
-double read_rate(std::size_t slice, int threads, bool huge_pages) {
-  const std::size_t bytes = slice * static_cast<std::size_t>(threads);
-  const HostBytes buffer(bytes, huge_pages);
-  const bool avx2 = __builtin_cpu_supports("avx2");
-  std::uint8_t* base = buffer.data();
+ReadProbe::ReadProbe(std::size_t slice, int threads, bool huge_pages)
+    : buffer_(slice * static_cast<std::size_t>(threads), huge_pages), slice_(slice), threads_(threads) {
+  std::uint8_t* base = buffer_.data();
   // First touch by the thread that later reads the slice (page placement on NUMA hosts).
 #pragma omp parallel num_threads(threads)
   {
     const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
     for (std::size_t i = 0; i < slice; ++i) base[t * slice + i] = static_cast<std::uint8_t>(i * 131 + t);
   }
-  double best = 0;
-  volatile std::uint64_t sink = 0;
-  for (int pass = 0; pass < kCeilingPasses; ++pass) {
-    std::uint64_t total = 0;
-    const int pattern = avx2 ? pass % 3 : 0;  // rotate the three patterns
-    const auto start = Clock::now();
-#pragma omp parallel num_threads(threads) reduction(^ : total)
-    {
-      const std::uint8_t* mine = base + static_cast<std::size_t>(omp_get_thread_num()) * slice;
-      total ^= pattern == 1   ? xor_read_streams_avx2(mine, slice)
-               : pattern == 2 ? xor_read_turns_avx2(mine, slice)
-                              : (avx2 ? xor_read_avx2(mine, slice) : xor_read_generic(mine, slice));
-    }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    sink = sink ^ total;
-    best = std::max(best, static_cast<double>(bytes) / seconds);
-  }
-  return best;
 }
 
-}  // namespace
+int ReadProbe::patterns() { return __builtin_cpu_supports("avx2") ? 3 : 1; }
 
-double cpu_read_ceiling(const Options& options) {
+double ReadProbe::pass(int pattern) {
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  const std::uint8_t* base = buffer_.data();
+  const std::size_t slice = slice_;
+  std::uint64_t total = 0;
+  const auto start = Clock::now();
+#pragma omp parallel num_threads(threads_) reduction(^ : total)
+  {
+    const std::uint8_t* mine = base + static_cast<std::size_t>(omp_get_thread_num()) * slice;
+    total ^= pattern == 1   ? xor_read_streams_avx2(mine, slice)
+             : pattern == 2 ? xor_read_turns_avx2(mine, slice)
+                            : (avx2 ? xor_read_avx2(mine, slice) : xor_read_generic(mine, slice));
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  sink_ = sink_ ^ total;
+  return static_cast<double>(slice * static_cast<std::size_t>(threads_)) / seconds;
+}
+
+ReadCeiling cpu_read_ceiling(const Options& options) {
   const std::int64_t llc = cpu_target(options.threads).cache_bytes;
   const std::int64_t requested =
       options.ceiling_bytes > 0 ? options.ceiling_bytes : std::clamp<std::int64_t>(4 * llc, 256ll << 20, 2ll << 30);
@@ -203,7 +197,16 @@ double cpu_read_ceiling(const Options& options) {
   // Whole 4 KiB pages per stream of every thread, so slices and their parts are aligned and equal.
   constexpr std::size_t kGranule = 4096 * kStreams;
   const std::size_t slice = static_cast<std::size_t>((requested / threads + kGranule - 1) / kGranule * kGranule);
-  return std::max(read_rate(slice, threads, false), read_rate(slice, threads, true));
+  ReadCeiling best{0, 0, false, slice, threads};
+  for (const bool huge_pages : {false, true}) {
+    ReadProbe probe(slice, threads, huge_pages);
+    for (int pass = 0; pass < kCeilingPasses; ++pass) {
+      const int pattern = pass % ReadProbe::patterns();  // rotate the patterns
+      const double rate = probe.pass(pattern);
+      if (rate > best.value) best = {rate, pattern, huge_pages, slice, threads};
+    }
+  }
+  return best;
 }
 
 Ceiling cpu_fma_ceiling(const Options& options) {

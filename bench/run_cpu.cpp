@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "attnkit/error.hpp"
 #include "bench.hpp"
 #include "host_bytes.hpp"
+#include "read_probe.hpp"
 
 namespace attnkit::bench {
 namespace {
@@ -69,24 +71,43 @@ std::string describe(const Case& c) {
   return text;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The read ceiling's probe, run again right after each timed repetition of a decode (which reads
+// its cache from DRAM): the row's "read probe beside" is the median of those passes and its share
+// of them the median, over repetitions, of (the repetition's bytes/s) / (the pass after it).
+struct ProbeBeside {
+  ReadProbe* probe = nullptr;  // null: not measured (prefill rows)
+  int pattern = 0;
+};
+
 // Times `run(copy)`: warm-up, then one steady_clock interval per repetition.
 template <class Run>
-void time_repetitions(Row& row, const Options& options, int copies, Run run) {
+void time_repetitions(Row& row, const Options& options, int copies, Run run, ProbeBeside beside = {}) {
   for (int i = 0; i < options.warmup; ++i) run(i % copies);
-  std::vector<double> seconds;
+  std::vector<double> seconds, probe_rates;
   seconds.reserve(static_cast<std::size_t>(options.repetitions));
   for (int i = 0; i < options.repetitions; ++i) {
     const int copy = (options.warmup + i) % copies;
     const auto start = Clock::now();
     run(copy);
     seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    if (beside.probe != nullptr) probe_rates.push_back(beside.probe->pass(beside.pattern));
   }
-  std::sort(seconds.begin(), seconds.end());
-  const std::size_t n = seconds.size();
-  row.median_s = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
-  row.min_s = seconds.front();
-  row.max_s = seconds.back();
-  row.repetitions = static_cast<int>(n);
+  if (!probe_rates.empty()) {
+    std::vector<double> shares;
+    for (std::size_t i = 0; i < seconds.size(); ++i) shares.push_back(row.bytes / seconds[i] / probe_rates[i]);
+    row.read_probe_beside = median(probe_rates);
+    row.pct_of_probe_beside = 100.0 * median(shares);
+  }
+  row.median_s = median(seconds);
+  row.min_s = *std::min_element(seconds.begin(), seconds.end());
+  row.max_s = *std::max_element(seconds.begin(), seconds.end());
+  row.repetitions = static_cast<int>(seconds.size());
 }
 
 template <class Plan>
@@ -104,7 +125,7 @@ TensorView sinks_view(const Options& options, Buffer& sinks) {
   return sinks.view;
 }
 
-void run_decode(Row& row, const Case& c, const Target& target, const Options& options) {
+void run_decode(Row& row, const Case& c, const Target& target, const Options& options, ProbeBeside beside) {
   const DecodeProblem p = decode_problem(c);
   const DecodePlan plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);
   fill_from_plan(row, plan);
@@ -135,13 +156,13 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   const TensorView sink_logits = sinks_view(options, sinks);
   time_repetitions(row, options, copies, [&](int i) {
     cpu::decode(plan, DecodeTensors{q[i].view, k[i].view, v[i].view, lengths.view, out[i].view, {}, sink_logits}, ws);
-  });
+  }, beside);
 }
 
 // The decode problem on a page pool: each sequence's kv_len keys in pages of c.page_size, the pages
 // of all sequences dealt in one random order (a serving engine's pool after many admissions and
 // evictions), so the kernel gathers rows from scattered pages as it would in production.
-void run_paged_decode(Row& row, const Case& c, const Target& target, const Options& options) {
+void run_paged_decode(Row& row, const Case& c, const Target& target, const Options& options, ProbeBeside beside) {
   const PagedDecodeProblem p = paged_decode_problem(c);
   const std::int64_t pages_per_seq = p.cache.max_pages_per_seq;
   const PagedDecodePlan plan = plan_paged_decode(p, target);
@@ -181,7 +202,7 @@ void run_paged_decode(Row& row, const Case& c, const Target& target, const Optio
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
   time_repetitions(row, options, copies, [&](int i) {
     cpu::paged_decode(plan, PagedDecodeTensors{q[i].view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}}, ws);
-  });
+  }, beside);
 }
 
 void run_prefill(Row& row, const Case& c, const Target& target, const Options& options) {
@@ -241,8 +262,15 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
     fail("bench::run_cpu", "repetitions must be >= 1 and warmup >= 0", "pass --reps N with N >= 1");
   const Target target = cpu_target(options.threads);
   if (options.progress) options.progress("measuring the read-bandwidth and FMA ceilings");
-  const double read_ceiling = cpu_read_ceiling(options);
+  const ReadCeiling read = cpu_read_ceiling(options);
+  const double read_ceiling = read.value;
   const Ceiling fma = cpu_fma_ceiling(options);
+  // The probe that gave the ceiling, kept for the decode rows (allocated and touched before the
+  // pause below, and held to the end, so no free lands inside a timed call).
+  std::optional<ReadProbe> probe;
+  if (std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.op != "prefill"; }))
+    probe.emplace(read.slice, read.threads, read.huge_pages);
+  const ProbeBeside beside{probe ? &*probe : nullptr, read.pattern};
   // The read probe has just freed gigabytes. Where a VM hands freed memory back to its host
   // (virtio-balloon free-page reporting, about 2 s after the free), the guest kernel's work to do so
   // took a vCPU from the first cases' timed calls (a bf16 2k prefill read 53-74 ms instead of 35 in
@@ -268,9 +296,9 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
       if (!(c.op == "decode" || c.op == "paged-decode" || c.op == "prefill"))
         fail("bench::run_cpu", "unknown op '" + c.op + "'", "use op \"decode\", \"paged-decode\" or \"prefill\"");
       if (c.op == "decode") {
-        run_decode(row, c, target, options);
+        run_decode(row, c, target, options, beside);
       } else if (c.op == "paged-decode") {
-        run_paged_decode(row, c, target, options);
+        run_paged_decode(row, c, target, options, beside);
       } else {
         run_prefill(row, c, target, options);
       }

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -144,8 +145,13 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     ceilings += (ceilings.empty() ? "" : ", ") + r.ceiling_name + " " + si(r.ceiling_value, rate ? "FLOP/s" : "B/s");
   }
   std::printf("# ceilings measured in this run: %s\n", ceilings.c_str());
-  std::printf("%-12s %-36s %-5s %-22s %-6s %10s %10s %14s %7s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
-              "median_ms", "min_ms", "achieved", "%ceil", "predicted_ms", "plan_MB");
+  const bool beside = std::any_of(rows.begin(), rows.end(), [](const bench::Row& r) { return r.read_probe_beside > 0; });
+  if (beside) {
+    std::printf("# %%probe: each repetition's rate over the read probe's pass right after it (median), on a\n"
+                "#   shared host steadier than %%ceil, which holds every row against the run's best pass\n");
+  }
+  std::printf("%-12s %-36s %-5s %-22s %-6s %10s %10s %14s %7s%s %12s %10s\n", "op", "shape", "dtype", "family", "timing",
+              "median_ms", "min_ms", "achieved", "%ceil", beside ? "  %probe" : "", "predicted_ms", "plan_MB");
   for (const bench::Row& r : rows) {
     if (is_ceiling(r)) continue;
     if (!r.skipped.empty()) {
@@ -155,9 +161,14 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
     }
     const bool decode = r.c.op != "prefill";
     const std::string achieved = decode ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
-    std::printf("%-12s %-36s %-5s %-22s %-6s %10.3f %10.3f %14s %6.1f%% %12.3f %10.1f\n", r.c.op.c_str(),
+    char probe[16] = "";
+    if (beside) {
+      if (r.read_probe_beside > 0) std::snprintf(probe, sizeof probe, " %6.1f%%", r.pct_of_probe_beside);
+      else std::snprintf(probe, sizeof probe, " %7s", "-");
+    }
+    std::printf("%-12s %-36s %-5s %-22s %-6s %10.3f %10.3f %14s %6.1f%%%s %12.3f %10.1f\n", r.c.op.c_str(),
                 case_shape(r.c).c_str(), std::string(dtype_name(r.c.dtype)).c_str(), family_of(r).c_str(),
-                r.timing.c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(), r.pct_of_ceiling,
+                r.timing.c_str(), r.median_s * 1e3, r.min_s * 1e3, achieved.c_str(), r.pct_of_ceiling, probe,
                 r.predicted_s * 1e3, r.bytes / (1 << 20));
   }
 }
@@ -177,6 +188,10 @@ nlohmann::json row_json(const bench::Row& r) {
       {"flops", r.flops}, {"achieved_bytes_per_s", r.achieved_bytes_per_s},
       {"achieved_flops_per_s", r.achieved_flops_per_s}, {"ceiling_name", r.ceiling_name},
       {"ceiling_value", r.ceiling_value}, {"pct_of_ceiling", r.pct_of_ceiling}, {"predicted_s", r.predicted_s}};
+  if (r.read_probe_beside > 0) {
+    j["read_probe_beside"] = r.read_probe_beside;
+    j["pct_of_probe_beside"] = r.pct_of_probe_beside;
+  }
   if (r.c.op == "paged-decode") {
     j["page_size"] = r.c.page_size;
     j["page_layout"] = to_string(r.c.page_layout);

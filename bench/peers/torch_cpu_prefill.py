@@ -90,6 +90,12 @@ def spread(values, fmt):
         fmt.format(statistics.median(values)), fmt.format(min(values)), fmt.format(max(values)))
 
 
+def beside(rows, field, scale, fmt):
+    """A probe-beside cell ("-" for runs made before the bench measured it)."""
+    values = [r[field] * scale for r in rows if field in r]
+    return spread(values, fmt) if values else "-"
+
+
 def render(args):
     rounds = [load_round(d) for d in args.rounds]
     meta = rounds[0]["docs"]["prefill"][0]
@@ -108,8 +114,12 @@ def render(args):
     lines.append("")
     lines.append("## Decode (KV read rate against the read ceiling measured in the same run)")
     lines.append("")
-    lines.append("| batch | heads/kv | head_dim | kv_len | cache | dtype | KV MiB | median ms | min ms | GB/s | read ceiling GB/s | % of read ceiling | GFLOP/s |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("\"% of the probe beside\": each repetition's rate over the read probe's pass right after it "
+                 "(median over repetitions; the probe is the ceiling's best pattern); on a shared host the "
+                 "ceiling's best pass and the decode's moment can be far apart.")
+    lines.append("")
+    lines.append("| batch | heads/kv | head_dim | kv_len | cache | dtype | KV MiB | median ms | min ms | GB/s | read ceiling GB/s | % of read ceiling | probe beside GB/s | % of the probe beside | GFLOP/s |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     cache = lambda r: (f"paged {r['page_size']} {r['page_layout']}" if r.get("op") == "paged-decode" else "contiguous")
     key = lambda r: (r["num_heads"], r["kv_heads"], r["batch"], r["dtype"], cache(r))
     for r0 in rounds[0]["decode"]:
@@ -120,6 +130,7 @@ def render(args):
                      f"{spread([r['achieved_bytes_per_s'] / 1e9 for r in same], '{:.1f}')} | "
                      f"{spread([r['read_ceiling'] / 1e9 for r in same], '{:.1f}')} | "
                      f"{spread([100 * r['achieved_bytes_per_s'] / r['read_ceiling'] for r in same], '{:.0f}%')} | "
+                     f"{beside(same, 'read_probe_beside', 1e-9, '{:.1f}')} | {beside(same, 'pct_of_probe_beside', 1, '{:.0f}%')} | "
                      f"{spread([r['achieved_flops_per_s'] / 1e9 for r in same], '{:.1f}')} |")
     lines.append("")
     lines.append("## Prefill (GFLOP/s against PyTorch CPU SDPA, same threads, same round)")
