@@ -215,7 +215,8 @@ std::uint64_t decode_pattern(const char* k, const char* v, const Shape& s,
 // one into L2 when a step enters a new page, on top of the row-wise prefetches.
 std::int64_t g_page_keys = 16;
 std::vector<std::int64_t> g_pages, g_hnd_pages;  // g_hnd_pages: the HND pool's kv_len / page_keys pages
-int g_kick_pages = 2, g_kick_lines = 1;  // paged-kick: that many lines of the page that many ahead
+int g_kick_pages = 2, g_kick_lines = 1;
+double g_fast = 0;  // --fast: the first variant's rate (GB/s) from which a rotation counts as fast  // paged-kick: that many lines of the page that many ahead
 
 std::uint64_t paged_pattern(const char* k, const char* v, const Shape& s, bool prefetch, bool kick, int l2_ahead = 0,
                             bool hnd = false, bool heads_inner = false) {
@@ -445,12 +446,13 @@ int main(int argc, char** argv) {
     else if (a == "--work") g_work = static_cast<int>(next());
     else if (a == "--dep") g_dep = true;
     else if (a == "--page-keys") g_page_keys = next();
+    else if (a == "--fast") g_fast = static_cast<double>(next());
     else if (a == "--kick") g_kick_pages = static_cast<int>(next()), g_kick_lines = static_cast<int>(next());
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--row-bytes 256] [--kv-len 65536] [--heads 8] [--tile 256] [--reps 15] [--huge] [--work 0] "
-                   "[--dep] [--threads 1] [--page-keys 16] [--only name,name]\n",
+                   "[--dep] [--threads 1] [--page-keys 16] [--fast GB/s] [--only name,name]\n",
                    argv[0]);
       return 2;
     }
@@ -572,11 +574,27 @@ int main(int argc, char** argv) {
               static_cast<long long>(s.heads), static_cast<long long>(s.keys), static_cast<long long>(s.row),
               static_cast<long long>(s.tile), static_cast<long long>(2 * bytes >> 20), huge ? "huge (madvise)" : "4 KiB",
               passes_per_variant, threads, g_work, g_dep ? "vdpbf16ps on the loaded line" : "independent FMAs");
-  std::printf("%-14s %8s %8s %8s  (GB/s)\n", "variant", "median", "min", "max");
+  // Ratios to the first variant of the same rotation, split by that variant's rate: a shared VM's
+  // DRAM rate moves between regimes (30-67 GB/s on 2 Zen 4 vCPUs), and a pattern's share of the
+  // fast one can differ from its share of the slow one. --fast G: the split (GB/s, 0: none).
+  auto med = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%-16s %8s %8s %8s  (GB/s)  ratio to %s: all / fast / slow passes\n", "variant", "median", "min", "max",
+              variants[0].name);
   for (std::size_t i = 0; i < variants.size(); ++i) {
+    std::vector<double> all, fast, slow;
+    for (std::size_t r = 0; r < rates[i].size(); ++r) {
+      const double x = rates[i][r] / rates[0][r];
+      all.push_back(x);
+      (g_fast > 0 && rates[0][r] >= g_fast ? fast : slow).push_back(x);
+    }
     auto r = rates[i];
     std::sort(r.begin(), r.end());
-    std::printf("%-14s %8.1f %8.1f %8.1f\n", variants[i].name, r[r.size() / 2], r.front(), r.back());
+    std::printf("%-16s %8.1f %8.1f %8.1f  %.2f / %.2f (%zu) / %.2f (%zu)\n", variants[i].name, r[r.size() / 2], r.front(),
+                r.back(), med(all), med(fast), fast.size(), med(slow), slow.size());
   }
   std::free(k);
   std::free(v);

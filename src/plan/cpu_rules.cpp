@@ -58,9 +58,12 @@ constexpr std::uint64_t kNarrowVectorDecodeTile = 16;
 // of a Zen 2 read K and V rows side by side at ~34 GB/s against ~23 for a tile's K then its V, and
 // multi-head b1 / b4 x 64k ran 31-35% faster in f32 (82-92% of the read ceiling), 10-13% in f16
 // and bf16 b4. An AMX Xeon's 16 threads read it 3-27% slower at its avx512 level (the tiled body's
-// short turns suit Intel's prefetchers), and AMD cores at 16 lanes were not measured
-// (docs/perf-notes.md, CPU round 33).
+// short turns suit Intel's prefetchers) (docs/perf-notes.md, CPU round 33). AMD cores at 16 lanes
+// (Zen 4) take it for f32 and f16 rows: two threads, multi-head b1 / b4 x 64k, each call's rate
+// over the read probe's pass beside it f32 77-83% -> 92-97%, f16 78-83% -> 92-94%; bf16 rows keep
+// the tiled vdpbf16ps body (b4 88% -> 79-81% pipelined; CPU round 34).
 constexpr int kPipelinedDecodeLanes = 8;
+constexpr int kPipelinedWideDecodeLanes = 16;
 // Paged decode reads power-of-two pages of at least 8 keys in place (paged_decode.cpp): a tile
 // that a page holds, or, from pages of 16 keys (every body's key step fits a page), a tile of whole
 // pages walked page by page (fast_tasks.hpp's rows_per_run); a longer tile shrinks to pages of 8.
@@ -208,9 +211,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   reasons.push_back("family: split_kv_decode: one task per (sequence, KV head, key split), the GQA group of " +
                     std::to_string(group) + " query heads packed so each K/V row is read once");
 
+  const bool pipelined_lanes = t.cpu_vector_lanes == kPipelinedDecodeLanes ||
+                               (t.cpu_vector_lanes == kPipelinedWideDecodeLanes && pr.kv_dtype != DType::kBF16);
   const bool pipelined = cache == DecodeCache::kContiguous &&
                          (group == 1 || (group == kPipelinedF32Group && pr.kv_dtype == DType::kF32)) &&
-                         !t.cpu_intel_cores && !t.cpu_matrix_tiles && t.cpu_vector_lanes == kPipelinedDecodeLanes;
+                         !t.cpu_intel_cores && !t.cpu_matrix_tiles && pipelined_lanes;
   // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
   // stay in half of L1 (the other half streams K and V).
   const std::uint64_t fixed = 2 * group * hd * kF32Bytes;

@@ -196,7 +196,8 @@ TEST(CpuDecodeTile, IntelCoresTakeShortTiles) {
   EXPECT_EQ(plan_decode(f32, intel).partition.tile_size, 8u);
   f32.num_heads = f32.kv_heads;
   EXPECT_EQ(plan_decode(f32, intel).partition.tile_size, 16u);
-  EXPECT_EQ(plan_decode(f32, cpu(2)).partition.tile_size, 256u);
+  // (elsewhere multi-head f32 streams K beside V in one 16-lane vector of keys: the test below)
+  EXPECT_EQ(plan_decode(f32, cpu(2)).partition.tile_size, 16u);
   // 16-bit rows wider than 128 columns in groups of 4k heads: 8 keys on the AMX level only.
   DecodeProblem wide = p;
   wide.head_dim = 256;
@@ -232,10 +233,10 @@ TEST(CpuDecodeTile, CoresWithoutAvx512TakeShortTiles) {
   }
 }
 
-// Multi-head decode (and f32 pairs of heads) streams K beside V (tiles of one 8-lane vector of
-// scores, two stages) on the cores where that was measured faster: contiguous caches, 8 lanes,
-// neither Intel cores nor AMX. Everything else keeps the tiled body (one stage): 16-bit pairs,
-// groups above 2, Intel cores, 16 lanes, paged caches (their tasks read gathered staging).
+// Multi-head decode (and f32 pairs of heads) streams K beside V (tiles of one vector of scores,
+// two stages) on the cores where that was measured faster: contiguous caches, neither Intel cores
+// nor AMX, 8 lanes, or 16 lanes for f32 and f16 rows. Everything else keeps the tiled body (one
+// stage): 16-bit pairs, groups above 2, Intel cores, bf16 rows at 16 lanes, paged caches.
 TEST(CpuDecodeTile, MultiHeadAndF32PairsStreamKBesideVOnlyWhereMeasured) {
   Target amd = cpu(2);
   amd.cpu_vector_lanes = 8;
@@ -252,12 +253,21 @@ TEST(CpuDecodeTile, MultiHeadAndF32PairsStreamKBesideVOnlyWhereMeasured) {
     bool said = false;
     for (const std::string& r : pipelined.reasons) said = said || r.find("two stages") != std::string::npos;
     EXPECT_TRUE(said) << describe(pipelined);
-    for (const Target& t : {intel, wide}) EXPECT_EQ(plan_decode(p, t).partition.pipeline_stages, 1u);
+    EXPECT_EQ(plan_decode(p, intel).partition.pipeline_stages, 1u);
+    const DecodePlan on_wide = plan_decode(p, wide);
+    EXPECT_EQ(on_wide.partition.pipeline_stages, dt == DType::kBF16 ? 1u : 2u) << describe(on_wide);
+    if (dt != DType::kBF16) EXPECT_EQ(on_wide.partition.tile_size, 16u);
+    Target wide_intel = wide;
+    wide_intel.cpu_intel_cores = true;
+    EXPECT_EQ(plan_decode(p, wide_intel).partition.pipeline_stages, 1u);
     DecodeProblem pair = p;
     pair.num_heads = 16;  // group 2
     const DecodePlan pairs = plan_decode(pair, amd);
     EXPECT_EQ(pairs.partition.pipeline_stages, dt == DType::kF32 ? 2u : 1u) << describe(pairs);
     if (dt == DType::kF32) EXPECT_EQ(pairs.partition.tile_size, 4u);
+    const DecodePlan wide_pairs = plan_decode(pair, wide);
+    EXPECT_EQ(wide_pairs.partition.pipeline_stages, dt == DType::kF32 ? 2u : 1u) << describe(wide_pairs);
+    if (dt == DType::kF32) EXPECT_EQ(wide_pairs.partition.tile_size, 8u);
     DecodeProblem gqa = p;
     gqa.num_heads = 24;  // group 3
     EXPECT_EQ(plan_decode(gqa, amd).partition.pipeline_stages, 1u);
