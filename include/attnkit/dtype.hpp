@@ -2,7 +2,8 @@
 // i32 is for index tensors (lengths, positions, offsets, page tables); e4m3 (fp8, OCP "e4m3fn":
 // 4 exponent bits with bias 7, 3 mantissa bits, no infinities, 0x7F/0xFF are NaN, largest 448)
 // is an input-only dtype with a per-tensor scale that only the ops which opt in accept (CUDA
-// prefill on Hopper, PrefillTensors::scales); every other op rejects it like any non-storage dtype.
+// prefill on Hopper, PrefillTensors::scales; the contiguous KV cache of decode and append on both
+// backends, DecodeTensors::kv_scales); every other op rejects it like any non-storage dtype.
 #pragma once
 #include <cstddef>
 #include <cstdint>

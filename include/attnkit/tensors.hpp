@@ -4,6 +4,14 @@
 
 namespace attnkit {
 
+// Per-tensor dequantization scales of an e4m3 (fp8) KV cache: the real value of a stored key
+// element x is x * k, of a value element x * v (a quantizer that divided by s to fit e4m3's +-448
+// passes s; append divides by them). They must be finite and > 0, and stay 1 for f32/f16/bf16
+// caches (validation rejects anything else before a write).
+struct KvScales {
+  float k = 1.0f, v = 1.0f;
+};
+
 struct DecodeTensors {
   TensorView q;        // [batch, num_heads, head_dim], q_dtype
   TensorView k_cache;  // [batch, kv_heads, max_seq, head_dim], kv_dtype
@@ -12,6 +20,7 @@ struct DecodeTensors {
   TensorView out;      // [batch, num_heads, head_dim], out_dtype
   TensorView lse;      // optional f32 [batch, num_heads]: natural-log sum-exp of the scaled scores
   TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (below)
+  KvScales kv_scales = {};  // e4m3 caches only (above)
 };
 
 // Attention sinks (gpt-oss; FlashAttention's "learnable sink"): sinks[h] is one more logit in the
@@ -48,13 +57,17 @@ struct PrefillTensors {
   TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (above)
 };
 
-// Writes one new token's K and/or V per sequence into the cache at positions[b].
+// Writes one new token's K and/or V per sequence into the cache at positions[b]. An e4m3 cache
+// takes its new rows in f32, f16 or bf16 and stores e4m3(x / kv_scales.k) (and .v): round to
+// nearest even, saturating at +-448, as float_to_e4m3_bits; other caches take the cache dtype and
+// store the bytes as given.
 struct AppendTensors {
-  TensorView k_new;      // optional [batch, kv_heads, head_dim], cache dtype
+  TensorView k_new;      // optional [batch, kv_heads, head_dim], cache dtype (f32/f16/bf16 for e4m3)
   TensorView v_new;      // optional, same shape; at least one of k_new / v_new
   TensorView k_cache;    // [batch, kv_heads, max_seq, head_dim] (required when k_new given)
   TensorView v_cache;    // required when v_new given
   TensorView positions;  // i32 [batch], 0 <= position < max_seq
+  KvScales kv_scales = {};  // e4m3 caches only
 };
 
 // Seed 000's fused step: RoPE on q and the new k, append k and v at positions[b],

@@ -6,6 +6,7 @@
 #include "attnkit/error.hpp"
 #include "common/size_checks.hpp"
 #include "attnkit/paged.hpp"
+#include "attnkit/validate.hpp"
 
 namespace attnkit {
 namespace {
@@ -88,6 +89,7 @@ void PagedDecodeProblem::validate() const {
   validate_spec(ctx, cache, kv_heads, head_dim);
   validate_kv_len(ctx, kv_len, cache);
   as_decode().validate();  // heads, head_dim, dtypes, options: the decode rules
+  reject_fp8_cache(kv_dtype, ctx);
   checked_product(ctx, {batch, cache.max_pages_per_seq});
   if (!(expected_total_keys >= 0 && expected_total_keys <= checked_product(ctx, {batch, kv_len})))
     fail(ctx,
@@ -118,6 +120,7 @@ void ExtendProblem::validate() const {
              " is above batch * max_q_len = " + std::to_string(batch * max_q_len) + " (or 2^31-1)",
          "pass max_total_q <= batch * max_q_len");
   base_decode(batch, num_heads, kv_heads, head_dim, cache, kv_len, kv_dtype, q_dtype, out_dtype, options).validate();
+  reject_fp8_cache(kv_dtype, ctx);
   checked_product(ctx, {total_q_bound(), num_heads, head_dim});
   checked_product(ctx, {batch, cache.max_pages_per_seq});
 }

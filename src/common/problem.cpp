@@ -72,7 +72,12 @@ void DecodeProblem::validate() const {
   if (kv_len > max_seq)
     fail(ctx, "kv_len=" + std::to_string(kv_len) + " is above max_seq=" + std::to_string(max_seq),
          "plan for kv_len <= max_seq (the cache holds max_seq keys per sequence)");
-  require_storage(ctx, "kv_dtype", kv_dtype);
+  // An e4m3 KV cache holds stored values with per-tensor scales (DecodeTensors::kv_scales).
+  if (!(is_storage_dtype(kv_dtype) || is_fp8(kv_dtype)))
+    fail(ctx, "kv_dtype is " + std::string(dtype_name(kv_dtype)), "use f32, f16, bf16 or e4m3");
+  if (is_fp8(q_dtype) || is_fp8(out_dtype))
+    fail(ctx, std::string(is_fp8(q_dtype) ? "q_dtype" : "out_dtype") + " is e4m3, which only a KV cache may be",
+         "pass q and out in f32, f16 or bf16 (an e4m3 cache is read with its scales, q is not quantized)");
   require_storage(ctx, "q_dtype", q_dtype);
   require_storage(ctx, "out_dtype", out_dtype);
   checked_product(ctx, {batch, kv_heads, max_seq, head_dim});

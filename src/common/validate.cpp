@@ -255,9 +255,32 @@ void validate_sinks(const TensorView& sinks, std::int64_t num_heads, DeviceKind 
   }
 }
 
+static void validate_kv_scale(const char* name, float value, DType cache, const char* context) {
+  const std::string field = std::string("kv_scales.") + name + "=" + std::to_string(value);
+  if (!(std::isfinite(value) && value > 0.0f))
+    fail(context, field + " is not a finite number > 0",
+         "pass the per-tensor dequantization scale of the e4m3 cache (real value = stored value x scale), e.g. "
+         "max|x| / 448 of the data; 1 when the values are stored unscaled");
+  if (!(is_fp8(cache) || value == 1.0f))
+    fail(context, field + " with a " + std::string(dtype_name(cache)) + " cache",
+         "kv_scales apply to e4m3 caches; leave them at 1 for f16/bf16/f32 caches");
+}
+
+void validate_kv_scales(DType kv_dtype, const KvScales& scales, const char* context) {
+  validate_kv_scale("k", scales.k, kv_dtype, context);
+  validate_kv_scale("v", scales.v, kv_dtype, context);
+}
+
+void reject_fp8_cache(DType kv_dtype, const char* context) {
+  if (is_fp8(kv_dtype))
+    fail(context, "kv_dtype is e4m3, which this op does not take (e4m3 caches are read by decode and written by append)",
+         "use an f16/bf16/f32 cache here, or for an e4m3 cache call append and then decode");
+}
+
 void validate_decode(const DecodeProblem& p, const DecodeTensors& t, DeviceKind device) {
   p.validate();
   const char* ctx = "decode";
+  validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim, S = p.max_seq;
   check_exact(ctx, t.q, {"q", {B, H, D}}, p.q_dtype, device);
   check_exact(ctx, t.k_cache, {"k_cache", {B, G, S, D}}, p.kv_dtype, device);
@@ -346,14 +369,19 @@ void validate_append(const AppendTensors& t, DeviceKind device) {
            "pass a cache with batch, kv_heads, max_seq and head_dim >= 1");
   }
   checked_product(ctx, "the cache", {B, G, S, D});
-  if (!t.k_new.empty()) {
-    check_storage(ctx, t.k_cache, {"k_cache", {B, G, S, D}}, device);
-    check_exact(ctx, t.k_new, {"k_new", {B, G, D}}, t.k_cache.dtype, device);
-  }
-  if (!t.v_new.empty()) {
-    check_storage(ctx, t.v_cache, {"v_cache", {B, G, S, D}}, device);
-    check_exact(ctx, t.v_new, {"v_new", {B, G, D}}, t.v_cache.dtype, device);
-  }
+  // An e4m3 cache is written from rows in any storage dtype (quantized by append); any other cache
+  // from rows of its own dtype (copied).
+  auto check_side = [&](const char* cache_name, const TensorView& c, const char* new_name, const TensorView& n,
+                        float scale, const char* scale_name) {
+    check_tensor(ctx, c, {cache_name, {B, G, S, D}}, [](DType x) { return is_storage_dtype(x) || is_fp8(x); },
+                 "f32, f16, bf16 or e4m3", device);
+    if (is_fp8(c.dtype)) check_storage(ctx, n, {new_name, {B, G, D}}, device);
+    else check_exact(ctx, n, {new_name, {B, G, D}}, c.dtype, device);
+    validate_kv_scale(scale_name, scale, c.dtype, ctx);
+  };
+  // (The scale of a side that is not written is not read.)
+  if (!t.k_new.empty()) check_side("k_cache", t.k_cache, "k_new", t.k_new, t.kv_scales.k, "k");
+  if (!t.v_new.empty()) check_side("v_cache", t.v_cache, "v_new", t.v_new, t.kv_scales.v, "v");
   check_exact(ctx, t.positions, {"positions", {B}}, DType::kI32, device);
   check_same_gpu(ctx, {{"k_new", &t.k_new}, {"v_new", &t.v_new}, {"k_cache", &t.k_cache},
                        {"v_cache", &t.v_cache}, {"positions", &t.positions}});
@@ -379,6 +407,7 @@ void validate_fused(const DecodeProblem& p, const FusedDecodeTensors& t, const R
                     DeviceKind device) {
   p.validate();
   const char* ctx = "fused_rope_append_decode";
+  reject_fp8_cache(p.kv_dtype, ctx);
   const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim, S = p.max_seq;
   check_exact(ctx, t.q, {"q", {B, H, D}}, p.q_dtype, device);
   check_exact(ctx, t.k_new, {"k_new", {B, G, D}}, p.kv_dtype, device);

@@ -1,6 +1,6 @@
 // The float64 golden: every option, written for clarity, not speed.
-// Inputs: host views of any storage dtype (prefill: e4m3 too, times its per-tensor scales) and any
-// strides. Each query row gathers its visible keys (the masking convention of problem.hpp: masked
+// Inputs: host views of any storage dtype (prefill inputs and decode caches: e4m3 too, times their
+// per-tensor scales) and any strides. Each query row gathers its visible keys (the masking convention of problem.hpp: masked
 // keys are skipped, never scored), takes scores in double, applies the soft-cap, then a two-pass
 // softmax (max, then sum) and the weighted sum of V. A row with no visible key gives zeros and an
 // LSE of -inf.
@@ -85,6 +85,9 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
   require_host_input(ctx, "v_cache", t.v_cache, 4);
   require_host_input(ctx, "lengths", t.lengths, 1);
   if (!t.sinks.empty()) require_host_input(ctx, "sinks", t.sinks, 1);
+  validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
+  // e4m3 caches: stored values times their per-tensor scales (1 for other caches).
+  const double k_scale = t.kv_scales.k, v_scale = t.kv_scales.v;
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim, group = p.group_size();
   const double scale = p.effective_scale(), softcap = p.options.softcap;
   Result r;
@@ -103,10 +106,10 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
       auto key_dot = [&](std::int64_t j) {
         double acc = 0.0;
         for (std::int64_t d = 0; d < D; ++d) acc += q[d] * element(t.k_cache, offset4(t.k_cache, b, kvh, j, d));
-        return acc;
+        return acc * k_scale;
       };
       auto value_at = [&](std::int64_t j, std::int64_t d) {
-        return element(t.v_cache, offset4(t.v_cache, b, kvh, j, d));
+        return v_scale * element(t.v_cache, offset4(t.v_cache, b, kvh, j, d));
       };
       const std::size_t row = static_cast<std::size_t>(b * H + h);
       r.lse[row] =

@@ -193,6 +193,9 @@ void decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace,
   DecodeParams p = base_params(plan);
   set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse, t.sinks);
   p.lengths = t.lengths.as<const std::int32_t>();
+  // An e4m3 cache's dequantization scales (1 otherwise): K's joins the score scale, V's the output's.
+  p.q_scale *= t.kv_scales.k;
+  p.v_scale = t.kv_scales.v;
   set_workspace(p, plan, workspace, ctx);
   if (p.batch == 0) return;
   launch(p, plan.problem.kv_dtype, stream);
@@ -238,6 +241,7 @@ namespace attnkit::cuda_decode {
 void launch_split_kv_decode_f32(const DecodeParams&, cudaStream_t);
 void launch_split_kv_decode_f16(const DecodeParams&, cudaStream_t);
 void launch_split_kv_decode_bf16(const DecodeParams&, cudaStream_t);
+void launch_split_kv_decode_e4m3(const DecodeParams&, cudaStream_t);
 
 void launch_split_kv_decode(const DecodeParams& params, DType kv_dtype, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
@@ -245,7 +249,8 @@ void launch_split_kv_decode(const DecodeParams& params, DType kv_dtype, void* st
     case DType::kF32: return launch_split_kv_decode_f32(params, s);
     case DType::kF16: return launch_split_kv_decode_f16(params, s);
     case DType::kBF16: return launch_split_kv_decode_bf16(params, s);
-    default: fail("cuda::decode", "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16 or bf16");
+    case DType::kE4M3: return launch_split_kv_decode_e4m3(params, s);
+    default: fail("cuda::decode", "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16, bf16 or e4m3");
   }
 }
 

@@ -90,10 +90,15 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
     fail(ctx, "head_dim=" + std::to_string(pr.head_dim) + " is not a multiple of 8 in [8, 256]",
          "use a head_dim that is a multiple of 8, at most 256");
   const std::int64_t kv_bytes = static_cast<std::int64_t>(dtype_size(pr.kv_dtype));
-  if (!(pr.q_dtype == pr.kv_dtype || pr.q_dtype == DType::kF32))
+  // An e4m3 cache is converted to f16 in registers: q and out may be any of f32, f16 and bf16.
+  const bool fp8 = is_fp8(pr.kv_dtype);
+  if (fp8 && pr.head_dim % 16 != 0)
+    fail(ctx, "head_dim=" + std::to_string(pr.head_dim) + " with an e4m3 cache: its rows are not 16-byte aligned",
+         "use a head_dim that is a multiple of 16 (64, 128, 256), or an f16/bf16 cache");
+  if (!fp8 && !(pr.q_dtype == pr.kv_dtype || pr.q_dtype == DType::kF32))
     fail(ctx, "q dtype " + std::string(dtype_name(pr.q_dtype)) + " is neither the KV dtype nor f32",
          "pass q in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
-  if (!(pr.out_dtype == pr.kv_dtype || pr.out_dtype == DType::kF32))
+  if (!fp8 && !(pr.out_dtype == pr.kv_dtype || pr.out_dtype == DType::kF32))
     fail(ctx, "out dtype " + std::string(dtype_name(pr.out_dtype)) + " is neither the KV dtype nor f32",
          "ask for out in the KV dtype (" + std::string(dtype_name(pr.kv_dtype)) + ") or in f32");
 
@@ -122,7 +127,9 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
                       (hpw == geo::kKeyRowsHeads
                            ? " heads (the 8 columns of an mma.sync m16n8k16 tile whose 16 rows are keys, half the MMAs "
                              "of heads as rows for groups of up to 8; 16-bit K/V on tensor cores)"
-                           : " heads (the 16 rows of an mma.sync m16n8k16 tile; 16-bit K/V on tensor cores)") +
+                       : fp8 ? " heads (the 16 rows of an mma.sync m16n8k16 tile; e4m3 K/V converted to f16 in registers "
+                                 "for the tensor cores, q and P rounded to f16)"
+                             : " heads (the 16 rows of an mma.sync m16n8k16 tile; 16-bit K/V on tensor cores)") +
                       " x " + std::to_string(key_warps) + " key warps, and one producer warp issuing the K/V copies");
     reasons.push_back("tile " + std::to_string(tile) + " keys: " + std::to_string(key_warps) + " key warps x " +
                       std::to_string(geo::kMmaKeysPerWarp) + " keys (one P.V k-step each)");

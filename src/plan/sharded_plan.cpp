@@ -11,6 +11,7 @@
 
 #include "attnkit/context_parallel.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/validate.hpp"
 #include "cuda/context_parallel/shard_workspace.hpp"
 
 namespace attnkit {
@@ -85,6 +86,7 @@ ShardSlice shard_slice(const ShardedDecodePlan& plan, int shard, std::int64_t gl
 ShardedDecodePlan plan_sharded_decode(const ShardedDecodeProblem& problem, const std::vector<Target>& targets) {
   const DecodeProblem& g = problem.decode;
   g.validate();
+  reject_fp8_cache(g.kv_dtype, kCtx);
   const int n = static_cast<int>(targets.size());
   if (!(n >= 1 && n <= kMaxShards))
     fail(kCtx, "asked for " + std::to_string(n) + " shards",

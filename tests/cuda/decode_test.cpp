@@ -2,7 +2,8 @@
 // 64 / 80 / 96 / 128 / 256, GQA 1 / 4 / 8 / 16 / 6 / MQA, windows of 1, mid and longer than the
 // sequence, lengths 0, 1, odd, thousands, and batches mixing lengths from 1 to 70000. Cache rows a
 // sequence must not read (past its length, before its window) hold NaN, so a kernel that touches
-// them fails; outputs are poisoned (NaN) before every run. Skips, visibly, without a GPU.
+// them fails (e4m3 caches: the NaN code 0xFF); outputs are poisoned (NaN) before every run. e4m3
+// caches hold values quantized with per-tensor scales the decode is given. Skips, visibly, without a GPU.
 #include <algorithm>
 #include <random>
 
@@ -21,6 +22,7 @@ struct DecodeSpec {
   float softcap = 0.0f;
   float stddev = 1.0f;       // q and k; large values make peaked softmaxes
   std::int64_t plan_kv_len = 0;  // 0 = the longest length (a smaller one checks the kernel's clamp)
+  KvScales scales = {};          // e4m3 caches: stored values are x / scale
 };
 
 std::ostream& operator<<(std::ostream& os, const DecodeSpec& s) { return os << s.name; }
@@ -28,6 +30,7 @@ std::ostream& operator<<(std::ostream& os, const DecodeSpec& s) { return os << s
 struct DecodeRun {
   DecodeProblem problem;
   HostTensor q, k, v, lengths, out, lse;
+  KvScales scales;
   std::uint64_t seed = 0;
 };
 
@@ -44,6 +47,7 @@ DecodeRun make_run(const DecodeSpec& s) {
   p.options.window = s.window;
   p.options.softcap = s.softcap;
   r.seed = fresh_seed();
+  r.scales = s.scales;
   std::mt19937_64 rng(r.seed);
   r.q = HostTensor(s.q, {batch, s.heads, s.head_dim});
   r.k = HostTensor(s.kv, {batch, s.kv_heads, p.max_seq, s.head_dim});
@@ -65,8 +69,8 @@ DecodeRun make_run(const DecodeSpec& s) {
       for (std::int64_t j = first; j < len; ++j) {
         const std::size_t row = static_cast<std::size_t>(((b * s.kv_heads + h) * p.max_seq + j) * s.head_dim);
         for (std::int64_t d = 0; d < s.head_dim; ++d) {
-          r.k.set(row + d, kd(rng));
-          r.v.set(row + d, vd(rng));
+          r.k.set(row + d, kd(rng) / s.scales.k);  // scales are 1 but for e4m3 caches
+          r.v.set(row + d, vd(rng) / s.scales.v);
         }
       }
     }
@@ -79,7 +83,9 @@ reference::Result run_and_golden(DecodeRun& r, const DecodePlan& plan) {
   {
     DeviceTensor q(r.q), k(r.k), v(r.v), lengths(r.lengths), out(r.out), lse(r.lse);
     DeviceWorkspace ws(plan.evidence.workspace_bytes);
-    cuda::decode(plan, DecodeTensors{q.view, k.view, v.view, lengths.view, out.view, lse.view}, ws.view());
+    DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view};
+    t.kv_scales = r.scales;
+    cuda::decode(plan, t, ws.view());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.copy_to(r.out);
     lse.copy_to(r.lse);
@@ -88,17 +94,21 @@ reference::Result run_and_golden(DecodeRun& r, const DecodePlan& plan) {
   for (std::int64_t b = 0; b < r.problem.batch; ++b) {
     clamped.i32()[b] = std::clamp<std::int32_t>(r.lengths.i32()[b], 0, static_cast<std::int32_t>(r.problem.kv_len));
   }
-  return reference::decode(r.problem, DecodeTensors{r.q.view, r.k.view, r.v.view, clamped.view, {}, {}});
+  DecodeTensors golden{r.q.view, r.k.view, r.v.view, clamped.view, {}, {}};
+  golden.kv_scales = r.scales;
+  return reference::decode(r.problem, golden);
 }
 
-// A q wider than 16-bit K/V enters the tensor cores rounded to the K/V dtype (engine_mma.cuh), so
-// each score may move by up to 2 * u * |score| (u the dtype's unit roundoff; a soft-cap only shrinks
-// it): the LSE bound of such rows grows by 2 * u * max |score| of the row. Zero for other cases.
+// A q wider than 16-bit K/V enters the tensor cores rounded to the K/V dtype (engine_mma.cuh; f16
+// for e4m3 K/V, engine_mma_fp8.cuh), so each score may move by up to 2 * u * |score| (u the unit
+// roundoff; a soft-cap only shrinks it): the LSE bound of such rows grows by 2 * u * max |score|
+// of the row. Zero for other cases.
 std::vector<double> q_rounding_slack(const DecodeRun& r) {
   const DecodeProblem& p = r.problem;
   std::vector<double> slack(static_cast<std::size_t>(p.batch * p.num_heads), 0.0);
-  if (dtype_size(p.kv_dtype) != 2 || p.q_dtype == p.kv_dtype) return slack;
-  const double u = p.kv_dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  const DType mma = is_fp8(p.kv_dtype) ? DType::kF16 : p.kv_dtype;
+  if (dtype_size(mma) != 2 || p.q_dtype == mma) return slack;
+  const double u = mma == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
   const double scale = p.effective_scale();
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t len = std::clamp<std::int64_t>(r.lengths.view.as<const std::int32_t>()[b], 0, p.kv_len);
@@ -109,7 +119,8 @@ std::vector<double> q_rounding_slack(const DecodeRun& r) {
         double dot = 0;
         for (std::int64_t d = 0; d < p.head_dim; ++d) {
           dot += static_cast<double>(r.q.get(static_cast<std::size_t>((b * p.num_heads + h) * p.head_dim + d))) *
-                 r.k.get(static_cast<std::size_t>(((b * p.kv_heads + h / p.group_size()) * p.max_seq + j) * p.head_dim + d));
+                 r.k.get(static_cast<std::size_t>(((b * p.kv_heads + h / p.group_size()) * p.max_seq + j) * p.head_dim + d)) *
+                 r.scales.k;
         }
         worst = std::max(worst, std::abs(dot * scale));
       }
@@ -147,6 +158,21 @@ std::vector<DecodeSpec> decode_specs() {
       {"d128_gqa6_f32_softcap_partial_warp", 12, 2, 128, kF32, kF32, kF32, {901, 64}, 0, 25.0f, 2.0f},
       {"d128_mha_f32", 8, 8, 128, kF32, kF32, kF32, {300, 1, 0}},
       {"d256_gqa3_f32_window", 6, 2, 256, kF32, kF32, kF32, {1000, 7}, 250},
+      // e4m3 caches (f16 tensor cores after an in-register conversion; q and out in any 16/32-bit
+      // dtype), with scales: every head_dim capacity (64 fills half a 128-byte segment), GQA 4 /
+      // 8 / 16 / 6 / MHA / MQA, windows, soft-cap, lengths 0 / 1 / odd / 70000, split and unsplit.
+      {"e4m3_d64_mha_len1", 8, 8, 64, kE4M3, kBF16, kBF16, {1, 1}, 0, 0.0f, 1.0f, 0, {0.02f, 3.5f}},
+      {"e4m3_d128_gqa4_thousands_q_f16_out_f32", 32, 8, 128, kE4M3, kF16, kF32, {4093, 17}, 0, 0.0f, 1.0f, 0, {0.5f, 0.25f}},
+      {"e4m3_d128_gqa4_q_f32", 32, 8, 128, kE4M3, kF32, kBF16, {2048, 5}, 0, 0.0f, 1.0f, 0, {1.0f, 1.0f}},
+      {"e4m3_d256_mqa", 16, 1, 256, kE4M3, kBF16, kBF16, {2500, 3}, 0, 0.0f, 1.0f, 0, {0.01f, 0.01f}},
+      {"e4m3_d80_gqa8_odd", 16, 2, 80, kE4M3, kBF16, kF16, {37, 1, 129}, 0, 0.0f, 1.0f, 0, {0.125f, 2.0f}},
+      {"e4m3_d128_gqa8_window1", 16, 2, 128, kE4M3, kBF16, kBF16, {1000, 1}, 1, 0.0f, 1.0f, 0, {1.0f, 1.0f}},
+      {"e4m3_d64_softcap_window", 8, 2, 64, kE4M3, kF16, kF16, {999, 0, 150}, 100, 20.0f, 2.0f, 0, {0.05f, 0.05f}},
+      {"e4m3_mixed_lengths_1_to_70000", 8, 2, 128, kE4M3, kBF16, kBF16, {1, 0, 70000, 333, 12345, 69999}, 0, 0.0f, 1.0f, 0, {0.02f, 0.02f}},
+      {"e4m3_gqa16_two_head_chunks", 32, 2, 128, kE4M3, kBF16, kBF16, {2000, 64}, 0, 0.0f, 1.0f, 0, {1.0f, 1.0f}},
+      {"e4m3_gqa6_partial_chunk_d256_window", 12, 2, 256, kE4M3, kBF16, kF32, {5000, 40}, 999, 0.0f, 1.0f, 0, {0.3f, 0.7f}},
+      {"e4m3_mqa128_two_passes", 128, 1, 64, kE4M3, kBF16, kBF16, {300, 1}, 0, 0.0f, 1.0f, 0, {1.0f, 1.0f}},
+      {"e4m3_length_above_plan_is_clamped", 8, 2, 64, kE4M3, kBF16, kBF16, {500, 50}, 0, 0.0f, 1.0f, 100, {1.0f, 1.0f}},
   };
 }
 
@@ -325,6 +351,14 @@ TEST(DecodeCudaSmall, ClusterMergeSanitizerCase) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   const DecodeSpec s{"sanitizer_cluster", 32, 8, 64, DType::kBF16, DType::kBF16, DType::kBF16, {700, 0}};
   expect_small_case(s, [](const WorkPartition& w) { return w.merge_cluster > 1; }, "merge its splits in clusters");
+}
+
+// An e4m3 cache through the merge kernel (window, many splits) and a partial last tile.
+TEST(DecodeCudaSmall, Fp8SanitizerCase) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  DecodeSpec s{"sanitizer_e4m3", 8, 2, 128, DType::kE4M3, DType::kBF16, DType::kBF16, {4001, 0, 1}, 3000};
+  s.scales = {0.05f, 2.0f};
+  expect_small_case(s, [](const WorkPartition& w) { return w.sequence_splits > 1; }, "split an e4m3 cache");
 }
 
 }  // namespace

@@ -37,19 +37,22 @@ constexpr int keys_per_warp_step(int capacity) { return 32 / threads_per_key(cap
 
 // 16-bit K/V run on tensor cores (mma.sync m16n8k16). Groups of up to 8 heads take the key-rows
 // engine (engine_mma_key_rows.cuh: the MMA's 16 rows are keys, its 8 columns the warp's heads);
-// larger ones the 16-row engine (engine_mma.cuh: the MMA's rows are up to 16 heads). f32 K/V run
-// on CUDA cores (TF32 would break the f32 parity rule), a warp holding 4 heads (groups up to 4) or
-// 8 in registers.
-constexpr bool uses_mma(std::int64_t kv_elem_bytes) { return kv_elem_bytes == 2; }
+// larger ones the 16-row engine (engine_mma.cuh: the MMA's rows are up to 16 heads). e4m3 K/V
+// (1 byte) run on the f16 tensor cores too, converted in registers, always with the 16-row
+// layout (engine_mma_fp8.cuh). f32 K/V run on CUDA cores (TF32 would break the f32 parity rule),
+// a warp holding 4 heads (groups up to 4) or 8 in registers.
+constexpr bool uses_mma(std::int64_t kv_elem_bytes) { return kv_elem_bytes <= 2; }
 inline constexpr int kMmaRows = 16;
 inline constexpr int kKeyRowsHeads = 8;
 inline constexpr int kMmaKeysPerWarp = 16;  // keys a warp takes per tile (one P.V k-step)
 constexpr int heads_per_warp(std::int64_t rows_per_block, std::int64_t kv_elem_bytes) {
+  if (kv_elem_bytes == 1) return kMmaRows;
   if (uses_mma(kv_elem_bytes)) return rows_per_block <= kKeyRowsHeads ? kKeyRowsHeads : kMmaRows;
   return rows_per_block <= 4 ? 4 : 8;
 }
 // Whether a (K/V element size, heads per warp) pair names a kernel instance's engine.
 constexpr bool engine_exists(std::int64_t kv_elem_bytes, int heads_per_warp_) {
+  if (kv_elem_bytes == 1) return heads_per_warp_ == kMmaRows;
   return uses_mma(kv_elem_bytes) ? (heads_per_warp_ == kKeyRowsHeads || heads_per_warp_ == kMmaRows)
                                  : (heads_per_warp_ == 4 || heads_per_warp_ == 8);
 }
@@ -103,19 +106,20 @@ constexpr int tile_keys(int capacity, int key_warps, std::int64_t kv_elem_bytes)
 // - 16-bit K/V: 128-byte segments with TMA's 128-byte swizzle (row r's 16-byte chunk c sits at
 //   chunk c ^ (r % 8)), so the 8 rows an ldmatrix reads at one column hit 8 bank groups with no
 //   padding. Padded boxes (136 columns) cost 5% of the DRAM rate (dev/tma_stream_probe.cu,
-//   docs/perf-notes.md "Decode round 8").
+//   docs/perf-notes.md "Decode round 8"). e4m3 K/V: the same 128-byte swizzled segments, of 128
+//   columns (head_dim 64 fills half of one; TMA reads its other columns as zeros).
 // - f32 K/V: segments of up to 128 columns, each row padded by 16 bytes (a 132-column box). Its
 //   swizzled segments would be 32 columns, four 4 KiB boxes per K tile, and measured 5-10% slower
 //   at batch >= 64 with 1k-4k keys (same round): the f32 engine runs three blocks per SM.
-constexpr bool swizzled_tiles(std::int64_t kv_elem_bytes) { return kv_elem_bytes == 2; }
+constexpr bool swizzled_tiles(std::int64_t kv_elem_bytes) { return kv_elem_bytes <= 2; }
 constexpr int segment_elems(int capacity, std::int64_t kv_elem_bytes) {
-  return swizzled_tiles(kv_elem_bytes) ? 64 : (capacity < 128 ? capacity : 128);
+  return swizzled_tiles(kv_elem_bytes) ? 128 / static_cast<int>(kv_elem_bytes) : (capacity < 128 ? capacity : 128);
 }
 constexpr int segment_pitch(int capacity, std::int64_t kv_elem_bytes) {
   return segment_elems(capacity, kv_elem_bytes) + (swizzled_tiles(kv_elem_bytes) ? 0 : 16 / static_cast<int>(kv_elem_bytes));
 }
 constexpr int row_segments(int capacity, std::int64_t kv_elem_bytes) {
-  return capacity / segment_elems(capacity, kv_elem_bytes);
+  return (capacity + segment_elems(capacity, kv_elem_bytes) - 1) / segment_elems(capacity, kv_elem_bytes);
 }
 // Element offset of column d (inside a 16-byte chunk) of row r in a tile of `tile` rows.
 constexpr int tile_offset(int r, int d, int tile, int capacity, std::int64_t kv_elem_bytes) {
@@ -161,7 +165,7 @@ constexpr std::int64_t shared_bytes_for_residency(std::int64_t dynamic_bytes, st
   return shared_per_sm / (resident + 1) - kStaticSharedBytes - kRuntimeSharedBytes + 1;
 }
 // The dynamic part starts with the ring, aligned up to 1024 bytes (TMA swizzled destinations).
-inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom (16-bit K/V)
+inline constexpr std::int64_t kRingAlignment = 1024;  // the 128-byte swizzle's 8-row atom (1- and 2-byte K/V)
 
 // Dynamic shared memory of one block (bytes): alignment slack, the K/V ring, the f32 query staging (reused as the
 // cross-warp reduction), the (max, sum) pairs of each key warp and the block's LSEs, and the fused

@@ -45,7 +45,8 @@ struct DecodeParams {
   int kv_len = 0;   // the plan's longest sequence: lengths are clamped to [0, kv_len]
   int max_seq = 0;
   std::int64_t window = 0;
-  float q_scale = 0;   // multiplies q: scale * log2(e) without soft-cap, scale with it
+  float q_scale = 0;   // multiplies q: scale * log2(e) without soft-cap, scale with it (x the e4m3 K scale)
+  float v_scale = 1;   // multiplies the normalised output: the e4m3 V scale (1 for other caches)
   float softcap = 0;   // 0 = none; else s = softcap * tanh(s / softcap)
   // The plan's partition.
   int rows_per_block = 0, head_chunks = 0, key_warps = 0, tile = 0, stages = 0, splits = 1;

@@ -15,9 +15,10 @@ namespace attnkit::cuda_decode {
 void make_kv_box_map(unsigned char (&dst)[128], const KvBoxTensor& kv, int box_rows, const char* ctx, const char* name) {
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(kv.dtype));
   cuda_common::TensorMapSpec spec;
-  spec.dtype = kv.dtype == DType::kF32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-               : kv.dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  spec.dtype = kv.dtype == DType::kF32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+               : kv.dtype == DType::kF16  ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+               : kv.dtype == DType::kE4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8  // bytes: TMA only moves them
+                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   spec.data = kv.data;
   spec.dims = {static_cast<std::uint64_t>(kv.head_dim), static_cast<std::uint64_t>(kv.rows),
                static_cast<std::uint64_t>(kv.kv_heads), static_cast<std::uint64_t>(kv.outer)};
@@ -34,7 +35,7 @@ void make_kv_box_map(unsigned char (&dst)[128], const KvBoxTensor& kv, int box_r
     spec.byte_strides[d] = static_cast<std::uint64_t>(stride * elem);
     span = std::max<std::int64_t>(span, stride * extents[d]);
   }
-  // One row segment per box: 128 bytes swizzled (16-bit), or padded by 16 bytes whose columns lie
+  // One row segment per box: 128 bytes swizzled (16-bit and e4m3), or padded by 16 bytes whose columns lie
   // past the row and read as zeros (f32), as the engines read it (decode_geometry.hpp).
   const int capacity = head_dim_capacity(kv.head_dim);
   spec.box = {static_cast<std::uint32_t>(segment_pitch(capacity, elem)), static_cast<std::uint32_t>(box_rows), 1, 1};

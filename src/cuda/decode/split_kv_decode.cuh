@@ -1,15 +1,17 @@
 // GQA-packed split-KV flash-decoding (KernelFamily::kSplitKvDecode), and the fused RoPE + KV
 // append + decode step built on it.
 //
-// Inputs: q [batch, num_heads, head_dim] (kv dtype or f32), K/V caches [batch, kv_heads, max_seq,
-//   head_dim] (f32, f16 or bf16, 16-byte aligned rows), lengths i32 [batch] on the device (or, fused,
-//   positions i32 [batch] and the new k/v rows).
+// Inputs: q [batch, num_heads, head_dim] (kv dtype or f32; any of f32/f16/bf16 for e4m3 K/V),
+//   K/V caches [batch, kv_heads, max_seq, head_dim] (f32, f16, bf16 or e4m3 with per-tensor scales,
+//   16-byte aligned rows), lengths i32 [batch] on the device (or, fused, positions i32 [batch] and
+//   the new k/v rows; not for e4m3).
 // Parallelism: one block per (sequence, KV head, head pass, key split). The block's consumer warps
 //   form head_chunks x key_warps (decode_geometry.hpp): every warp of a head chunk serves
 //   heads_per_warp query heads of the GQA group, so one shared-memory K/V tile serves the whole
 //   group and each K/V element leaves device memory once. The per-warp math is an engine: tensor
-//   cores for f16 and bf16 (engine_mma.cuh, 16 heads per warp), CUDA cores for f32
-//   (engine_simt.cuh). Contiguous caches, and paged pools whose tiles are page-aligned (plan's
+//   cores for f16 and bf16 (engine_mma.cuh, 16 heads per warp) and for e4m3 converted to f16 in
+//   registers (engine_mma_fp8.cuh), CUDA cores for f32 (engine_simt.cuh). An e4m3 cache's scales
+//   fold into q's scale (k) and the output normalisation (v). Contiguous caches, and paged pools whose tiles are page-aligned (plan's
 //   page_boxes: no window, pages of >= 16 rows): one more warp, the producer, streams the tiles
 //   into a ring of `stages` slots with TMA boxes (one row segment x tile rows, or x the rows
 //   of one page run), guarded by mbarriers (full: the slot's boxes have landed; empty: every
@@ -50,6 +52,7 @@
 #include "cuda/decode/decode_geometry.hpp"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/engine_mma.cuh"
+#include "cuda/decode/engine_mma_fp8.cuh"
 #include "cuda/decode/engine_mma_key_rows.cuh"
 #include "cuda/decode/engine_simt.cuh"
 #include "cuda/decode/rope.cuh"
@@ -554,8 +557,11 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   ATTNKIT_DECODE_STAMP(5);
 
   // 4. Fused step: the block owning the new position rotates k_new, appends k and v, and attends
-  //    to that key from shared memory (no other block reads or writes that cache row).
-  if (!kPaged && owns_new) {
+  //    to that key from shared memory (no other block reads or writes that cache row). (Not for
+  //    e4m3 caches: validation rejects them before a fused launch.)
+  constexpr bool kFusedStep = !kPaged && sizeof(T) > 1;
+  if constexpr (kFusedStep) {
+  if (owns_new) {
     const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_stride_b + kvh * p.k_new_stride_h;
     const T* vn = static_cast<const T*>(p.v_new) + b * p.v_new_stride_b + kvh * p.v_new_stride_h;
     for (int d = tid; d < kCap; d += blockDim.x) {
@@ -582,6 +588,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     __syncthreads();
     if (!producer) engine.process(k_ring, v_ring, 1, key_warp, p.softcap);
     __syncthreads();
+  }
   }
 
   // 5. Combine: within each warp (engine), then the key warps: each writes its rows' (max, sum)
@@ -637,7 +644,7 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
       }
       // The sink joins the row's denominator, relative to the same 2^m_use as the key sums.
       const float denom = fold_sinks ? sum + exp2f(p.sinks[head_of(r)] * kLog2e - m_use) : sum;
-      const float inv = denom > 0.0f ? __frcp_rn(denom) : 0.0f;
+      const float inv = denom > 0.0f ? __frcp_rn(denom) * p.v_scale : 0.0f;  // v_scale: e4m3 V's scale, else 1
       write(r, d, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     }
   };
@@ -677,8 +684,10 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
 // Host: launches one instantiation (its shared-memory limit raised once per device).
 template <class T, int kCap, int kHpw, bool kPaged = false, bool kExtend = false, bool kPageBoxes = false>
 void launch_decode_instance(const DecodeParams& plan_params, cudaStream_t stream) {
-  using Engine = std::conditional_t<sizeof(T) == 4, SimtEngine<T, kCap, kHpw>,
-                                    std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, KeyRowsMmaEngine<T, kCap>>>;
+  using Engine = std::conditional_t<
+      sizeof(T) == 4, SimtEngine<T, kCap, kHpw>,
+      std::conditional_t<sizeof(T) == 1, Fp8MmaEngine<kCap>,
+                         std::conditional_t<kHpw == kMmaRows, MmaEngine<T, kCap>, KeyRowsMmaEngine<T, kCap>>>>;
   auto kernel = split_kv_decode_kernel<T, kCap, Engine, kPaged, kExtend, kPageBoxes>;
   cuda_common::check(cuda_common::raise_shared_memory_limit(reinterpret_cast<const void*>(kernel)), "cuda::decode",
                      "raising the kernel's shared-memory limit");
@@ -739,7 +748,7 @@ void launch_decode_typed(const DecodeParams& p, cudaStream_t stream) {
   const int cap = head_dim_capacity(p.head_dim);
   const int hpw = heads_per_warp(p.rows_per_block, sizeof(T));
   // 16-bit K/V: tensor-core engines (8 heads per warp: keys as MMA rows; 16: heads as MMA rows);
-  // f32: CUDA-core engine (4 or 8).
+  // e4m3: the 16-row tensor-core engine; f32: CUDA-core engine (4 or 8).
 #define ATTNKIT_DECODE_CASE(CAP, HPW)                                                      \
   if constexpr (engine_exists(sizeof(T), HPW)) {                                           \
     if (cap == CAP && hpw == HPW) {                                                        \
