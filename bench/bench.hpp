@@ -20,7 +20,7 @@ struct Case {
   std::int64_t q_len = 1, kv_len = 4096;
   bool causal = true;
   std::int64_t window = 0;
-  DType dtype = DType::kBF16;  // storage dtype of q, k, v (decode: KV; q and out follow it)
+  DType dtype = DType::kBF16;  // storage dtype of q, k, v (decode: KV; q and out follow it, bf16 for e4m3)
   // paged-decode: the pool's page size and layout (each sequence's pages drawn in a random order).
   std::int64_t page_size = 16;
   PageLayout page_layout = PageLayout::kHND;
@@ -29,6 +29,9 @@ struct Case {
 // The output dtype of a prefill case: its input dtype, except e4m3 (input-only), which writes bf16
 // (unit scales: the benchmark times the kernel, the values do not matter).
 constexpr DType prefill_out_dtype(DType input) { return is_fp8(input) ? DType::kBF16 : input; }
+// The q and output dtype of a decode case over a `kv` cache: the cache's, except e4m3 (a cache-only
+// dtype), whose decode takes bf16 q and writes bf16, the usual fp8-cache serving setup.
+constexpr DType decode_query_dtype(DType kv) { return is_fp8(kv) ? DType::kBF16 : kv; }
 
 // The problem a case describes, as its planner takes it (case_problems.cpp). Paged decode: every
 // sequence's kv_len keys in pages of page_size, the pool exactly batch x ceil(kv_len / page_size).

@@ -11,7 +11,8 @@ DecodeProblem decode_problem(const Case& c) {
   p.kv_heads = c.kv_heads;
   p.head_dim = c.head_dim;
   p.max_seq = p.kv_len = c.kv_len;
-  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+  p.kv_dtype = c.dtype;
+  p.q_dtype = p.out_dtype = decode_query_dtype(c.dtype);
   p.options.window = c.window;
   return p;
 }

@@ -1,11 +1,13 @@
 // `attnkit check` for attention: decode, prefill and the fused rope+append+decode step, on every
-// family the planner accepts, against the float64 golden (e4m3 prefill: inputs quantized with a
-// per-tensor scale, golden and backend reading the same bytes). Inputs are fresh normal draws; outputs
+// family the planner accepts, against the float64 golden (e4m3 prefill inputs and e4m3 decode
+// caches: quantized with a per-tensor scale, golden and backend reading the same bytes and scales;
+// an e4m3 cache's decode takes bf16 q and writes bf16). Inputs are fresh normal draws; outputs
 // are poisoned with NaN; KV-cache slots past each sequence's length are NaN too, because an
 // unwritten cache slot holds anything and a kernel must skip, not read, what it may not see.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -138,11 +140,13 @@ bool try_plan(CheckRow& row, const Problem& problem, const Target& target, Kerne
   }
 }
 
+// `dtype` is the cache's; q and out follow it, bf16 for an e4m3 cache.
 void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFamily family) {
+  const DType io_dtype = is_fp8(dtype) ? DType::kBF16 : dtype;
   CheckRow row;
   row.kernel = "decode/" + family_flag_name(family);
   row.shape = describe(s);
-  row.dtype = dtype_pair(dtype, dtype);
+  row.dtype = dtype_pair(dtype, io_dtype);
   guarded(ctx, row, [&](CheckRow& r) {
     DecodeProblem p;
     p.batch = s.batch;
@@ -151,22 +155,28 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
     p.head_dim = s.head_dim;
     p.kv_len = s.kv_len;
     p.max_seq = s.max_seq;
-    p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+    p.kv_dtype = dtype;
+    p.q_dtype = p.out_dtype = io_dtype;
     p.options.window = s.window;
     p.options.softcap = s.softcap;
     DecodePlan plan;
     auto plan_fn = [](const DecodeProblem& pr, const Target& t, KernelFamily f) { return plan_decode(pr, t, f); };
     if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
 
-    HostTensor q(dtype, {s.batch, s.heads, s.head_dim});
+    HostTensor q(io_dtype, {s.batch, s.heads, s.head_dim});
     HostTensor k(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
     HostTensor v(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
     HostTensor lengths(DType::kI32, {s.batch});
-    HostTensor out(dtype, {s.batch, s.heads, s.head_dim});
+    HostTensor out(io_dtype, {s.batch, s.heads, s.head_dim});
     HostTensor lse(DType::kF32, {s.batch, s.heads});
     testing::fill_normal(q, ctx.rng);
-    testing::fill_normal(k, ctx.rng);
-    testing::fill_normal(v, ctx.rng);
+    KvScales scales;  // e4m3: max|x| / 448 of each cache's draws, never 1 in practice
+    if (is_fp8(dtype)) {
+      scales = {testing::fill_normal_e4m3(k, ctx.rng), testing::fill_normal_e4m3(v, ctx.rng)};
+    } else {
+      testing::fill_normal(k, ctx.rng);
+      testing::fill_normal(v, ctx.rng);
+    }
     fill_lengths(lengths, s.kv_len, s.empty_sequence, ctx.rng);
     poison_past_lengths(k, lengths.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
     poison_past_lengths(v, lengths.i32(), s.batch, s.kv_heads, s.max_seq, s.head_dim);
@@ -175,11 +185,13 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
     HostTensor sinks = testing::random_sinks(s.sinks ? s.heads : 0, ctx.rng);
     DecodeTensors host{q.view, k.view, v.view, lengths.view, out.view, lse.view};
     if (s.sinks) host.sinks = sinks.view;
+    host.kv_scales = scales;
     const reference::Result golden = reference::decode(p, host);
 
     Staging stage(ctx.cuda);
     DecodeTensors t{stage.put(q), stage.put(k), stage.put(v), stage.put(lengths), stage.put(out), stage.put(lse)};
     if (s.sinks) t.sinks = stage.put(sinks);
+    t.kv_scales = scales;
     const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
     if (ctx.cuda) {
       cuda::decode(plan, t, ws);
@@ -187,8 +199,13 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
       cpu::decode(plan, t, ws);
     }
     stage.take_back();
-    judge(r, testing::compare(out, golden.out), tolerance_for(dtype, dtype));
-    const std::string lse_problem = check_lse(lse, golden.lse, tolerance_for(dtype, dtype).rel);
+    // An e4m3 cache: the plan's tolerance (its quantization is in the golden too; what remains is
+    // the q/out dtype's and the kernels' rounding), not the looser one of e4m3 prefill inputs.
+    const Tolerance tol = is_fp8(dtype)
+                              ? Tolerance{std::numeric_limits<double>::infinity(), plan.evidence.rel_l2_tolerance}
+                              : tolerance_for(dtype, dtype);
+    judge(r, testing::compare(out, golden.out), tol);
+    const std::string lse_problem = check_lse(lse, golden.lse, tol.rel);
     if (!lse_problem.empty()) {
       r.status = Status::kFail;
       r.note += lse_problem;
@@ -451,11 +468,13 @@ void check_attention(CheckContext& ctx) {
   const std::vector<KernelFamily> prefill_families = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled,
                                                       KernelFamily::kWarpSpecializedWgmma};
   const std::vector<DType> dtypes = storage_dtypes(ctx);
+  std::vector<DType> cache_dtypes = dtypes;  // decode: an e4m3 cache too (bf16 q and out)
+  if (wants_dtype(ctx, DType::kE4M3)) cache_dtypes.push_back(DType::kE4M3);
   for (KernelFamily family : decode_families) {
-    if (!wants_op(ctx, "decode") || dtypes.empty()) break;
+    if (!wants_op(ctx, "decode") || cache_dtypes.empty()) break;
     collapsed(ctx, "decode/" + family_flag_name(family), [&] {
       for (const DecodeShape& s : decode_shapes(ctx.quick)) {
-        for (DType dtype : dtypes) check_decode(ctx, s, dtype, family);
+        for (DType dtype : cache_dtypes) check_decode(ctx, s, dtype, family);
       }
     });
   }

@@ -91,9 +91,9 @@ void run_check(const CheckFlags& flags, int& exit_code) {
   CheckFlags f = flags;
   if (f.seed == 0) f.seed = testing::fresh_seed();
   const bool e4m3 = std::find(f.dtypes.begin(), f.dtypes.end(), "e4m3") != f.dtypes.end();
-  if (e4m3 && f.op != "all" && f.op != "prefill")
-    fail("attnkit check", "--dtype e4m3 with --op " + f.op + ": only prefill takes e4m3 inputs",
-         "pass --op prefill (or all) with --dtype e4m3");
+  if (e4m3 && f.op == "fused")
+    fail("attnkit check", "--dtype e4m3 with --op fused: the fused rope+append+decode step takes no e4m3 cache",
+         "pass --op decode (an e4m3 cache), kv (append into one), prefill or all with --dtype e4m3");
   const bool want_cpu = f.backend == "all" || f.backend == "cpu";
   const bool have_cuda = cuda::built() && cuda::device_count() > 0;
   if (f.backend == "cuda") {
@@ -134,8 +134,9 @@ void add_check_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"all", "decode", "prefill", "fused", "kv"}))
       ->capture_default_str();
   cmd->add_option("--dtype", flags->dtypes,
-                  "only these input dtypes, comma-separated: f32, f16, bf16, e4m3 (prefill on Hopper) "
-                  "(default: all; --quick: f32, bf16 and e4m3)")
+                  "only these input dtypes, comma-separated: f32, f16, bf16, e4m3 (decode: an e4m3 KV cache "
+                  "with bf16 q and out; kv: append into one; prefill on Hopper) (default: all; --quick: f32, bf16 "
+                  "and e4m3)")
       ->delimiter(',')
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--seed", flags->seed, "random seed (default: fresh; printed for replay)");

@@ -1,5 +1,6 @@
-// `attnkit check` for the cache and state kernels: KV append (K, V or both), RoPE (half and
-// interleaved, theta or caller tables) and the merge of split softmax states, against float64.
+// `attnkit check` for the cache and state kernels: KV append (K, V or both; into an e4m3 cache from
+// bf16 rows, quantized with scales != 1), RoPE (half and interleaved, theta or caller tables) and
+// the merge of split softmax states, against float64.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -21,21 +22,34 @@ void fill_positions(HostTensor& positions, std::int64_t limit, std::mt19937_64& 
   positions.i32()[0] = static_cast<std::int32_t>(limit - 1);  // the last slot is always exercised
 }
 
-// Append must write exactly the new rows and nothing else: every cache element is compared.
+// Append must write exactly the new rows and nothing else: every cache element is compared. An
+// e4m3 cache (`dtype`) takes bf16 rows and must hold e4m3(x / scale) of each, bit for bit; its
+// scales put some rows past 448 (saturating) and some in e4m3's subnormals.
 void check_append(CheckContext& ctx, DType dtype, bool with_k, bool with_v) {
   const std::int64_t batch = 3, kv_heads = 2, head_dim = 72, max_seq = 50;
+  const bool fp8 = is_fp8(dtype);
+  const DType new_dtype = fp8 ? DType::kBF16 : dtype;
   CheckRow row;
   row.kernel = std::string("append/") + (with_k && with_v ? "k+v" : with_k ? "k" : "v");
   row.shape = "b3 kv2 d72 max_seq50";
-  row.dtype = dtype_pair(dtype, dtype);
+  row.dtype = dtype_pair(new_dtype, dtype);
   guarded(ctx, row, [&](CheckRow& r) {
-    HostTensor k_new(dtype, {batch, kv_heads, head_dim});
-    HostTensor v_new(dtype, {batch, kv_heads, head_dim});
+    HostTensor k_new(new_dtype, {batch, kv_heads, head_dim});
+    HostTensor v_new(new_dtype, {batch, kv_heads, head_dim});
     HostTensor k(dtype, {batch, kv_heads, max_seq, head_dim});
     HostTensor v(dtype, {batch, kv_heads, max_seq, head_dim});
     HostTensor positions(DType::kI32, {batch});
     for (HostTensor* t : {&k_new, &v_new, &k, &v}) testing::fill_normal(*t, ctx.rng);
     fill_positions(positions, max_seq, ctx.rng);
+    KvScales scales;
+    if (fp8) {
+      scales.k = std::uniform_real_distribution<float>(0.002f, 0.02f)(ctx.rng);  // |x| > 0.9-9 saturates
+      scales.v = std::uniform_real_distribution<float>(0.5f, 4.0f)(ctx.rng);     // small x: subnormals
+    }
+    // What the cache holds for new element x: x itself, or its e4m3 code's value.
+    auto stored = [&](float x, float scale) {
+      return fp8 ? static_cast<double>(e4m3_bits_to_float(float_to_e4m3_bits(x / scale))) : static_cast<double>(x);
+    };
     std::vector<double> k_gold(k.numel()), v_gold(v.numel());
     for (std::size_t i = 0; i < k.numel(); ++i) {
       k_gold[i] = k.get(i);
@@ -46,8 +60,8 @@ void check_append(CheckContext& ctx, DType dtype, bool with_k, bool with_v) {
         const std::size_t src = static_cast<std::size_t>((b * kv_heads + h) * head_dim);
         const std::size_t dst = static_cast<std::size_t>(((b * kv_heads + h) * max_seq + positions.i32()[b]) * head_dim);
         for (std::int64_t d = 0; d < head_dim; ++d) {
-          if (with_k) k_gold[dst + d] = k_new.get(src + d);
-          if (with_v) v_gold[dst + d] = v_new.get(src + d);
+          if (with_k) k_gold[dst + d] = stored(k_new.get(src + d), scales.k);
+          if (with_v) v_gold[dst + d] = stored(v_new.get(src + d), scales.v);
         }
       }
     }
@@ -58,6 +72,7 @@ void check_append(CheckContext& ctx, DType dtype, bool with_k, bool with_v) {
     t.k_cache = stage.put(k);
     t.v_cache = stage.put(v);
     t.positions = stage.put(positions);
+    t.kv_scales = scales;
     if (ctx.cuda) {
       cuda::append_kv(t);
     } else {
@@ -181,6 +196,10 @@ void check_kv(CheckContext& ctx) {
       check_append(ctx, dtype, true, false);
       check_append(ctx, dtype, false, true);
     }
+  }
+  if (wants_dtype(ctx, DType::kE4M3)) {
+    check_append(ctx, DType::kE4M3, true, true);
+    if (!ctx.quick) check_append(ctx, DType::kE4M3, true, false);
   }
   for (DType dtype : storage_dtypes(ctx)) {
     for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) check_rope(ctx, dtype, style, false);

@@ -58,11 +58,12 @@ void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_op, const std::vect
   f.softcap_opt = app.add_option("--softcap", f.softcap, "logit soft-cap c: s = c*tanh(s/c) (0 = none)");
   app.add_option("--scale", f.scale, "score scale (0 = 1/sqrt(head_dim))");
   app.add_option("--dtype", f.dtype,
-                 "storage dtype of q, k, v: f32, f16, bf16, or e4m3 (fp8 prefill on Hopper; per-tensor scales "
-                 "are a run-time input)")
+                 "storage dtype of q, k, v: f32, f16, bf16, or e4m3 (decode: an fp8 KV cache, q and out bf16 or "
+                 "--out-dtype; prefill: fp8 q/k/v on Hopper; per-tensor scales are a run-time input)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}))
       ->capture_default_str();
-  app.add_option("--out-dtype", f.out_dtype, "output dtype (default: --dtype; bf16 for e4m3 inputs)")
+  app.add_option("--out-dtype", f.out_dtype,
+                 "output dtype (default: --dtype; bf16 for e4m3, and q too for an e4m3 cache)")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
 }
 
@@ -88,6 +89,8 @@ DecodeProblem decode_problem(const ShapeFlags& flags) {
   p.max_seq = f.max_seq > 0 ? f.max_seq : f.kv_len;
   p.kv_dtype = p.q_dtype = parse_dtype(f.dtype);
   p.out_dtype = f.out_dtype.empty() ? p.kv_dtype : parse_dtype(f.out_dtype);
+  // e4m3 is a cache dtype: q and the output are bf16 (or --out-dtype's), the usual fp8-cache setup.
+  if (is_fp8(p.kv_dtype)) p.q_dtype = p.out_dtype = f.out_dtype.empty() ? DType::kBF16 : parse_dtype(f.out_dtype);
   p.options = options_of(f);
   p.validate();
   return p;

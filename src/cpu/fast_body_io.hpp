@@ -26,7 +26,7 @@ constexpr std::int64_t imax(std::int64_t a, std::int64_t b) { return a > b ? a :
 constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
 inline std::size_t floats_for(std::int64_t n) { return static_cast<std::size_t>(round_up(n, 16)); }
 
-inline std::int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline std::int64_t elem_bytes(DType t) { return static_cast<std::int64_t>(dtype_size(t)); }
 
 inline float load_scalar(const RowSource& s, std::int64_t offset) {
   switch (s.dtype) {
@@ -139,10 +139,13 @@ struct TransposedAccumulators {
   std::int64_t operator()(std::int64_t c) const { return c * rs; }
 };
 
+// out_scale multiplies the normalised row (an e4m3 V cache's dequantization scale: once per row,
+// not per V element).
 template <class Column>
-inline void write_row(const float* acc, float m, float l, std::int64_t d, Column column, float* out, float* lse) {
+inline void write_row(const float* acc, float m, float l, std::int64_t d, Column column, float* out, float* lse,
+                      float out_scale = 1.0f) {
   const bool empty = l == 0.0f;
-  const float inv = empty ? 0.0f : 1.0f / l;
+  const float inv = empty ? 0.0f : out_scale / l;
   for (std::int64_t c = 0; c < d; ++c) out[c] = acc[column(c)] * inv;
   *lse = empty ? kNegInf : m + std::log(l);
 }
@@ -152,7 +155,7 @@ template <class Column = SameColumn>
 inline void write_decode_result(const DecodeTask& t, const float* acc, std::int64_t dp, const float* m, const float* l,
                                 Column column = {}) {
   for (std::int64_t g = 0; g < t.group; ++g) {
-    write_row(acc + g * dp, m[g], l[g], t.head_dim, column, t.out + g * t.out_stride, t.lse + g);
+    write_row(acc + g * dp, m[g], l[g], t.head_dim, column, t.out + g * t.out_stride, t.lse + g, t.out_scale);
   }
 }
 

@@ -1,5 +1,5 @@
 // Internal: the f32-arithmetic decode body for groups that are a multiple of 4 (llama3-8b's
-// group 4, and 8, 12, ...) on AVX-512 and AVX2, for f32, f16 and bf16 K/V (bf16 K/V on CPUs
+// group 4, and 8, 12, ...) on AVX-512 and AVX2, for f32, f16, bf16 and e4m3 K/V (bf16 K/V on CPUs
 // without AVX512_BF16; with it they take fast_body_bf16_rows4.hpp, which shares the helpers here).
 // Included after fast_body.hpp by the AVX-512 and AVX2 translation units (a vector holds W / 4
 // keys x 4 heads: 4 keys on AVX-512, 2 on AVX2).
@@ -15,7 +15,7 @@
 //   softmax over the tile in the [key][head] layout, the accumulators rescaled once per tile;
 //   P V, f32 K/V on AVX-512: 2 heads x 128 columns = 16 accumulators in registers, whole V rows
 //     per pass (two head passes, the second reads the tile's V from L2), p broadcast from L1;
-//     f16/bf16 K/V, and f32 on AVX2 (16 registers): 4 heads x kRows4PvVectors vectors (each V
+//     f16/bf16/e4m3 K/V, and f32 on AVX2 (16 registers): 4 heads x kRows4PvVectors vectors (each V
 //     chunk widened once for the 4 heads).
 // Prefetch (f32 K/V): K and V rows kRows4PrefetchRows ahead into L1 from L2; the DRAM stream is
 //   the L2 prefetch of V during Q K^T and of the next tile's K, as whole rows spread over the P V
@@ -274,7 +274,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
     for (int v = 0; v < NV; ++v) Vec::store(L.acc + (h + g) * L.dp + (c0 + v) * W, acc[g][v]);
 }
 
-// 2-byte storage (f16, bf16 without AVX512_BF16): acc of heads [h0, h0 + 4) += P V over keys
+// Narrow storage (f16, e4m3, bf16 without AVX512_BF16): acc of heads [h0, h0 + 4) += P V over keys
 // [j0, j0 + n), head_dim vectors [c0, c0 + NV) (NV <= kRows4PvVectors), each V chunk widened once for the 4
 // heads (head pairs over whole rows widen every chunk twice: f16 group 4 b1 10.8 -> 12.7 ms).
 // Each pass prefetches its columns of the V rows ahead into L1 and of the next tile's K into L2
@@ -376,7 +376,7 @@ void decode_rows4_f(const DecodeTask& t) {
       }
       fold_sums_rows4(sum, alpha, L.l + h0);
       if constexpr (!__is_same(Tag, F32) || W < 16) {
-        // 2-byte storage (and f32 on AVX2): 4 heads x kRows4PvVectors-vector passes (each chunk
+        // Narrow storage (and f32 on AVX2): 4 heads x kRows4PvVectors-vector passes (each chunk
         // widened once).
         constexpr int NV = kRows4PvVectors;
         if constexpr (kD > 0) {
@@ -441,6 +441,11 @@ inline void decode_or_rows4(const DecodeTask& t) {
   switch (t.k.dtype) {
     case DType::kF32: with_head_dim_instance(t, [&]<int kD>() { decode_rows4_f<F32, kD>(t); }); break;
     case DType::kF16: with_head_dim_instance(t, [&]<int kD>() { decode_rows4_f<F16, kD>(t); }); break;
+    case DType::kE4M3: {
+      const DecodeTask e = e4m3_task(t);
+      with_head_dim_instance(e, [&]<int kD>() { decode_rows4_f<E4M3, kD>(e); });
+      break;
+    }
     default: with_head_dim_instance(t, [&]<int kD>() { decode_rows4_f<BF16, kD>(t); }); break;
   }
 }

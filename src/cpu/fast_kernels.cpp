@@ -1,6 +1,7 @@
 // The fast CPU kernels' driver: cuts a plan into tasks, runs them on OpenMP threads with the
 // instruction set fast_isa.cpp selects, and writes the output tensors.
-// Inputs: validated views (any storage dtype, any strides with head_dim contiguous).
+// Inputs: validated views (any storage dtype, any strides with head_dim contiguous; decode: an
+//   e4m3 cache too, its scales folded into the score scale and the output rows, not per element).
 // Parallelism: plan.target.threads threads, dynamic scheduling over the plan's tasks
 //   (decode: sequence x KV head x key split; prefill: sequence x KV head x query-row block, the
 //   costliest causal blocks first). Each thread owns one scratch buffer, grown once and reused.
@@ -134,7 +135,8 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       task_args.head_dim = d;
       task_args.group = G;
       task_args.tile = tile;
-      task_args.scale = p.effective_scale();
+      task_args.scale = p.effective_scale() * t.kv_scales.k;
+      task_args.out_scale = t.kv_scales.v;
       task_args.softcap = p.options.softcap;
       task_args.q = source(t.q, b * t.q.strides[0] + kvh * G * t.q.strides[1], 0, t.q.strides[1]);
       task_args.k = source(t.k_cache, b * t.k_cache.strides[0] + kvh * t.k_cache.strides[1], t.k_cache.strides[2]);

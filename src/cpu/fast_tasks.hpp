@@ -59,12 +59,16 @@ struct LseSink {
 };
 
 // Decode: one (sequence, KV head, key split): the `group` query heads of the KV head against
-// keys [key_begin, key_end), in tiles of `tile` keys. Paged K/V rows: key_begin is a multiple of
-// the tile and the tile divides the page, so a tile's rows are one strided run (the bodies find a
-// tile's first row with row_offset, the rest row_stride apart; prefetches look up every row).
+// keys [key_begin, key_end), in tiles of `tile` keys. K/V rows: f32, f16, bf16 or e4m3 (contiguous
+// caches only; the bf16 and AMX bodies hand e4m3 to the f32-arithmetic ones, as they do f16).
+// Paged K/V rows: key_begin is a multiple of the tile and the tile divides the page, so a tile's
+// rows are one strided run (the bodies find a tile's first row with row_offset, the rest
+// row_stride apart; prefetches look up every row).
 struct DecodeTask {
   std::int64_t head_dim = 0, group = 0, tile = 0;
-  float scale = 1, softcap = 0;
+  // scale: of the scores (an e4m3 K cache's dequantization scale folded in); out_scale: of the
+  // normalised output rows (an e4m3 V cache's), so the bodies read the stored values as they are.
+  float scale = 1, softcap = 0, out_scale = 1;
   RowSource q;     // row g = query head g of the group (head_stride apart)
   RowSource k, v;  // row j = key j
   std::int64_t key_begin = 0, key_end = 0;

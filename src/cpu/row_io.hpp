@@ -29,7 +29,7 @@ inline void load_row(const void* base, DType dtype, std::int64_t offset, std::in
       for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
       return;
     }
-    case DType::kE4M3: {  // the stored value; no CPU op takes e4m3 today (validation rejects it)
+    case DType::kE4M3: {  // the stored value (an e4m3 decode cache; its scale is applied by the caller)
       const auto* src = static_cast<const std::uint8_t*>(base) + offset;
       for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_bits_to_float(src[i]);
       return;

@@ -1,5 +1,7 @@
 // Seed 004's scalar online-softmax baseline on the CPU.
-// Inputs: validated views (any storage dtype, any strides with head_dim contiguous).
+// Inputs: validated views (any storage dtype, any strides with head_dim contiguous; decode: an
+//   e4m3 cache too, read exactly by load_row, its scales folded into the score scale and the
+//   output row).
 // Layout: decode reads the cache [batch, kv_heads, max_seq, head_dim]; prefill reads
 //   [batch, heads, rows, head_dim] or the packed ragged form [1, heads, total_rows, head_dim].
 // Parallelism: none on purpose; one query row at a time, its visible keys in one pass with a
@@ -73,7 +75,8 @@ void scalar_online_decode(const DecodePlan& plan, const DecodeTensors& t) {
   const DecodeProblem& p = plan.problem;
   const float* sinks = static_cast<const float*>(t.sinks.data);  // [num_heads] or null
   const std::int64_t D = p.head_dim, group = p.group_size();
-  const float scale = p.effective_scale(), softcap = p.options.softcap;
+  const float scale = p.effective_scale() * t.kv_scales.k, softcap = p.options.softcap;
+  const float v_scale = t.kv_scales.v;  // 1 unless the cache is e4m3
   RowScratch s(D);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t len = index_at(t.lengths, b);
@@ -87,6 +90,9 @@ void scalar_online_decode(const DecodePlan& plan, const DecodeTensors& t) {
       const KeyRows values{t.v_cache.data, t.v_cache.dtype,
                            b * t.v_cache.strides[0] + kvh * t.v_cache.strides[1], t.v_cache.strides[2]};
       float lse = online_row(D, range.begin, range.end, scale, softcap, keys, values, s);
+      if (v_scale != 1.0f) {
+        for (float& x : s.acc) x *= v_scale;
+      }
       if (sinks) attnkit::detail::fold_sink_into_row(s.acc.data(), D, &lse, sinks[h]);
       store_row(t.out.data, t.out.dtype, b * t.out.strides[0] + h * t.out.strides[1], D, s.acc.data());
       if (!t.lse.empty()) static_cast<float*>(t.lse.data)[b * t.lse.strides[0] + h * t.lse.strides[1]] = lse;

@@ -206,15 +206,24 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   const int threads = thread_count(t);
   const std::uint64_t group = u(pr.group_size());
   const std::uint64_t hd = u(pr.head_dim);
+  // An e4m3 cache takes f16's rules: the f32-arithmetic bodies (the bf16 and AMX levels hand it to
+  // them too) read it as they read f16, widened to f32 per vector through f16 (one more integer
+  // step, cpu/simd/vec_e4m3.hpp), so its tiles, pipeline and prefetch stand where f16's were
+  // measured; its rows are half as long, which the L1-sized tile below does not depend on (it
+  // counts f32 scores and accumulators). Not measured separately yet.
+  const DType kv_rules = is_fp8(pr.kv_dtype) ? DType::kF16 : pr.kv_dtype;
   p = WorkPartition{};
   p.family = KernelFamily::kSplitKvDecode;
   reasons.push_back("family: split_kv_decode: one task per (sequence, KV head, key split), the GQA group of " +
                     std::to_string(group) + " query heads packed so each K/V row is read once");
+  if (is_fp8(pr.kv_dtype))
+    reasons.push_back("kv: e4m3 cache widened to f32 through f16 per vector (FMA bodies, f16's tile rules), its "
+                      "scales folded into the score scale and the output rows");
 
   const bool pipelined_lanes = t.cpu_vector_lanes == kPipelinedDecodeLanes ||
-                               (t.cpu_vector_lanes == kPipelinedWideDecodeLanes && pr.kv_dtype != DType::kBF16);
+                               (t.cpu_vector_lanes == kPipelinedWideDecodeLanes && kv_rules != DType::kBF16);
   const bool pipelined = cache == DecodeCache::kContiguous &&
-                         (group == 1 || (group == kPipelinedF32Group && pr.kv_dtype == DType::kF32)) &&
+                         (group == 1 || (group == kPipelinedF32Group && kv_rules == DType::kF32)) &&
                          !t.cpu_intel_cores && !t.cpu_matrix_tiles && pipelined_lanes;
   // Key tile: the scores of one tile for the whole group, plus the group's q and accumulators,
   // stay in half of L1 (the other half streams K and V).
@@ -223,10 +232,10 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   std::uint64_t tile = budget > fixed ? (budget - fixed) / (group * kF32Bytes) : 0;
   tile = std::clamp<std::uint64_t>(floor_pow2(std::max<std::uint64_t>(tile, 1)), 32, 256);
   if (t.cpu_intel_cores || t.cpu_matrix_tiles) {
-    const bool wide_rows = pr.kv_dtype != DType::kF32 && t.cpu_matrix_tiles && group % 4 == 0 &&
+    const bool wide_rows = kv_rules != DType::kF32 && t.cpu_matrix_tiles && group % 4 == 0 &&
                            pr.head_dim > kIntelWideRowColumns;
     tile = wide_rows                      ? kIntelWideRowDecodeTile
-           : pr.kv_dtype != DType::kF32   ? kIntel16BitDecodeTile
+           : kv_rules != DType::kF32      ? kIntel16BitDecodeTile
            : group % 4 == 0               ? kIntelF32RowBlockDecodeTile
                                           : kIntelF32DecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
@@ -238,7 +247,7 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
     reasons.push_back("tile: " + std::to_string(tile) + " keys, one vector of scores for the group of " +
                       std::to_string(group) + ": K streams beside V in a two-stage pipeline (a tile's Q K^T "
                       "with the previous tile's P V, one loop, no software prefetch)");
-  } else if (t.cpu_vector_lanes < 16 && (pr.kv_dtype != DType::kF32 || group % 4 == 0)) {
+  } else if (t.cpu_vector_lanes < 16 && (kv_rules != DType::kF32 || group % 4 == 0)) {
     tile = kNarrowVectorDecodeTile;
     reasons.push_back("tile: " + std::to_string(tile) +
                       " keys: on cores without AVX-512 the decode bodies stream K and V fastest in short turns "

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/simd/vec_e4m3.hpp"
+
 namespace attnkit::cpu::simd {
 
 struct VecAvx2 {
@@ -60,6 +62,15 @@ struct VecAvx2 {
     odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static V load_f16(const std::uint16_t* p, int n) { return _mm256_cvtph_ps(load_u16(p, n)); }
+  // n (<= kWidth) e4m3 bytes as f32 values times 2^-8, through f16 (vec_e4m3.hpp says why it is exact).
+  static V load_e4m3_over_256(const std::uint8_t* p, int n) {
+    std::int64_t bytes = 0;
+    if (n == kWidth) std::memcpy(&bytes, p, sizeof bytes);  // one 8-byte load
+    else std::memcpy(&bytes, p, static_cast<unsigned>(n));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(bytes)), 7),
+                                    _mm_set1_epi16(kE4m3F16Mask));
+    return _mm256_cvtph_ps(h);
+  }
   // The first n lanes as f16 (round to nearest even, as float_to_f16_bits; a NaN keeps its payload's
   // top bits where that one writes 0x7e00).
   static void store_f16(std::uint16_t* p, V x, int n) {

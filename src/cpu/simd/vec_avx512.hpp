@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cpu/simd/vec_e4m3.hpp"
+
 namespace attnkit::cpu::simd {
 
 struct VecAvx512 {
@@ -39,6 +41,13 @@ struct VecAvx512 {
   static V load_f16(const std::uint16_t* p, int n) {
     const __m256i h = n == kWidth ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
                                   : _mm256_maskz_loadu_epi16(tail(n), p);
+    return _mm512_cvtph_ps(h);
+  }
+  // n (<= kWidth) e4m3 bytes as f32 values times 2^-8, through f16 (vec_e4m3.hpp says why it is exact).
+  static V load_e4m3_over_256(const std::uint8_t* p, int n) {
+    const __m128i b =
+        n == kWidth ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(tail(n), p);
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(kE4m3F16Mask));
     return _mm512_cvtph_ps(h);
   }
   // The first n lanes as f16 (round to nearest even, as float_to_f16_bits; a NaN keeps its payload's

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attnkit/dtype.hpp"
+#include "cpu/simd/vec_e4m3.hpp"
 
 namespace attnkit::cpu::simd {
 
@@ -20,6 +21,8 @@ struct VecScalar {
   static V load_f32(const float* p, int) { return *p; }
   static V load_bf16(const std::uint16_t* p, int) { return bf16_bits_to_float(*p); }
   static V load_f16(const std::uint16_t* p, int) { return f16_bits_to_float(*p); }
+  // The vector levels' conversion (vec_e4m3.hpp), so every level reads the NaN codes alike.
+  static V load_e4m3_over_256(const std::uint8_t* p, int) { return f16_bits_to_float(e4m3_as_f16_bits(*p)); }
   static void store_f16(std::uint16_t* p, V x, int) { *p = float_to_f16_bits(x); }
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
