@@ -54,7 +54,7 @@ def dtype_name(dtype: Any) -> str:
     from ._attnkit import Error
 
     raise Error(f"dtype: {dtype!r} is not supported. Fix: use float32, float16 or bfloat16 (int32 for indices; "
-                "float8_e4m3fn for e4m3 prefill inputs)")
+                "float8_e4m3fn for e4m3 prefill inputs and KV caches)")
 
 
 _NAME_OF_DTYPE: dict = {}  # dtype object -> attnkit name (a str() per call otherwise)

@@ -80,13 +80,17 @@ def _x(a: Any) -> Any:
 
 
 def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: Any = None, lse: Any = None,
-           *, return_lse: bool = False, sinks: Any = None) -> Any:
+           *, return_lse: bool = False, sinks: Any = None, k_scale: float = 1.0, v_scale: float = 1.0) -> Any:
     """One decode step. q [batch, num_heads, head_dim]; k_cache, v_cache
     [batch, kv_heads, max_seq, head_dim]; lengths int32 [batch] (or a list / an int), the valid
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's
-    device): attention-sink logits, one more score per row whose value is zero (gpt-oss)."""
-    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
+    device): attention-sink logits, one more score per row whose value is zero (gpt-oss).
+    An e4m3 cache (a plan with kv_dtype='e4m3'; torch.float8_e4m3fn tensors or uint8 arrays of
+    e4m3 bytes) holds stored values whose real values are x * k_scale (keys) and x * v_scale
+    (values); the scales stay 1 for other caches."""
+    if (_compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None
+            and k_scale == 1.0 and v_scale == 1.0):
         o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse)
         return (o, l) if return_lse else o
     _require_plan(plan, "decode", "decode")
@@ -99,7 +103,8 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
         lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
     lengths = _arrays.index_array(lengths, q)
     _native.decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), _x(out), _x(lse),
-                   _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
+                   _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks), k_scale=float(k_scale),
+                   v_scale=float(v_scale))
     return (out, lse) if lse is not None else out
 
 
@@ -143,19 +148,23 @@ def prefill(plan: Plan, q: Any, k: Any, v: Any, out: Any = None, lse: Any = None
     return (out, lse) if lse is not None else out
 
 
-def append_kv(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, positions: Any) -> None:
+def append_kv(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, positions: Any, *, k_scale: float = 1.0,
+              v_scale: float = 1.0) -> None:
     """Write one new token's K and/or V per sequence into the caches at positions[b].
     k_new, v_new [batch, kv_heads, head_dim] (either may be None, with its cache); caches
-    [batch, kv_heads, max_seq, head_dim] are written in place."""
+    [batch, kv_heads, max_seq, head_dim] are written in place. An e4m3 cache takes f32/f16/bf16
+    rows and stores e4m3(x / scale) (round to nearest even, saturating at +-448) with k_scale /
+    v_scale, the scales decode is then given."""
     like = k_new if k_new is not None else v_new
     if like is None:
         raise _native.Error("append_kv: neither k_new nor v_new was given. Fix: pass at least one of them")
-    if _compile.tracing(like) and k_new is not None and v_new is not None:
+    if _compile.tracing(like) and k_new is not None and v_new is not None and k_scale == 1.0 and v_scale == 1.0:
         _compile.ops().append_kv_(k_cache, v_cache, k_new, v_new, _as_torch_index(positions, like))
         return
     _require_one_device("append_kv", k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, positions=positions)
     positions = _arrays.index_array(positions, like)
-    _native.append_kv(_x(k_new), _x(v_new), _x(k_cache), _x(v_cache), _x(positions), _arrays.current_stream(like))
+    _native.append_kv(_x(k_new), _x(v_new), _x(k_cache), _x(v_cache), _x(positions), _arrays.current_stream(like),
+                      k_scale=float(k_scale), v_scale=float(v_scale))
 
 
 def apply_rope(x: Any, positions: Any, *, style: str = "half", theta: float = 10000.0, cos_table: Any = None,
@@ -223,12 +232,14 @@ def merge_states(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any =
     return (out, lse) if lse is not None else out
 
 
-def reference_decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, *, sinks: Any = None):
+def reference_decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, *, sinks: Any = None,
+                     k_scale: float = 1.0, v_scale: float = 1.0):
     """The float64 golden of decode on host arrays: (out, lse) as float64 numpy arrays; `sinks`
-    (f32 [num_heads]) as in decode()."""
+    (f32 [num_heads]) and an e4m3 cache's k_scale / v_scale as in decode()."""
     _require_plan(plan, "decode", "reference_decode")
     lengths = _arrays.index_array(lengths, q)
-    return _native.reference_decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), sinks=_x(sinks))
+    return _native.reference_decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), sinks=_x(sinks),
+                                    k_scale=float(k_scale), v_scale=float(v_scale))
 
 
 def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,

@@ -142,11 +142,13 @@ def plan_decode(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, max
                 device: Optional[int] = None) -> Plan:
     """Plan one decode step: one query token per sequence against a KV cache
     [batch, kv_heads, max_seq, head_dim]. kv_len (default max_seq) is the longest sequence the
-    plan covers. q_dtype defaults to kv_dtype and out_dtype to q_dtype. backend 'cpu' plans for
+    plan covers. q_dtype defaults to kv_dtype (bf16 for an e4m3 cache, kv_dtype 'e4m3' or
+    torch.float8_e4m3fn, whose scales go to decode()) and out_dtype to q_dtype. backend 'cpu' plans for
     this host with `threads` (0: all), 'cuda' for CUDA device `device` (None: torch's current);
     `target` ('h200', 'h100' or an attnkit.Target) plans for a named machine instead."""
     kv = _arrays.dtype_name(kv_dtype)
-    q = kv if q_dtype is None else _arrays.dtype_name(q_dtype)
+    # An e4m3 cache (torch.float8_e4m3fn) is read with its scales; q is not quantized: bf16 by default.
+    q = ("bf16" if kv == "e4m3" else kv) if q_dtype is None else _arrays.dtype_name(q_dtype)
     out = q if out_dtype is None else _arrays.dtype_name(out_dtype)
     tgt = _resolve_target(backend, target, threads, device)
     return Plan(_native.plan_decode(batch, num_heads, kv_heads, head_dim, max_seq,
@@ -202,7 +204,8 @@ def plan_paged_decode(*, batch: int, num_heads: int, kv_heads: int, head_dim: in
     expected_total_keys (optional, 0 = unknown) is the sum of the lengths you expect to run with: it
     only tunes the partition (near-uniform batches keep the contiguous decode partition on CUDA)."""
     kv = _arrays.dtype_name(kv_dtype)
-    q = kv if q_dtype is None else _arrays.dtype_name(q_dtype)
+    # An e4m3 cache (torch.float8_e4m3fn) is read with its scales; q is not quantized: bf16 by default.
+    q = ("bf16" if kv == "e4m3" else kv) if q_dtype is None else _arrays.dtype_name(q_dtype)
     out = q if out_dtype is None else _arrays.dtype_name(out_dtype)
     layout, num_pages, page_size, width, kv_len = _paged_problem_args(
         "plan_paged_decode", layout, num_pages, page_size, max_pages_per_seq, kv_len)
@@ -223,7 +226,8 @@ def plan_extend(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, num
     bottom-right aligned). max_total_q bounds the packed rows (0: batch * max_q_len). Cache,
     kv_len, dtypes and target as for plan_paged_decode."""
     kv = _arrays.dtype_name(kv_dtype)
-    q = kv if q_dtype is None else _arrays.dtype_name(q_dtype)
+    # An e4m3 cache (torch.float8_e4m3fn) is read with its scales; q is not quantized: bf16 by default.
+    q = ("bf16" if kv == "e4m3" else kv) if q_dtype is None else _arrays.dtype_name(q_dtype)
     out = q if out_dtype is None else _arrays.dtype_name(out_dtype)
     layout, num_pages, page_size, width, kv_len = _paged_problem_args(
         "plan_extend", layout, num_pages, page_size, max_pages_per_seq, kv_len)

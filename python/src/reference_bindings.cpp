@@ -47,13 +47,14 @@ void bind_reference(nb::module_& m) {
   m.def(
       "reference_decode",
       [](const DecodePlan& plan, const InArray& q, const InArray& k_cache, const InArray& v_cache,
-         const InArray& lengths, const OptIn& sinks) {
+         const InArray& lengths, const OptIn& sinks, float k_scale, float v_scale) {
         DecodeTensors t;
         t.q = view_of(q, "q");
-        t.k_cache = view_of(k_cache, "k_cache");
-        t.v_cache = view_of(v_cache, "v_cache");
+        t.k_cache = input_view_of(k_cache, "k_cache", plan.problem.kv_dtype);
+        t.v_cache = input_view_of(v_cache, "v_cache", plan.problem.kv_dtype);
         t.lengths = view_of(lengths, "lengths");
         t.sinks = view_of(sinks, "sinks");
+        t.kv_scales = {k_scale, v_scale};
         for (auto [v, name] : {std::pair{&t.q, "q"}, {&t.k_cache, "k_cache"}, {&t.v_cache, "v_cache"},
                                {&t.lengths, "lengths"}}) {
           require_host(*v, name);
@@ -66,17 +67,17 @@ void bind_reference(nb::module_& m) {
         }
         return std::make_pair(numpy_f64(std::move(r.out), t.q, t.q.rank), numpy_f64(std::move(r.lse), t.q, t.q.rank - 1));
       },
-      "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a, "sinks"_a.none() = nb::none(),
-      "The float64 golden of decode: (out, lse) as float64 numpy arrays.");
+      "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a, "sinks"_a.none() = nb::none(), "k_scale"_a = 1.0f,
+      "v_scale"_a = 1.0f, "The float64 golden of decode: (out, lse) as float64 numpy arrays.");
 
   m.def(
       "reference_prefill",
       [](const PrefillPlan& plan, const InArray& q, const InArray& k, const InArray& v, const OptIn& cu_seqlens_q,
          const OptIn& cu_seqlens_k, float q_scale, float k_scale, float v_scale, const OptIn& sinks) {
         PrefillTensors t;
-        t.q = prefill_input_view_of(q, "q", plan.problem.dtype);
-        t.k = prefill_input_view_of(k, "k", plan.problem.dtype);
-        t.v = prefill_input_view_of(v, "v", plan.problem.dtype);
+        t.q = input_view_of(q, "q", plan.problem.dtype);
+        t.k = input_view_of(k, "k", plan.problem.dtype);
+        t.v = input_view_of(v, "v", plan.problem.dtype);
         t.scales = {q_scale, k_scale, v_scale};
         t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
         t.cu_seqlens_k = view_of(cu_seqlens_k, "cu_seqlens_k");

@@ -56,15 +56,16 @@ void bind_runs(nb::module_& m) {
       "decode",
       [](const DecodePlan& plan, const InArray& q, const InArray& k_cache, const InArray& v_cache,
          const InArray& lengths, const OutArray& out, const OptOut& lse, const OptOut& workspace,
-         std::uintptr_t stream, const OptIn& sinks) {
+         std::uintptr_t stream, const OptIn& sinks, float k_scale, float v_scale) {
         DecodeTensors t;
         t.q = view_of(q, "q");
-        t.k_cache = view_of(k_cache, "k_cache");
-        t.v_cache = view_of(v_cache, "v_cache");
+        t.k_cache = input_view_of(k_cache, "k_cache", plan.problem.kv_dtype);
+        t.v_cache = input_view_of(v_cache, "v_cache", plan.problem.kv_dtype);
         t.lengths = view_of(lengths, "lengths");
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
         t.sinks = view_of(sinks, "sinks");
+        t.kv_scales = {k_scale, v_scale};
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
         if (on_cuda(t.q)) {
@@ -74,7 +75,7 @@ void bind_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a, "out"_a, "lse"_a.none(), "workspace"_a.none(),
-      "stream"_a = 0, "sinks"_a.none() = nb::none());
+      "stream"_a = 0, "sinks"_a.none() = nb::none(), "k_scale"_a = 1.0f, "v_scale"_a = 1.0f);
 
   m.def(
       "prefill",
@@ -82,9 +83,9 @@ void bind_runs(nb::module_& m) {
          const OptOut& lse, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_k, const OptOut& workspace,
          std::uintptr_t stream, float q_scale, float k_scale, float v_scale, const OptIn& sinks) {
         PrefillTensors t;
-        t.q = prefill_input_view_of(q, "q", plan.problem.dtype);
-        t.k = prefill_input_view_of(k, "k", plan.problem.dtype);
-        t.v = prefill_input_view_of(v, "v", plan.problem.dtype);
+        t.q = input_view_of(q, "q", plan.problem.dtype);
+        t.k = input_view_of(k, "k", plan.problem.dtype);
+        t.v = input_view_of(v, "v", plan.problem.dtype);
         t.scales = {q_scale, k_scale, v_scale};
         t.out = view_of(out, "out");
         t.lse = view_of(lse, "lse");
@@ -106,13 +107,14 @@ void bind_runs(nb::module_& m) {
   m.def(
       "append_kv",
       [](const OptIn& k_new, const OptIn& v_new, const OptOut& k_cache, const OptOut& v_cache,
-         const InArray& positions, std::uintptr_t stream) {
+         const InArray& positions, std::uintptr_t stream, float k_scale, float v_scale) {
         AppendTensors t;
         t.k_new = view_of(k_new, "k_new");
         t.v_new = view_of(v_new, "v_new");
-        t.k_cache = view_of(k_cache, "k_cache");
-        t.v_cache = view_of(v_cache, "v_cache");
+        t.k_cache = cache_view_of(k_cache, "k_cache");
+        t.v_cache = cache_view_of(v_cache, "v_cache");
         t.positions = view_of(positions, "positions");
+        t.kv_scales = {k_scale, v_scale};
         nb::gil_scoped_release release;
         if (on_cuda(t.positions)) {
           cuda::append_kv(t, stream_of(stream));
@@ -120,7 +122,8 @@ void bind_runs(nb::module_& m) {
           cpu::append_kv(t);
         }
       },
-      "k_new"_a.none(), "v_new"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "positions"_a, "stream"_a = 0);
+      "k_new"_a.none(), "v_new"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "positions"_a, "stream"_a = 0,
+      "k_scale"_a = 1.0f, "v_scale"_a = 1.0f);
 
   m.def(
       "apply_rope",

@@ -45,7 +45,8 @@ DType dtype_of(const nb::dlpack::dtype& t, const char* name, bool bytes_as_e4m3)
   }
   fail(name, "dtype " + dlpack_dtype_name(t) + " is not supported",
        "pass float32, float16 or bfloat16 arrays (int32 for lengths, positions and offsets; e4m3, as "
-       "torch.float8_e4m3fn or uint8 bytes, for the q/k/v of an e4m3 prefill plan only)");
+       "torch.float8_e4m3fn or uint8 bytes, for the q/k/v of an e4m3 prefill plan and the caches of an e4m3 "
+       "decode plan or append only)");
 }
 
 template <class Array>
@@ -89,8 +90,11 @@ TensorView view_of_array(const Array& array, const char* name, bool bytes_as_e4m
 TensorView view_of(const InArray& array, const char* name) { return view_of_array(array, name); }
 TensorView view_of(const OutArray& array, const char* name) { return view_of_array(array, name); }
 
-TensorView prefill_input_view_of(const InArray& array, const char* name, DType plan_dtype) {
+TensorView input_view_of(const InArray& array, const char* name, DType plan_dtype) {
   return view_of_array(array, name, is_fp8(plan_dtype));
+}
+TensorView cache_view_of(const std::optional<OutArray>& array, const char* name) {
+  return array ? view_of_array(*array, name, true) : TensorView{};
 }
 
 TensorView view_of(const std::optional<InArray>& array, const char* name) {
