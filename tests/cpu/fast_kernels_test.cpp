@@ -12,28 +12,12 @@
 #include "cpu/fast_isa.hpp"
 #include "cpu_case.hpp"
 #include "cuda/prefill_shapes.hpp"
+#include "isa_scope.hpp"
 
 namespace attnkit::testing {
 namespace {
 
 using cpu::simd::Isa;
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> r;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
-    if (cpu::simd::isa_supported(isa)) r.push_back(isa);
-  }
-  return r;
-}
-
-// Sets ATTNKIT_CPU_ISA for the scope of one check.
-class ScopedIsa {
- public:
-  explicit ScopedIsa(Isa isa) { setenv("ATTNKIT_CPU_ISA", std::string(cpu::simd::isa_name(isa)).c_str(), 1); }
-  ~ScopedIsa() { unsetenv("ATTNKIT_CPU_ISA"); }
-  ScopedIsa(const ScopedIsa&) = delete;
-  ScopedIsa& operator=(const ScopedIsa&) = delete;
-};
 
 std::string isa_note(Isa isa) { return " isa=" + std::string(cpu::simd::isa_name(isa)); }
 

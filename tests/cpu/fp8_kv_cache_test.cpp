@@ -13,57 +13,17 @@
 #include <vector>
 
 #include "attnkit/context_parallel.hpp"
-#include "cpu/fast_isa.hpp"
 #include "cpu_case.hpp"
+#include "isa_scope.hpp"
+#include "support/expect_error.hpp"
 
 namespace attnkit::testing {
 namespace {
 
 using cpu::simd::Isa;
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> r;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
-    if (cpu::simd::isa_supported(isa)) r.push_back(isa);
-  }
-  return r;
-}
-
-// Sets ATTNKIT_CPU_ISA for the scope of one run, then puts back the caller's setting.
-class ScopedIsa {
- public:
-  explicit ScopedIsa(Isa isa) {
-    if (const char* outer = std::getenv("ATTNKIT_CPU_ISA")) outer_ = outer;
-    setenv("ATTNKIT_CPU_ISA", std::string(cpu::simd::isa_name(isa)).c_str(), 1);
-  }
-  ~ScopedIsa() {
-    if (outer_.empty()) unsetenv("ATTNKIT_CPU_ISA");
-    else setenv("ATTNKIT_CPU_ISA", outer_.c_str(), 1);
-  }
-  ScopedIsa(const ScopedIsa&) = delete;
-  ScopedIsa& operator=(const ScopedIsa&) = delete;
-
- private:
-  std::string outer_;
-};
-
 constexpr std::uint8_t kE4m3Nan = 0x7f;
 const KvScales kOddScales{0.02f, 3.5f};  // keys stored ~50x their value, values ~0.3x (subnormals)
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no Error";
-}
-
-void expect_error(const std::function<void()>& call, const std::string& needle) {
-  const std::string message = error_of(call);
-  EXPECT_NE(message.find(needle), std::string::npos) << "expected '" << needle << "' in: " << message;
-  EXPECT_NE(message.find("Fix:"), std::string::npos) << message;
-}
 
 // Stores e4m3(x / scale) of normal draws x (real values ~ N(0, stddev)) in every element.
 void fill_quantized(HostTensor& t, std::mt19937_64& rng, float scale, float stddev = 1.0f) {

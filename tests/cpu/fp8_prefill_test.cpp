@@ -6,24 +6,10 @@
 #include <functional>
 
 #include "cpu_case.hpp"
+#include "support/expect_error.hpp"
 
 namespace attnkit::testing {
 namespace {
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no Error";
-}
-
-void expect_error(const std::function<void()>& call, const std::string& needle) {
-  const std::string message = error_of(call);
-  EXPECT_NE(message.find(needle), std::string::npos) << "expected '" << needle << "' in: " << message;
-  EXPECT_NE(message.find("Fix:"), std::string::npos) << message;
-}
 
 PrefillProblem e4m3_problem(DType out = DType::kBF16) {
   PrefillProblem p = prefill_problem(2, 4, 2, 128, 9, 17, true);

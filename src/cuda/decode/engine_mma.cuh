@@ -55,11 +55,77 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const v
                : "r"(addr));
 }
 
+// The online-softmax state of a 16-row engine (this one and engine_mma_fp8.cuh): each lane holds
+// rows lane/4 and lane/4 + 8, their running max m (log2 units) and sum l.
+struct MmaRowsSoftmax {
+  static constexpr unsigned kFull = 0xffffffffu;
+  float m[2], l[2];
+  int lane;
+
+  __device__ void reset(int lane_id) {
+    lane = lane_id;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // One 16-key tile: the scaled, masked scores s (C fragments of two 8-key blocks: rows lane/4 in
+  // [.][0..1], lane/4 + 8 in [.][2..3]) become exp2(s - m_new) in place; O's fragments shrink by
+  // exp2(m - m_new).
+  template <int kNBlocks>
+  __device__ void update(float (&s)[2][4], float (&o)[kNBlocks][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[nb][2 * h + e] = exp2f(s[nb][2 * h + e] - m_use);
+          sum += s[nb][2 * h + e];
+        }
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int nb = 0; nb < kNBlocks; ++nb) {
+        o[nb][2 * h] *= alpha;
+        o[nb][2 * h + 1] *= alpha;
+      }
+    }
+  }
+
+  // Row sums over the quad (the four lanes holding one row's keys).
+  __device__ void finish() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(kFull, l[h], 1);
+      l[h] += __shfl_xor_sync(kFull, l[h], 2);
+    }
+  }
+
+  __device__ void write_stats(float* warp_m, float* warp_l, int g_base, int n_mine) const {
+    if (lane % 4 != 0) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      if (row < n_mine) {
+        warp_m[g_base + row] = m[h];
+        warp_l[g_base + row] = l[h];
+      }
+    }
+  }
+};
+
 template <class T, int kCap>
-struct MmaEngine {
+struct MmaEngine : MmaRowsSoftmax {
   static constexpr int kKSteps = kCap / 16;  // QK^T k-steps over head_dim
   static constexpr int kNBlocks = kCap / 8;  // P.V n-blocks over head_dim
-  static constexpr unsigned kFull = 0xffffffffu;
   static constexpr int kRegisters = register_budget(kMmaRows, kCap, 2);  // the kernel's __maxnreg__
 
   std::uint32_t qa[kKSteps][4];
@@ -69,13 +135,11 @@ struct MmaEngine {
   __device__ void set_tile(int tile_rows) { tile = tile_rows; }
   // Shared-memory offset of column d (a multiple of 8: one 16-byte chunk) of key row r.
   __device__ int at(int r, int d) const { return tile_offset(r, d, tile, kCap, 2); }
-  float m[2], l[2];  // rows lane/4 and lane/4 + 8
   float score_scale;
-  int lane;
 
   // q enters the tensor cores unscaled (a 16-bit q stays exact); the scale is applied to S in f32.
   __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
-    lane = lane_id;
+    reset(lane_id);
     score_scale = q_scale;
     const int r = lane / 4, c = 2 * (lane % 4);
     auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] : 0.0f; };
@@ -89,8 +153,6 @@ struct MmaEngine {
     }
 #pragma unroll
     for (int nb = 0; nb < kNBlocks; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
   }
 
   // Extend: each of this lane's two rows sees only keys [lo, hi) (absolute positions).
@@ -146,31 +208,7 @@ struct MmaEngine {
         s[nb][e] = visible ? x : -INFINITY;
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float m_new = fmaxf(m[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m[h] - m_use);
-      m[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < 2; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[nb][2 * h + e] = exp2f(s[nb][2 * h + e] - m_use);
-          sum += s[nb][2 * h + e];
-        }
-      }
-      l[h] = l[h] * alpha + sum;
-#pragma unroll
-      for (int nb = 0; nb < kNBlocks; ++nb) {
-        o[nb][2 * h] *= alpha;
-        o[nb][2 * h + 1] *= alpha;
-      }
-    }
+    update(s, o);
     // O += P V: the S accumulators of the two key blocks are the A fragment of one k-step. V rows
     // past n_valid may hold anything (a TMA tile reads past the sequence): their B fragment halves
     // (keys kq, kq + 1 in b[0], b[2]; kq + 8, kq + 9 in b[1], b[3]) are zeroed, so 0 * inf never
@@ -193,27 +231,6 @@ struct MmaEngine {
       }
       mma_16816<T>(o[dn], pa, b[0], b[1]);
       mma_16816<T>(o[dn + 1], pa, b[2], b[3]);
-    }
-  }
-
-  // Row sums over the quad (the four lanes holding one row's keys).
-  __device__ void finish() {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l[h] += __shfl_xor_sync(kFull, l[h], 1);
-      l[h] += __shfl_xor_sync(kFull, l[h], 2);
-    }
-  }
-
-  __device__ void write_stats(float* warp_m, float* warp_l, int g_base, int n_mine) const {
-    if (lane % 4 != 0) return;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = lane / 4 + 8 * h;
-      if (row < n_mine) {
-        warp_m[g_base + row] = m[h];
-        warp_l[g_base + row] = l[h];
-      }
     }
   }
 

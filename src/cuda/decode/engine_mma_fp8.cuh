@@ -37,10 +37,9 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t two_bytes
 }
 
 template <int kCap>
-struct Fp8MmaEngine {
+struct Fp8MmaEngine : MmaRowsSoftmax {
   static constexpr int kChunks = kCap / 16;      // 16-column chunks of head_dim = k-steps of S
   static constexpr int kNBlocks = kCap / 8;      // P.V n-blocks: an even and an odd one per chunk
-  static constexpr unsigned kFull = 0xffffffffu;
   static constexpr int kRegisters = register_budget(kMmaRows, kCap, 1);
 
   std::uint32_t qa[kChunks][4];
@@ -50,12 +49,10 @@ struct Fp8MmaEngine {
   __device__ void set_tile(int tile_rows) { tile = tile_rows; }
   // Shared-memory byte offset of column d (a multiple of 16: one chunk) of key row r.
   __device__ int at(int r, int d) const { return tile_offset(r, d, tile, kCap, 1); }
-  float m[2], l[2];  // rows lane/4 and lane/4 + 8
   float score_scale;
-  int lane;
 
   __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
-    lane = lane_id;
+    reset(lane_id);
     score_scale = q_scale;
     const int r = lane / 4, c = 4 * (lane % 4);
     auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] : 0.0f; };
@@ -69,8 +66,6 @@ struct Fp8MmaEngine {
     }
 #pragma unroll
     for (int nb = 0; nb < kNBlocks; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
   }
 
   // Decode: every row sees the tile's first n_valid keys.
@@ -107,31 +102,7 @@ struct Fp8MmaEngine {
         s[nb][e] = key < n_valid ? x : -INFINITY;  // also drops a NaN code in rows past the sequence
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float m_new = fmaxf(m[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m[h] - m_use);
-      m[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < 2; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[nb][2 * h + e] = exp2f(s[nb][2 * h + e] - m_use);
-          sum += s[nb][2 * h + e];
-        }
-      }
-      l[h] = l[h] * alpha + sum;
-#pragma unroll
-      for (int nb = 0; nb < kNBlocks; ++nb) {
-        o[nb][2 * h] *= alpha;
-        o[nb][2 * h + 1] *= alpha;
-      }
-    }
+    update(s, o);
     // O += P V. V rows past n_valid may hold anything (a NaN code included): their halves of the B
     // fragments (keys kq, kq + 1 in b0, kq + 8, kq + 9 in b1) are zeroed after conversion.
     const std::uint32_t pa[4] = {pack2<__half>(s[0][0], s[0][1]), pack2<__half>(s[0][2], s[0][3]),
@@ -160,26 +131,6 @@ struct Fp8MmaEngine {
           mma_16816<__half>(o[2 * (c + half)], pa, even_lo, even_hi);
           mma_16816<__half>(o[2 * (c + half) + 1], pa, odd_lo, odd_hi);
         }
-      }
-    }
-  }
-
-  __device__ void finish() {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l[h] += __shfl_xor_sync(kFull, l[h], 1);
-      l[h] += __shfl_xor_sync(kFull, l[h], 2);
-    }
-  }
-
-  __device__ void write_stats(float* warp_m, float* warp_l, int g_base, int n_mine) const {
-    if (lane % 4 != 0) return;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = lane / 4 + 8 * h;
-      if (row < n_mine) {
-        warp_m[g_base + row] = m[h];
-        warp_l[g_base + row] = l[h];
       }
     }
   }
