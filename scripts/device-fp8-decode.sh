@@ -3,7 +3,8 @@
 # and append (e4m3 cases and the 16-bit ones beside them), compute-sanitizer memcheck and racecheck
 # on small e4m3 cases, and the decode sweep with bf16 and e4m3 caches side by side (same protocol,
 # same run, read ceiling measured in it), written to $OUT/fp8_decode_<gpu>.json and .md.
-#   scripts/device-fp8-decode.sh [--prebuilt DIR] [--no-tests]
+#   scripts/device-fp8-decode.sh [--prebuilt DIR] [--no-tests] [--quick]
+# (--quick: the sweep at batch 1 / 16 x 16k / 64k only, for a call with little device time left.)
 # Build dependencies the device image lacks come from the carried .deps/devprefix.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,10 +13,12 @@ mkdir -p "$OUT/logs"
 LOG=$OUT/logs
 BUILD=build/device
 tests=1
+points="--batch 1,16,64 --kv-len 4096,16384,65536"
 while (($#)); do
   case $1 in
     --prebuilt) BUILD=$2; shift ;;
     --no-tests) tests=0 ;;
+    --quick) points="--batch 1,16 --kv-len 16384,65536" ;;
   esac
   shift
 done
@@ -37,22 +40,22 @@ TESTS=$BUILD/tests/attnkit_cuda_tests
 
 if ((tests)); then
   step "gpu tests: decode and append (e4m3 included)"
-  timeout 200 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*' > "$LOG/gpu_tests.log" 2>&1
+  timeout 150 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*' > "$LOG/gpu_tests.log" 2>&1
   rc=$?; echo "gpu tests rc=$rc"; ((rc)) && status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$LOG/gpu_tests.log" | sort | uniq -c | head -20
   grep -E "Failure|rel_l2|which is|Expected" "$LOG/gpu_tests.log" | head -30
   SMALL='DecodeCudaSmall.Fp8SanitizerCase:RowDtypes/AppendFp8Cuda.*/bf16:Shapes/DecodeCuda.*/e4m3_d64_mha_len1'
   step "compute-sanitizer memcheck ($SMALL)"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter="$SMALL" > "$LOG/memcheck.log" 2>&1
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter="$SMALL" > "$LOG/memcheck.log" 2>&1
   rc=$?; echo "memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -1)"; ((rc)) && status=1
   RACE='DecodeCudaSmall.Fp8SanitizerCase:Shapes/DecodeCuda.*/e4m3_d64_mha_len1'
   step "compute-sanitizer racecheck ($RACE)"
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$TESTS" --gtest_filter="$RACE" > "$LOG/racecheck.log" 2>&1
+  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 "$TESTS" --gtest_filter="$RACE" > "$LOG/racecheck.log" 2>&1
   rc=$?; echo "racecheck rc=$rc: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG/racecheck.log" | tail -1)"; ((rc)) && status=1
 fi
 
 step "decode sweep: bf16 and e4m3 caches"
-BENCH_CMD="$BUILD/attnkit bench --backend cuda --op decode --batch 1,16,64 --kv-len 4096,16384,65536 --dtype bf16,e4m3 --heads 32 --kv-heads 8 --head-dim 128 --window 0 --json"
+BENCH_CMD="$BUILD/attnkit bench --backend cuda --op decode $points --dtype bf16,e4m3 --heads 32 --kv-heads 8 --head-dim 128 --window 0 --json"
 timeout 300 $BENCH_CMD > "$OUT/fp8_decode_$TAG.json" 2> "$LOG/bench.err"
 rc=$?; echo "bench rc=$rc"; ((rc)) && { status=1; tail -5 "$LOG/bench.err"; }
 python3 - "$OUT/fp8_decode_$TAG.json" "$BENCH_CMD" > "$OUT/fp8_decode_$TAG.md" <<'PY'
