@@ -2,7 +2,6 @@
 (plain and .trans, 16-bit elements over e4m3 bytes) from the 128-byte swizzled tile, the k-step
 dim order of K and q, the even/odd n-blocks of V and write_output's reorder, checked against Q K^T
 and P V computed directly. Run: python3 dev/fp8_fragment_check.py (prints both max errors, ~0)."""
-# Emulates engine_mma_fp8.cuh's fragment math for one warp, one 16-key tile (keys key0..key0+15).
 import numpy as np
 rng=np.random.default_rng(1)
 kCap=128; tile=64; kChunks=kCap//16; kNB=kCap//8
@@ -35,15 +34,7 @@ for c4 in range(0,kChunks,4):
     for nb in range(2):
         addrs=[tile_offset(key0+nb*8+(lane%8), (c4+lane//8)*16) for lane in range(32)]
         b=ldmatrix(smemK,addrs,False)
-        for i in range(4):
-            ks=c4+i
-            for lane in range(32):
-                g,t=lane//4,lane%4
-                by=b[lane,i]
-                b0=(by[0],by[1]); b1=(by[2],by[3])  # B[k=2t,2t+1][n=g], B[k=2t+8,2t+9][n=g]
-                # A frag per lane: rows g, g+8, dims per header
-                pass
-        # do the MMA math properly: build B matrix (16x8) from lanes, A (16x16) from q mapping
+        # B (16 x 8) from the lanes' bytes, A (16 x 16) from q in the engine's dim order
         for i in range(4):
             ks=c4+i
             B=np.zeros((16,8)); A=np.zeros((16,16))
