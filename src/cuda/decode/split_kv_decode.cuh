@@ -561,34 +561,34 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   //    e4m3 caches: validation rejects them before a fused launch.)
   constexpr bool kFusedStep = !kPaged && sizeof(T) > 1;
   if constexpr (kFusedStep) {
-  if (owns_new) {
-    const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_stride_b + kvh * p.k_new_stride_h;
-    const T* vn = static_cast<const T*>(p.v_new) + b * p.v_new_stride_b + kvh * p.v_new_stride_h;
-    for (int d = tid; d < kCap; d += blockDim.x) {
-      new_k[d] = d < p.head_dim ? Traits::to_f32(kn[d]) : 0.0f;
-      new_v[d] = d < p.head_dim ? Traits::to_f32(vn[d]) : 0.0f;
-    }
-    __syncthreads();
-    rope_rows(new_k, 1, kCap, p, new_pos, tid, blockDim.x);
-    __syncthreads();
-    T* k_dst = static_cast<T*>(p.k_cache_out) + b * p.k_stride_b + kvh * p.k_stride_h + new_pos * p.k_stride_s;
-    T* v_dst = static_cast<T*>(p.v_cache_out) + b * p.v_stride_b + kvh * p.v_stride_h + new_pos * p.v_stride_s;
-    for (int i = tid; i < p.tile * kCap; i += blockDim.x) {
-      const int r = i / kCap, d = i % kCap;  // row 0 holds the new key, the other rows zeros
-      const T kv = Traits::from_f32(r == 0 ? new_k[d] : 0.0f);
-      const T vv = Traits::from_f32(r == 0 ? new_v[d] : 0.0f);
-      const int at = tile_offset(r, d, p.tile, kCap, sizeof(T));
-      k_ring[at] = kv;
-      v_ring[at] = vv;
-      if (r == 0 && d < p.head_dim && pass == 0) {
-        k_dst[d] = kv;
-        v_dst[d] = vv;
+    if (owns_new) {
+      const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_stride_b + kvh * p.k_new_stride_h;
+      const T* vn = static_cast<const T*>(p.v_new) + b * p.v_new_stride_b + kvh * p.v_new_stride_h;
+      for (int d = tid; d < kCap; d += blockDim.x) {
+        new_k[d] = d < p.head_dim ? Traits::to_f32(kn[d]) : 0.0f;
+        new_v[d] = d < p.head_dim ? Traits::to_f32(vn[d]) : 0.0f;
       }
+      __syncthreads();
+      rope_rows(new_k, 1, kCap, p, new_pos, tid, blockDim.x);
+      __syncthreads();
+      T* k_dst = static_cast<T*>(p.k_cache_out) + b * p.k_stride_b + kvh * p.k_stride_h + new_pos * p.k_stride_s;
+      T* v_dst = static_cast<T*>(p.v_cache_out) + b * p.v_stride_b + kvh * p.v_stride_h + new_pos * p.v_stride_s;
+      for (int i = tid; i < p.tile * kCap; i += blockDim.x) {
+        const int r = i / kCap, d = i % kCap;  // row 0 holds the new key, the other rows zeros
+        const T kv = Traits::from_f32(r == 0 ? new_k[d] : 0.0f);
+        const T vv = Traits::from_f32(r == 0 ? new_v[d] : 0.0f);
+        const int at = tile_offset(r, d, p.tile, kCap, sizeof(T));
+        k_ring[at] = kv;
+        v_ring[at] = vv;
+        if (r == 0 && d < p.head_dim && pass == 0) {
+          k_dst[d] = kv;
+          v_dst[d] = vv;
+        }
+      }
+      __syncthreads();
+      if (!producer) engine.process(k_ring, v_ring, 1, key_warp, p.softcap);
+      __syncthreads();
     }
-    __syncthreads();
-    if (!producer) engine.process(k_ring, v_ring, 1, key_warp, p.softcap);
-    __syncthreads();
-  }
   }
 
   // 5. Combine: within each warp (engine), then the key warps: each writes its rows' (max, sum)
