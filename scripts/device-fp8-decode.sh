@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device run of e4m3 (fp8) KV-cache decode, in one call: build (-j16), the gpu tests of decode
-# and append (e4m3 cases and the 16-bit ones beside them), compute-sanitizer memcheck and racecheck
+# and append (e4m3 cases, contiguous and paged, and the 16-bit ones beside them), compute-sanitizer memcheck and racecheck
 # on small e4m3 cases, and the decode sweep with bf16 and e4m3 caches side by side (same protocol,
 # same run, read ceiling measured in it), written to $OUT/fp8_decode_<gpu>.json and .md.
 #   scripts/device-fp8-decode.sh [--prebuilt DIR] [--no-tests] [--quick]
@@ -40,15 +40,15 @@ TESTS=$BUILD/tests/attnkit_cuda_tests
 
 if ((tests)); then
   step "gpu tests: decode and append (e4m3 included)"
-  timeout 150 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*' > "$LOG/gpu_tests.log" 2>&1
+  timeout 200 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*:PagedFp8*' > "$LOG/gpu_tests.log" 2>&1
   rc=$?; echo "gpu tests rc=$rc"; ((rc)) && status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$LOG/gpu_tests.log" | sort | uniq -c | head -20
   grep -E "Failure|rel_l2|which is|Expected" "$LOG/gpu_tests.log" | head -30
-  SMALL='DecodeCudaSmall.Fp8SanitizerCase:RowDtypes/AppendFp8Cuda.*/bf16:Shapes/DecodeCuda.*/e4m3_d64_mha_len1'
+  SMALL='DecodeCudaSmall.Fp8SanitizerCase:RowDtypes/AppendFp8Cuda.*/bf16:Shapes/DecodeCuda.*/e4m3_d64_mha_len1:PagedFp8DecodeCuda.SanitizerCase'
   step "compute-sanitizer memcheck ($SMALL)"
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter="$SMALL" > "$LOG/memcheck.log" 2>&1
   rc=$?; echo "memcheck rc=$rc: $(grep 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -1)"; ((rc)) && status=1
-  RACE='DecodeCudaSmall.Fp8SanitizerCase:Shapes/DecodeCuda.*/e4m3_d64_mha_len1'
+  RACE='DecodeCudaSmall.Fp8SanitizerCase:Shapes/DecodeCuda.*/e4m3_d64_mha_len1:PagedFp8DecodeCuda.SanitizerCase'
   step "compute-sanitizer racecheck ($RACE)"
   timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 "$TESTS" --gtest_filter="$RACE" > "$LOG/racecheck.log" 2>&1
   rc=$?; echo "racecheck rc=$rc: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG/racecheck.log" | tail -1)"; ((rc)) && status=1

@@ -120,6 +120,7 @@ struct PagedDecodeTensors {
   TensorView out;  // [batch, num_heads, head_dim], out_dtype
   TensorView lse;  // optional f32 [batch, num_heads]
   TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (tensors.hpp)
+  KvScales kv_scales = {};  // e4m3 pools only: dequantization scales of k_pages / v_pages (tensors.hpp)
 };
 
 struct ExtendTensors {
@@ -132,15 +133,18 @@ struct ExtendTensors {
 };
 
 // Writes n_b = cu_seqlens_new[b+1] - cu_seqlens_new[b] new tokens of sequence b at positions
-// start_positions[b] .. start_positions[b] + n_b - 1, crossing page boundaries as needed.
+// start_positions[b] .. start_positions[b] + n_b - 1, crossing page boundaries as needed. An e4m3
+// pool takes rows in f32, f16 or bf16 and stores e4m3(x / kv_scales.k) (and .v), as AppendTensors
+// (tensors.hpp); other pools take rows of their dtype and store their bytes.
 struct PagedAppendTensors {
-  TensorView k_new;            // optional [rows, kv_heads, head_dim], cache dtype (token-major)
+  TensorView k_new;            // optional [rows, kv_heads, head_dim], pool dtype (f32/f16/bf16 for e4m3)
   TensorView v_new;            // optional, same; at least one of k_new / v_new
   TensorView cu_seqlens_new;   // i32 [batch + 1]; rows past cu_seqlens_new[batch] are not read
   TensorView start_positions;  // i32 [batch]: position of each sequence's first new token
   TensorView k_pages;          // required when k_new is given
   TensorView v_pages;          // required when v_new is given
   TensorView page_table;       // i32 [batch, max_pages_per_seq]
+  KvScales kv_scales = {};     // e4m3 pools only
 };
 
 // What a plan covers: runs within these bounds reuse it (and a CUDA graph captured with it).

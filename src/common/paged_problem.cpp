@@ -88,8 +88,7 @@ void PagedDecodeProblem::validate() const {
   require_positive(ctx, "head_dim", head_dim);
   validate_spec(ctx, cache, kv_heads, head_dim);
   validate_kv_len(ctx, kv_len, cache);
-  as_decode().validate();  // heads, head_dim, dtypes, options: the decode rules
-  reject_fp8_cache(kv_dtype, ctx);
+  as_decode().validate();  // heads, head_dim, dtypes, options (an e4m3 pool too): the decode rules
   checked_product(ctx, {batch, cache.max_pages_per_seq});
   if (!(expected_total_keys >= 0 && expected_total_keys <= checked_product(ctx, {batch, kv_len})))
     fail(ctx,

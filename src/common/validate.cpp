@@ -255,7 +255,7 @@ void validate_sinks(const TensorView& sinks, std::int64_t num_heads, DeviceKind 
   }
 }
 
-static void validate_kv_scale(const char* name, float value, DType cache, const char* context) {
+void validate_kv_scale(const char* name, float value, DType cache, const char* context) {
   const std::string field = std::string("kv_scales.") + name + "=" + std::to_string(value);
   if (!(std::isfinite(value) && value > 0.0f))
     fail(context, field + " is not a finite number > 0",
@@ -273,7 +273,9 @@ void validate_kv_scales(DType kv_dtype, const KvScales& scales, const char* cont
 
 void reject_fp8_cache(DType kv_dtype, const char* context) {
   if (is_fp8(kv_dtype))
-    fail(context, "kv_dtype is e4m3, which this op does not take (e4m3 caches are read by decode and written by append)",
+    fail(context,
+         "kv_dtype is e4m3, which this op does not take (e4m3 caches are read by decode and paged decode, and "
+         "written by append and paged append)",
          "use an f16/bf16/f32 cache here, or for an e4m3 cache call append and then decode");
 }
 

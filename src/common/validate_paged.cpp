@@ -187,6 +187,7 @@ void validate_paged_indices_host(const PagedCacheSpec& c, const TensorView& tabl
 void validate_paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors& t, DeviceKind device) {
   p.validate();
   const char* ctx = "paged_decode";
+  validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
   check(ctx, "q", t.q, {B, H, D}, p.q_dtype, device);
   check_cache_tensors(ctx, p.cache, B, p.kv_heads, D, p.kv_dtype, t.cache, device);
@@ -258,16 +259,23 @@ void validate_paged_append(const PagedCacheSpec& c, const PagedAppendTensors& t,
   const std::int64_t rows = src.shape[0], G = src.shape[1], D = src.shape[2];
   if (!(rows >= 0 && G > 0 && D > 0))
     fail(ctx, "new rows have an empty head or head_dim dimension", "pass kv_heads and head_dim >= 1");
-  if (!is_storage_dtype(pool.dtype)) fail(ctx, "the page pool dtype is i32", "use f32, f16 or bf16 pages");
+  if (!(is_storage_dtype(pool.dtype) || is_fp8(pool.dtype)))
+    fail(ctx, "the page pool dtype is " + std::string(dtype_name(pool.dtype)), "use f32, f16, bf16 or e4m3 pages");
   const auto shape = pool_shape(c, G, D);
-  if (!t.k_new.empty()) {
-    check(ctx, "k_pages", t.k_pages, shape, pool.dtype, device);
-    check(ctx, "k_new", t.k_new, {rows, G, D}, pool.dtype, device);
-  }
-  if (!t.v_new.empty()) {
-    check(ctx, "v_pages", t.v_pages, shape, pool.dtype, device);
-    check(ctx, "v_new", t.v_new, {rows, G, D}, pool.dtype, device);
-  }
+  // An e4m3 pool is written from rows of any storage dtype (quantized), any other pool from rows of
+  // its own dtype (copied). The scale of a side that is not written is not read.
+  auto check_side = [&](const char* pool_name, const TensorView& pages, const char* new_name, const TensorView& n,
+                        float scale, const char* scale_name) {
+    check(ctx, pool_name, pages, shape, pool.dtype, device);
+    const bool quantized = is_fp8(pool.dtype);
+    if (quantized && !is_storage_dtype(n.dtype))
+      fail(ctx, std::string(new_name) + " has dtype " + std::string(dtype_name(n.dtype)) + " for an e4m3 pool",
+           "pass the new rows in f32, f16 or bf16: append quantizes them to e4m3");
+    check(ctx, new_name, n, {rows, G, D}, quantized ? n.dtype : pool.dtype, device);
+    validate_kv_scale(scale_name, scale, pool.dtype, ctx);
+  };
+  if (!t.k_new.empty()) check_side("k_pages", t.k_pages, "k_new", t.k_new, t.kv_scales.k, "k");
+  if (!t.v_new.empty()) check_side("v_pages", t.v_pages, "v_new", t.v_new, t.kv_scales.v, "v");
   if (!(t.page_table.rank == 2 && t.page_table.data != nullptr))
     fail(ctx, "page_table is " + t.page_table.describe() + ", expected i32[batch, max_pages_per_seq]",
          "pass one row of page indices per sequence");

@@ -59,8 +59,8 @@ struct LseSink {
 };
 
 // Decode: one (sequence, KV head, key split): the `group` query heads of the KV head against
-// keys [key_begin, key_end), in tiles of `tile` keys. K/V rows: f32, f16, bf16 or e4m3 (contiguous
-// caches only; the bf16 and AMX bodies hand e4m3 to the f32-arithmetic ones, as they do f16).
+// keys [key_begin, key_end), in tiles of `tile` keys. K/V rows: f32, f16, bf16 or e4m3 (the bf16
+// and AMX bodies hand e4m3 to the f32-arithmetic ones, as they do f16).
 // Paged K/V rows: key_begin is a multiple of the tile and the tile divides the page, so a tile's
 // rows are one strided run (the bodies find a tile's first row with row_offset, the rest
 // row_stride apart; prefetches look up every row).

@@ -1,5 +1,6 @@
 // The float64 golden of the paged calls, written for clarity, not speed.
-// Inputs: host views of any storage dtype and any strides. Each key is found through the page
+// Inputs: host views of any storage dtype and any strides (decode: an e4m3 pool too, its stored values
+// times kv_scales). Each key is found through the page
 // table (page_table[b][j / page_size], slot j % page_size) in the layout of the problem's spec.
 // Query row i of a sequence with q_len rows and len keys sits at position len - q_len + i (decode:
 // q_len = 1); its visible keys follow problem.hpp's convention (masked keys are skipped). Scores in
@@ -13,6 +14,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/paged.hpp"
 #include "attnkit/reference.hpp"
+#include "attnkit/validate.hpp"
 
 namespace attnkit::reference {
 namespace {
@@ -56,8 +58,9 @@ double sink_of(const TensorView& sinks, std::int64_t h) {
 // sinks (optional, [heads]): one more score per row whose value is zero.
 void attend_sequence(const PagedCacheSpec& spec, std::int64_t num_heads, std::int64_t group, std::int64_t D,
                      double scale, double softcap, std::int64_t window, const TensorView& q, const PagedKvCache& c,
-                     const TensorView& sinks, std::int64_t b, std::int64_t row0, std::int64_t q_len, std::int64_t len,
-                     Result& r) {
+                     const TensorView& sinks, const KvScales& kv_scales, std::int64_t b, std::int64_t row0,
+                     std::int64_t q_len, std::int64_t len, Result& r) {
+  const double k_scale = kv_scales.k, v_scale = kv_scales.v;
   const PagedKeys keys{&spec, &c.page_table, b};
   std::vector<double> qv(static_cast<std::size_t>(D)), scores;
   for (std::int64_t i = 0; i < q_len; ++i) {
@@ -79,7 +82,7 @@ void attend_sequence(const PagedCacheSpec& spec, std::int64_t num_heads, std::in
         const std::int64_t k_off = keys.offset(c.k_pages, kvh, j);
         double dot = 0.0;
         for (std::int64_t d = 0; d < D; ++d) dot += qv[d] * element(c.k_pages, k_off + d);
-        double s = scale * dot;
+        double s = scale * (k_scale * dot);
         if (softcap > 0.0) s = softcap * std::tanh(s / softcap);
         scores[static_cast<std::size_t>(j - range.begin)] = s;
         max_score = std::max(max_score, s);
@@ -87,7 +90,7 @@ void attend_sequence(const PagedCacheSpec& spec, std::int64_t num_heads, std::in
       double sum = std::exp(sink - max_score);
       for (double& s : scores) sum += (s = std::exp(s - max_score));
       for (std::int64_t j = range.begin; j < range.end; ++j) {
-        const double p = scores[static_cast<std::size_t>(j - range.begin)] / sum;
+        const double p = scores[static_cast<std::size_t>(j - range.begin)] / sum * v_scale;
         const std::int64_t v_off = keys.offset(c.v_pages, kvh, j);
         for (std::int64_t d = 0; d < D; ++d) out[d] += p * element(c.v_pages, v_off + d);
       }
@@ -108,6 +111,7 @@ void require_host_cache(const char* ctx, const PagedKvCache& c) {
 Result paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors& t) {
   p.validate();
   const char* ctx = "reference::paged_decode";
+  validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   require_host(ctx, "q", t.q, 3);
   require_host_cache(ctx, t.cache);
   validate_paged_indices_host(p.cache, t.cache.page_table, t.cache.lengths, p.batch, p.cache.capacity(), ctx);
@@ -120,7 +124,7 @@ Result paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors& t) {
     // The query is the newest token: a sequence with no keys gives zeros and -inf (the sink's
     // logit with sinks).
     attend_sequence(p.cache, p.num_heads, p.group_size(), p.head_dim, p.effective_scale(), p.options.softcap,
-                    p.options.window, t.q, t.cache, t.sinks, b, b, len > 0 ? 1 : 0, len, r);
+                    p.options.window, t.q, t.cache, t.sinks, t.kv_scales, b, b, len > 0 ? 1 : 0, len, r);
     for (std::int64_t h = 0; len == 0 && h < p.num_heads; ++h) r.lse[static_cast<std::size_t>(b * p.num_heads + h)] = sink_of(t.sinks, h);
   }
   return r;
@@ -149,7 +153,7 @@ Result extend(const ExtendProblem& p, const ExtendTensors& t) {
                std::to_string(len) + " keys",
            "pass non-decreasing offsets and q rows <= keys per sequence");
     attend_sequence(p.cache, p.num_heads, p.group_size(), p.head_dim, p.effective_scale(), p.options.softcap,
-                    p.options.window, t.q, t.cache, t.sinks, b, row0, q_len, len, r);
+                    p.options.window, t.q, t.cache, t.sinks, KvScales{}, b, row0, q_len, len, r);
   }
   return r;
 }

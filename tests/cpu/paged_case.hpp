@@ -88,6 +88,24 @@ struct PagedCase {
   }
 };
 
+// e4m3 pools: re-stores every owned key and value as e4m3(x / scale) of fresh normal draws x, so the
+// real values (stored x scale) are ~N(0, 1) whatever the scales (spare slots keep e4m3's NaN code).
+inline void quantize_owned_rows(PagedCase& c, KvScales scales, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const PagedSetup& s = c.setup;
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    for (std::int64_t j = 0; j < s.lengths[static_cast<std::size_t>(b)]; ++j) {
+      for (std::int64_t h = 0; h < s.kv_heads; ++h) {
+        for (std::int64_t d = 0; d < s.head_dim; ++d) {
+          const std::size_t at = c.row(b, h, j) + static_cast<std::size_t>(d);
+          c.k_pages.bytes[at] = float_to_e4m3_bits(normal(rng) / scales.k);
+          c.v_pages.bytes[at] = float_to_e4m3_bits(normal(rng) / scales.v);
+        }
+      }
+    }
+  }
+}
+
 inline PagedDecodeProblem paged_decode_problem(const PagedCase& c, std::int64_t kv_len) {
   PagedDecodeProblem p;
   p.batch = c.setup.batch;

@@ -189,7 +189,9 @@ TEST(PagedCudaPlan, PageBoxesExactlyWhenTilesArePageAligned) {
   for (const Case& c : {Case{DType::kBF16, 16, 0, true}, Case{DType::kBF16, 32, 0, true}, Case{DType::kBF16, 64, 0, true},
                         Case{DType::kBF16, 256, 0, true}, Case{DType::kF32, 16, 0, true}, Case{DType::kF32, 128, 0, true},
                         Case{DType::kBF16, 1, 0, false}, Case{DType::kBF16, 8, 0, false}, Case{DType::kBF16, 48, 0, false},
-                        Case{DType::kBF16, 16, 100, false}, Case{DType::kF32, 32, 7, false}}) {
+                        Case{DType::kBF16, 16, 100, false}, Case{DType::kF32, 32, 7, false},
+                        Case{DType::kE4M3, 16, 0, true}, Case{DType::kE4M3, 64, 0, true}, Case{DType::kE4M3, 1, 0, false},
+                        Case{DType::kE4M3, 16, 100, false}}) {
     PagedDecodeProblem p;
     p.batch = 4;
     p.num_heads = 32;
@@ -198,6 +200,7 @@ TEST(PagedCudaPlan, PageBoxesExactlyWhenTilesArePageAligned) {
     p.kv_len = 4096;
     p.cache = {4 * (4096 / c.page_size + 1) + 1, c.page_size, 4096 / c.page_size + 1, PageLayout::kNHD};
     p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+    if (is_fp8(c.dtype)) p.q_dtype = p.out_dtype = DType::kBF16;
     p.options.window = c.window;
     const auto plan = plan_paged_decode(p, known_target("h200"));
     const std::uint32_t tile = plan.partition.tile_size;
@@ -210,6 +213,37 @@ TEST(PagedCudaPlan, PageBoxesExactlyWhenTilesArePageAligned) {
     bool said = false;
     for (const auto& r : plan.reasons) said = said || r.find("page_boxes") != std::string::npos;
     EXPECT_TRUE(said) << "a reason line names the copy path";
+  }
+}
+
+// An e4m3 pool plans the contiguous e4m3 kernel's blocks (16 heads a warp, the same tiles) and keeps
+// its rule: head_dim a multiple of 16 (16-byte rows).
+TEST(PagedCudaPlan, E4m3PoolsTakeTheContiguousE4m3Blocks) {
+  PagedDecodeProblem p;
+  p.batch = 8, p.num_heads = 32, p.kv_heads = 8, p.head_dim = 128, p.kv_len = 8192;
+  p.cache = {8 * 512 + 1, 16, 512, PageLayout::kHND};
+  p.kv_dtype = DType::kE4M3;
+  p.q_dtype = p.out_dtype = DType::kBF16;
+  const auto paged = plan_paged_decode(p, known_target("h200"));
+  const auto flat = plan_decode(p.as_decode(), known_target("h200"));
+  EXPECT_EQ(paged.partition.family, KernelFamily::kSplitKvDecode);
+  EXPECT_EQ(paged.partition.tile_size, flat.partition.tile_size);
+  EXPECT_EQ(paged.partition.rows_per_block, flat.partition.rows_per_block);
+  EXPECT_EQ(paged.partition.warps_per_block, flat.partition.warps_per_block);
+  EXPECT_TRUE(paged.page_boxes);
+  // Half the bf16 pool's bytes, the same FLOPs.
+  PagedDecodeProblem bf16 = p;
+  bf16.kv_dtype = DType::kBF16;
+  const auto wide = plan_paged_decode(bf16, known_target("h200"));
+  EXPECT_LT(paged.evidence.traffic.global_read_bytes, wide.evidence.traffic.global_read_bytes * 0.55);
+  EXPECT_EQ(paged.evidence.matmul_flops, wide.evidence.matmul_flops);
+  p.head_dim = 72;
+  p.cache.num_pages = 8 * 512 + 1;
+  try {
+    plan_paged_decode(p, known_target("h200"));
+    ADD_FAILURE() << "head_dim 72 with an e4m3 pool planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("e4m3"), std::string::npos) << e.what();
   }
 }
 

@@ -1,5 +1,5 @@
-// The CUDA entry points of the serving layouts (include/attnkit/cuda_paged.hpp): paged decode and
-// extend on the split-KV decode kernel with page-table row addressing (src/cuda/decode/), their
+// The CUDA entry points of the serving layouts (include/attnkit/cuda_paged.hpp): paged decode (f32,
+// f16, bf16 or e4m3 pools) and extend (f32, f16, bf16) on the split-KV decode kernel with page-table row addressing (src/cuda/decode/), their
 // split-state merges (src/cuda/merge/), and the paged append (src/cuda/kv/paged_append_kv.cu).
 // Each call validates what the host can see (shapes, dtypes, devices, strides, 16-byte rows, the
 // plan's partition, the workspace) before anything is launched; index tensors live on the device
@@ -181,6 +181,10 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
   set_cache(p, pr.cache, t.cache);
   if (plan.page_boxes) set_page_boxes(p, pr, t.cache, ctx);
   set_output(p, t.q, t.out, t.lse, t.sinks);
+  // An e4m3 pool's dequantization scales (1 otherwise), as contiguous decode folds them: K's into
+  // the score scale, V's into the output normalisation.
+  p.q_scale *= t.kv_scales.k;
+  p.v_scale = t.kv_scales.v;
   set_workspace(p, pr.batch, plan.bounds.workspace_bytes, workspace, ctx);
   cuda_decode::launch_split_kv_decode_paged(p, pr.kv_dtype, /*extend=*/false, stream);
   if (p.splits > 1) cuda_decode::launch_merge_splits(p, stream);
@@ -228,6 +232,8 @@ void launch_extend_bf16(const DecodeParams&, cudaStream_t);
 void launch_paged_boxes_f32(const DecodeParams&, cudaStream_t);
 void launch_paged_boxes_f16(const DecodeParams&, cudaStream_t);
 void launch_paged_boxes_bf16(const DecodeParams&, cudaStream_t);
+void launch_paged_decode_e4m3(const DecodeParams&, cudaStream_t);
+void launch_paged_boxes_e4m3(const DecodeParams&, cudaStream_t);
 
 void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bool extend, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
@@ -241,9 +247,13 @@ void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bo
     case DType::kF32: return kF32[kind](params, s);
     case DType::kF16: return kF16[kind](params, s);
     case DType::kBF16: return kBF16[kind](params, s);
+    case DType::kE4M3:
+      if (!extend) return (params.page_boxes ? launch_paged_boxes_e4m3 : launch_paged_decode_e4m3)(params, s);
+      [[fallthrough]];  // extend takes no e4m3 pool (ExtendProblem::validate says so first)
     default:
       fail(extend ? "cuda::extend" : "cuda::paged_decode",
-           "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16 or bf16");
+           "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel",
+           extend ? "use f32, f16 or bf16" : "use f32, f16, bf16 or e4m3");
   }
 }
 
