@@ -40,7 +40,7 @@ TESTS=$BUILD/tests/attnkit_cuda_tests
 
 if ((tests)); then
   step "gpu tests: decode and append (e4m3 included)"
-  timeout 200 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*:PagedFp8*' > "$LOG/gpu_tests.log" 2>&1
+  timeout 200 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*:PagedFp8*:*ExtendCuda*' > "$LOG/gpu_tests.log" 2>&1
   rc=$?; echo "gpu tests rc=$rc"; ((rc)) && status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$LOG/gpu_tests.log" | sort | uniq -c | head -20
   grep -E "Failure|rel_l2|which is|Expected" "$LOG/gpu_tests.log" | head -30

@@ -130,6 +130,7 @@ struct ExtendTensors {
   TensorView out;  // [rows, num_heads, head_dim]; rows past cu_seqlens_q[batch] are not written
   TensorView lse;  // optional f32 [rows, num_heads]
   TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (tensors.hpp)
+  KvScales kv_scales = {};  // e4m3 pools only (as PagedDecodeTensors)
 };
 
 // Writes n_b = cu_seqlens_new[b+1] - cu_seqlens_new[b] new tokens of sequence b at positions

@@ -18,7 +18,7 @@ void validate_append(const AppendTensors& t, DeviceKind device);
 void validate_kv_scales(DType kv_dtype, const KvScales& scales, const char* context);
 // One of them ("k" or "v"), for a call that writes one side only (append).
 void validate_kv_scale(const char* name, float value, DType cache, const char* context);
-// Ops that take DecodeProblem-shaped caches but no e4m3 (fused step, extend, sharded): an Error
+// Ops that take DecodeProblem-shaped caches but no e4m3 (fused step, sharded): an Error
 // with a Fix when kv_dtype is e4m3.
 void reject_fp8_cache(DType kv_dtype, const char* context);
 void validate_fused(const DecodeProblem& problem, const FusedDecodeTensors& t, const RopeSpec& rope,

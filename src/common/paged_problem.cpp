@@ -119,7 +119,6 @@ void ExtendProblem::validate() const {
              " is above batch * max_q_len = " + std::to_string(batch * max_q_len) + " (or 2^31-1)",
          "pass max_total_q <= batch * max_q_len");
   base_decode(batch, num_heads, kv_heads, head_dim, cache, kv_len, kv_dtype, q_dtype, out_dtype, options).validate();
-  reject_fp8_cache(kv_dtype, ctx);
   checked_product(ctx, {total_q_bound(), num_heads, head_dim});
   checked_product(ctx, {batch, cache.max_pages_per_seq});
 }

@@ -274,8 +274,8 @@ void validate_kv_scales(DType kv_dtype, const KvScales& scales, const char* cont
 void reject_fp8_cache(DType kv_dtype, const char* context) {
   if (is_fp8(kv_dtype))
     fail(context,
-         "kv_dtype is e4m3, which this op does not take (e4m3 caches are read by decode and paged decode, and "
-         "written by append and paged append)",
+         "kv_dtype is e4m3, which this op does not take (e4m3 caches are read by decode, paged decode and "
+         "extend, and written by append and paged append)",
          "use an f16/bf16/f32 cache here, or for an e4m3 cache call append and then decode");
 }
 

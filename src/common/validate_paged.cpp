@@ -205,6 +205,7 @@ void validate_paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors
 void validate_extend(const ExtendProblem& p, const ExtendTensors& t, DeviceKind device) {
   p.validate();
   const char* ctx = "extend";
+  validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
   if (!(t.q.rank == 3 && t.q.data != nullptr))
     fail(ctx, "q is " + t.q.describe() + ", expected [rows, num_heads, head_dim]",

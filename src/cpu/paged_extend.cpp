@@ -4,9 +4,10 @@
 //   i32 cu_seqlens_q [batch + 1], page table [batch, max_pages_per_seq], lengths [batch], on the host.
 // Parallelism: tasks (sequence, KV head, block of rows_per_block query rows, key split) on OpenMP
 //   threads, the costliest blocks first. A task packs the GQA group for its row block and walks the
-//   union of its rows' visible keys in chunks of plan.gather_keys: gather K and V from the pages,
-//   run the fast prefill body (fast_body.hpp) with positions shifted to the chunk, merge the
-//   chunk's state. Keys are split (plan.partition.sequence_splits) when the row blocks alone leave
+//   union of its rows' visible keys in chunks of plan.gather_keys: gather K and V from the pages
+//   (an e4m3 pool's rows widened to f16, exact), run the fast prefill body (fast_body.hpp) with
+//   positions shifted to the chunk, merge the chunk's state. An e4m3 pool's K scale joins the score
+//   scale, its V scale multiplies each finished row (states are linear in V). Keys are split (plan.partition.sequence_splits) when the row blocks alone leave
 //   threads idle; split states go to the workspace ([splits][rows x heads][head_dim], then LSE).
 // Bound: FMA for long q_len; memory (K/V streamed once per row block) for decode-like q_len.
 #include <algorithm>
@@ -86,8 +87,11 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
                    [](const RowBlock& x, const RowBlock& y) { return x.hi - x.lo > y.hi - y.lo; });
   const std::int64_t tasks = static_cast<std::int64_t>(blocks.size()) * KH * splits;
 
+  const bool widen = is_fp8(p.kv_dtype);
+  const DType stage_dtype = widen ? DType::kF16 : p.kv_dtype;
+  const float v_scale = t.kv_scales.v;  // 1 unless the pool is e4m3
   const std::size_t stage_floats =
-      detail::floats_for_bytes(static_cast<std::size_t>(chunk * d) * dtype_size(p.kv_dtype));
+      detail::floats_for_bytes(static_cast<std::size_t>(chunk * d) * dtype_size(stage_dtype));
   const std::size_t state_floats = static_cast<std::size_t>(G * R * (d + 1));
   const std::size_t body_floats = bodies.prefill_scratch_floats(d, G, R, tile);
   const PageLayout layout = p.cache.layout;
@@ -122,19 +126,19 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
       a.rows = blk.rows;
       a.block_rows = R;
       a.tile = tile;
-      a.scale = p.effective_scale();
+      a.scale = p.effective_scale() * t.kv_scales.k;
       a.softcap = p.options.softcap;
       a.causal = true;
       a.window = p.options.window;
       a.q = detail::RowSource{t.q.data, t.q.dtype, first_row * t.q.strides[0] + kvh * G * t.q.strides[1],
                               t.q.strides[0], t.q.strides[1]};
-      a.k = detail::RowSource{stage_k, p.kv_dtype, 0, d, 0};
-      a.v = detail::RowSource{stage_v, p.kv_dtype, 0, d, 0};
+      a.k = detail::RowSource{stage_k, stage_dtype, 0, d, 0};
+      a.v = detail::RowSource{stage_v, stage_dtype, 0, d, 0};
       a.scratch = body_scratch;
       for (std::int64_t c0 = begin; c0 < end; c0 += chunk) {
         const std::int64_t n = std::min(chunk, end - c0);
-        keys.gather(c0, n, stage_k);
-        values.gather(c0, n, stage_v);
+        keys.gather(c0, n, stage_k, widen);
+        values.gather(c0, n, stage_v, widen);
         // The chunk is keys [c0, c0 + n): positions shift by c0 so the body's masks stay exact.
         a.kv_len = n;
         a.first_position = first_position - c0;
@@ -155,6 +159,7 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace)
           const std::int64_t row = first_row + i;
           float* o = run + (g * R + i) * d;
           float lse = run_lse[g * R + i];
+          if (v_scale != 1.0f) std::transform(o, o + d, o, [&](float x) { return x * v_scale; });
           if (splits > 1) {
             std::copy(o, o + d, state_out + (split * state_rows + row * H + h) * d);
             state_lse[split * state_rows + row * H + h] = lse;

@@ -7,6 +7,7 @@
 // size is the plan's gather_keys (L2-resident).
 #pragma once
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -62,8 +63,10 @@ struct PagedRows {
     return s;
   }
 
-  // Keys [j0, j0 + n) into dst as n contiguous rows of head_dim elements (the pool's dtype).
-  void gather(std::int64_t j0, std::int64_t n, void* dst) const {
+  // Keys [j0, j0 + n) into dst as n contiguous rows of head_dim elements: the pool's dtype, or for an
+  // e4m3 pool (widen) f16, which holds every e4m3 value exactly (the prefill bodies read f16).
+  void gather(std::int64_t j0, std::int64_t n, void* dst, bool widen = false) const {
+    if (widen) return gather_e4m3_as_f16(j0, n, static_cast<std::uint16_t*>(dst));
     const std::size_t row_bytes = static_cast<std::size_t>(head_dim) * elem_bytes;
     auto* out = static_cast<std::uint8_t*>(dst);
     for (std::int64_t j = j0; j < j0 + n;) {
@@ -78,6 +81,22 @@ struct PagedRows {
       }
       out += static_cast<std::size_t>(run) * row_bytes;
       j += run;
+    }
+  }
+
+ private:
+  void gather_e4m3_as_f16(std::int64_t j0, std::int64_t n, std::uint16_t* out) const {
+    static const std::array<std::uint16_t, 256> kF16Bits = [] {
+      std::array<std::uint16_t, 256> bits{};
+      for (int code = 0; code < 256; ++code) {
+        store_from_float(&bits[static_cast<std::size_t>(code)], DType::kF16, 0,
+                         e4m3_bits_to_float(static_cast<std::uint8_t>(code)));
+      }
+      return bits;
+    }();
+    for (std::int64_t j = j0; j < j0 + n; ++j, out += head_dim) {
+      const std::uint8_t* src = row(j);
+      for (std::int64_t e = 0; e < head_dim; ++e) out[e] = kF16Bits[src[e]];
     }
   }
 };

@@ -1,6 +1,6 @@
 // The float64 golden of the paged calls, written for clarity, not speed.
-// Inputs: host views of any storage dtype and any strides (decode: an e4m3 pool too, its stored values
-// times kv_scales). Each key is found through the page
+// Inputs: host views of any storage dtype and any strides (an e4m3 pool too, its stored values times
+// kv_scales). Each key is found through the page
 // table (page_table[b][j / page_size], slot j % page_size) in the layout of the problem's spec.
 // Query row i of a sequence with q_len rows and len keys sits at position len - q_len + i (decode:
 // q_len = 1); its visible keys follow problem.hpp's convention (masked keys are skipped). Scores in
@@ -133,6 +133,7 @@ Result paged_decode(const PagedDecodeProblem& p, const PagedDecodeTensors& t) {
 Result extend(const ExtendProblem& p, const ExtendTensors& t) {
   p.validate();
   const char* ctx = "reference::extend";
+  validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   require_host(ctx, "q", t.q, 3);
   require_host(ctx, "cu_seqlens_q", t.cu_seqlens_q, 1);
   require_host_cache(ctx, t.cache);
@@ -153,7 +154,7 @@ Result extend(const ExtendProblem& p, const ExtendTensors& t) {
                std::to_string(len) + " keys",
            "pass non-decreasing offsets and q rows <= keys per sequence");
     attend_sequence(p.cache, p.num_heads, p.group_size(), p.head_dim, p.effective_scale(), p.options.softcap,
-                    p.options.window, t.q, t.cache, t.sinks, KvScales{}, b, row0, q_len, len, r);
+                    p.options.window, t.q, t.cache, t.sinks, t.kv_scales, b, row0, q_len, len, r);
   }
   return r;
 }

@@ -368,6 +368,10 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   pre.dtype = problem.kv_dtype;
   pre.out_dtype = problem.out_dtype;
   pre.options = problem.options;
+  // The CPU widens an e4m3 pool's rows to f16 (exact) as it gathers them, so its bodies, tiles and
+  // evidence are f16's (K/V bytes counted at 2 per element: an upper bound of the pool's reads).
+  const bool cpu_widens = target.backend == Backend::kCpu && is_fp8(problem.kv_dtype);
+  if (cpu_widens) pre.dtype = DType::kF16;
 
   ExtendPlan plan;
   plan.problem = problem;
@@ -410,7 +414,8 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   plan.evidence = target.backend == Backend::kCpu ? detail::compute_prefill_evidence(pre, p, target)
                                                   : detail::compute_decode_evidence(packed_decode(problem), p, target);
   add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
-  for (DType t : {problem.q_dtype, problem.kv_dtype, problem.out_dtype}) {
+  // An e4m3 pool's values are exact in f16 and the golden reads the same bytes: f16's tolerance.
+  for (DType t : {problem.q_dtype, is_fp8(problem.kv_dtype) ? DType::kF16 : problem.kv_dtype, problem.out_dtype}) {
     plan.evidence.rel_l2_tolerance = std::max(plan.evidence.rel_l2_tolerance, rel_l2_tolerance_for(t));
   }
   // Split states exist for the packed rows the plan covers (not the padded batch * max_q_len).
@@ -424,8 +429,13 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
                                                     ctx, "split state bytes"),
                             ctx)
           : 0;
-  plan.gather_keys = gather_keys_for(target, problem.head_dim, problem.kv_dtype, p.tile_size);
+  plan.gather_keys = gather_keys_for(target, problem.head_dim, pre.dtype, p.tile_size);
   plan.reasons.push_back(cache_line(problem.cache));
+  if (cpu_widens) {
+    plan.reasons.push_back("kv: e4m3 pool widened to f16 (exact) as each chunk is gathered; the f16 prefill bodies "
+                           "run on it, the scales folded into the score scale and the finished rows (evidence counts "
+                           "K/V at f16's 2 bytes, an upper bound)");
+  }
   plan.reasons.push_back("queries: up to " + std::to_string(problem.max_q_len) +
                          " new rows per sequence, causal bottom-right against the cached prefix; evidence counts "
                          "the padded bound (every sequence at max_q_len rows and kv_len keys)");

@@ -1,9 +1,9 @@
-// e4m3 (fp8) page pools on the CPU (vLLM's fp8 serving cache): paged decode against the float64
-// golden (both layouts, pages read in place and gathered, GQA 1-12, q/out of every dtype, windows,
-// soft-cap, sinks, LSE, key splits, every instruction-set level this CPU runs; owned rows quantized
-// from normal draws with scales != 1, every other slot and every spare page e4m3's NaN code), paged
-// append's quantization bit for bit across page boundaries, append then decode, and the rejected
-// calls, which write nothing.
+// e4m3 (fp8) page pools on the CPU (vLLM's fp8 serving cache): paged decode and extend against the
+// float64 golden (both layouts, decode pages read in place and gathered, GQA 1-12, q/out of every
+// dtype, windows, soft-cap, sinks, LSE, key splits, ragged query rows, every instruction-set level
+// this CPU runs; owned rows quantized from normal draws with scales != 1, every other slot and every
+// spare page e4m3's NaN code), paged append's quantization bit for bit across page boundaries, append
+// then decode, and the rejected calls, which write nothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -350,10 +350,142 @@ TEST(PagedFp8Decode, BadScalesAreRejectedBeforeAnyWrite) {
     EXPECT_EQ(out.bytes, out_before);
     EXPECT_EQ(lse.bytes, lse_before);
   }
-  // The extend path takes no e4m3 pool yet: planning it says so.
-  ExtendProblem e = extend_problem(c, 4, 20);
-  e.q_dtype = e.out_dtype = DType::kBF16;
-  expect_error([&] { plan_extend(e, cpu_target(2)); }, "kv_dtype is e4m3, which this op does not take");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extend: ragged multi-token queries against an e4m3 pool
+
+struct Fp8ExtendSpec {
+  PagedSetup setup;
+  std::vector<std::int32_t> q_lens;
+  std::int64_t max_q_len = 17, window = 0, pad_rows = 2;
+  DType io_dtype = DType::kBF16;
+  KvScales scales = kOddScales;
+  bool sinks = false;
+  std::vector<int> threads = {1, 4};
+};
+
+// Rows past cu_seqlens_q[batch] (pad_rows) must keep their poison.
+void run_fp8_extend(Fp8ExtendSpec spec, int* split_plans = nullptr) {
+  spec.setup.dtype = DType::kE4M3;
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  PagedCase c(spec.setup, rng);
+  quantize_owned_rows(c, spec.scales, rng);
+  const PagedSetup& s = c.setup;
+  ExtendProblem p = extend_problem(c, spec.max_q_len, c.max_length());
+  p.q_dtype = p.out_dtype = spec.io_dtype;
+  p.options.window = spec.window;
+  HostTensor cu(DType::kI32, {s.batch + 1});
+  cu.i32()[0] = 0;
+  for (std::int64_t b = 0; b < s.batch; ++b) cu.i32()[b + 1] = cu.i32()[b] + spec.q_lens[static_cast<std::size_t>(b)];
+  const std::int64_t rows = cu.i32()[s.batch], total = rows + spec.pad_rows;
+  HostTensor q(spec.io_dtype, {total, s.heads, s.head_dim}), out(spec.io_dtype, {total, s.heads, s.head_dim});
+  HostTensor lse(DType::kF32, {total, s.heads});
+  fill_normal(q, rng);
+  const HostTensor sinks = random_sinks(spec.sinks ? s.heads : 0, rng);
+  ExtendTensors t{q.view, cu.view, c.cache(), out.view, lse.view};
+  if (spec.sinks) t.sinks = sinks.view;
+  t.kv_scales = spec.scales;
+  const reference::Result golden = reference::extend(p, t);
+  const std::string base = to_string(s.layout) + " page=" + std::to_string(s.page_size) + " H=" + std::to_string(s.heads) +
+                           "/" + std::to_string(s.kv_heads) + " D=" + std::to_string(s.head_dim) +
+                           " window=" + std::to_string(spec.window) + seed_note(seed);
+  for (int threads : spec.threads) {
+    const ExtendPlan plan = plan_extend(p, cpu_target(threads));
+    if (split_plans) *split_plans += plan.partition.sequence_splits > 1;
+    OwnedWorkspace ws(plan.bounds.workspace_bytes);
+    for (Isa isa : supported_isas()) {
+      ScopedIsa scoped(isa);
+      poison(out);
+      poison(lse);
+      cpu::extend(plan, t, ws.get());
+      const std::string what = base + " threads=" + std::to_string(threads) + " splits=" +
+                               std::to_string(plan.partition.sequence_splits) + " isa=" +
+                               std::string(cpu::simd::isa_name(isa));
+      HostTensor head(spec.io_dtype, {rows, s.heads, s.head_dim}), head_lse(DType::kF32, {rows, s.heads});
+      std::copy_n(out.bytes.begin(), head.bytes.size(), head.bytes.begin());
+      std::copy_n(lse.bytes.begin(), head_lse.bytes.size(), head_lse.bytes.begin());
+      const Comparison cmp = compare(head, golden.out);
+      EXPECT_EQ(cmp.nan_count, 0u) << what << ": " << describe(cmp);
+      EXPECT_LE(cmp.rel_l2, plan.evidence.rel_l2_tolerance) << what << ": " << describe(cmp);
+      EXPECT_LE(plan.evidence.rel_l2_tolerance, 2e-2) << what << ": f16's rules, not e4m3 prefill's";
+      expect_lse_matches(head_lse, golden.lse, what);
+      for (std::size_t i = head.numel(); i < out.numel(); ++i) {
+        ASSERT_TRUE(std::isnan(out.get(i))) << what << ": padding row element " << i << " was written";
+      }
+    }
+  }
+}
+
+TEST(PagedFp8Extend, RaggedRowsOnEveryLayoutAndPageSizeMatchGolden) {
+  for (PageLayout layout : {PageLayout::kHND, PageLayout::kNHD}) {
+    for (std::int64_t page : {1, 16, 64}) {
+      for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{8, 1}}) {
+        Fp8ExtendSpec spec;
+        // q_len 0 (idle), 1 (decode), q_len == length (a whole prefill), and mid-page starts.
+        spec.setup = setup(layout, page, heads, kv_heads, 64, {40, 1, 17, 131, 0});
+        spec.q_lens = {17, 1, 17, 5, 0};
+        run_fp8_extend(spec);
+      }
+    }
+  }
+}
+
+TEST(PagedFp8Extend, HeadDimsWindowsSinksDtypesAndSplits) {
+  for (std::int64_t d : {128, 72}) {
+    Fp8ExtendSpec spec;
+    spec.setup = setup(PageLayout::kHND, 16, 8, 2, d, {300, 20});
+    spec.q_lens = {9, 20};
+    spec.max_q_len = 20;
+    run_fp8_extend(spec);
+  }
+  for (std::int64_t window : {1, 33}) {
+    Fp8ExtendSpec spec;
+    spec.setup = setup(PageLayout::kNHD, 16, 8, 2, 64, {300, 50});
+    spec.q_lens = {12, 3};
+    spec.window = window;
+    spec.sinks = window == 33;
+    run_fp8_extend(spec);
+  }
+  for (DType io : {DType::kF32, DType::kF16}) {
+    Fp8ExtendSpec spec;
+    spec.setup = setup(PageLayout::kHND, 32, 8, 2, 64, {100, 33});
+    spec.q_lens = {4, 7};
+    spec.io_dtype = io;
+    spec.scales = {0.004f, 0.01f};  // stored values near +-448
+    run_fp8_extend(spec);
+  }
+  int split_plans = 0;
+  Fp8ExtendSpec split;  // one sequence, few query rows, many threads: key splits and their merge
+  split.setup = setup(PageLayout::kHND, 16, 8, 1, 128, {5000});
+  split.q_lens = {3};
+  split.max_q_len = 4;
+  split.pad_rows = 1;  // max_total_q = 4 rows
+  split.threads = {4, 7};
+  run_fp8_extend(split, &split_plans);
+  EXPECT_GT(split_plans, 0);
+}
+
+TEST(PagedFp8Extend, BadScalesAreRejectedBeforeAnyWrite) {
+  std::mt19937_64 rng(fresh_seed());
+  PagedSetup s = setup(PageLayout::kHND, 16, 8, 2, 64, {20, 5});
+  s.dtype = DType::kE4M3;
+  PagedCase c(s, rng);
+  ExtendProblem p = extend_problem(c, 4, 20);
+  p.q_dtype = p.out_dtype = DType::kBF16;
+  HostTensor q(DType::kBF16, {6, 8, 64}), out(DType::kBF16, {6, 8, 64}), lse(DType::kF32, {6, 8});
+  HostTensor cu(DType::kI32, {3});
+  cu.i32()[0] = 0, cu.i32()[1] = 4, cu.i32()[2] = 6;
+  fill_normal(q, rng);
+  poison(out);
+  const auto out_before = out.bytes;
+  const ExtendPlan plan = plan_extend(p, cpu_target(2));
+  OwnedWorkspace ws(plan.bounds.workspace_bytes);
+  ExtendTensors t{q.view, cu.view, c.cache(), out.view, lse.view};
+  t.kv_scales = {std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  expect_error([&] { cpu::extend(plan, t, ws.get()); }, "kv_scales.k=");
+  EXPECT_EQ(out.bytes, out_before);
 }
 
 }  // namespace

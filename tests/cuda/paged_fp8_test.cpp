@@ -1,10 +1,11 @@
 // e4m3 (fp8) page pools on the GPU: paged decode against the float64 golden (both layouts, pages
 // of 1 / 16 / 32 / 64 keys, page runs as TMA boxes and the cp.async copy ring, GQA 1 / 4 / 8 / 16,
 // head_dim 64 / 128 / 256, q/out of every dtype, window, soft-cap, sinks, key splits; owned rows
-// quantized with scales != 1, every other slot and spare page e4m3's NaN code), and paged append
-// into e4m3 pools bit for bit against the CPU's quantization.
+// quantized with scales != 1, every other slot and spare page e4m3's NaN code), extend's ragged rows
+// against the golden, and paged append into e4m3 pools bit for bit against the CPU's quantization.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "paged_support.hpp"
@@ -156,6 +157,71 @@ TEST(PagedFp8DecodeCuda, SanitizerCase) {
   EXPECT_EQ(seen.boxes, 1);
   EXPECT_EQ(seen.ring, 1);
   EXPECT_GE(seen.split, 1);
+}
+
+// Extend over e4m3 pools: ragged query rows (0, 1, q_len == length), GQA 1 / 4 / 8, pages of 1 and
+// 16, a window, a split plan; padding rows stay poisoned.
+TEST(PagedFp8ExtendCuda, RaggedRowsMatchGolden) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  struct Case {
+    PageLayout layout;
+    std::int64_t page, heads, kv_heads, head_dim, window;
+    std::vector<std::int32_t> lengths, q_lens;
+  };
+  const std::vector<Case> cases = {
+      {PageLayout::kHND, 16, 8, 2, 128, 0, {40, 1, 17, 131, 0}, {17, 1, 17, 5, 0}},
+      {PageLayout::kNHD, 1, 4, 4, 64, 0, {40, 1, 17, 131, 0}, {17, 1, 17, 5, 0}},
+      {PageLayout::kNHD, 16, 8, 1, 256, 33, {300, 50}, {12, 3}},
+      {PageLayout::kHND, 32, 32, 8, 128, 0, {6000}, {3}},  // few rows, long keys: split
+  };
+  int split_plans = 0;
+  for (const Case& k : cases) {
+    const std::uint64_t seed = fresh_seed();
+    std::mt19937_64 rng(seed);
+    PagedSetup s;
+    s.layout = k.layout, s.page_size = k.page, s.heads = k.heads, s.kv_heads = k.kv_heads, s.head_dim = k.head_dim;
+    s.batch = static_cast<std::int64_t>(k.lengths.size());
+    s.lengths = k.lengths;
+    s.dtype = DType::kE4M3;
+    PagedCase c(s, rng);
+    quantize_owned_rows(c, kOddScales, rng);
+    const std::int64_t max_q = *std::max_element(k.q_lens.begin(), k.q_lens.end());
+    ExtendProblem problem = extend_problem(c, max_q, c.max_length());
+    problem.q_dtype = problem.out_dtype = DType::kBF16;
+    problem.options.window = k.window;
+    problem.max_total_q = s.batch * max_q;
+    const ExtendPlan plan = plan_extend(problem, cuda::target());
+    split_plans += plan.partition.sequence_splits > 1;
+    HostTensor cu = offsets(k.q_lens);
+    const std::int64_t rows = cu.i32()[s.batch], total = std::min<std::int64_t>(rows + 2, s.batch * max_q);
+    HostTensor q(DType::kBF16, {total, s.heads, s.head_dim}), out(DType::kBF16, {total, s.heads, s.head_dim});
+    HostTensor lse(DType::kF32, {total, s.heads});
+    fill_normal(q, rng);
+    poison(out);
+    poison(lse);
+    DevicePaged dev(c);
+    DeviceTensor dq(q), dcu(cu), dout(out), dlse(lse);
+    DeviceWorkspace ws(plan.bounds.workspace_bytes, 0xFF);
+    ExtendTensors t{dq.view, dcu.view, dev.cache(), dout.view, dlse.view};
+    t.kv_scales = kOddScales;
+    const std::string note = describe_case(s, seed) + " window=" + std::to_string(k.window) +
+                             " splits=" + std::to_string(plan.partition.sequence_splits);
+    cuda::extend(plan, t, ws.view());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << note;
+    dout.copy_to(out);
+    dlse.copy_to(lse);
+    ExtendTensors host{q.view, cu.view, c.cache(), out.view, lse.view};
+    host.kv_scales = kOddScales;
+    const auto golden = reference::extend(problem, host);
+    cuda_decode_tests::expect_matches_golden(head_rows(out, rows), golden.out, DType::kE4M3, DType::kBF16, DType::kBF16,
+                                             note);
+    cuda_decode_tests::expect_lse_matches(head_rows(lse, rows), golden.lse, note,
+                                          cuda_decode_tests::rel_l2_limit(DType::kE4M3, DType::kBF16, DType::kBF16));
+    for (std::size_t i = static_cast<std::size_t>(rows * s.heads * s.head_dim); i < out.numel(); ++i) {
+      ASSERT_TRUE(std::isnan(out.get(i))) << note << ": padding row element " << i << " was written";
+    }
+  }
+  EXPECT_GT(split_plans, 0);
 }
 
 // The GPU's quantization of new rows into e4m3 pools equals the CPU's bit for bit (the same rule:

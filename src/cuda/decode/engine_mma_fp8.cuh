@@ -68,9 +68,32 @@ struct Fp8MmaEngine : MmaRowsSoftmax {
     for (int nb = 0; nb < kNBlocks; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   }
 
+  // Extend: each of this lane's two rows sees only keys [lo, hi) (absolute positions).
+  int row_lo[2], row_hi[2];
+  __device__ void set_row_keys(const int2* row_keys, int g_base, int n_mine) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      const int2 k = row < n_mine ? row_keys[g_base + row] : make_int2(0, 0);
+      row_lo[h] = k.x;
+      row_hi[h] = k.y;
+    }
+  }
+
   // Decode: every row sees the tile's first n_valid keys.
   __device__ void process(const __nv_fp8_e4m3* k_tile, const __nv_fp8_e4m3* v_tile, int n_valid, int key_warp,
                           float softcap) {
+    process_impl<false>(k_tile, v_tile, n_valid, key_warp, softcap, 0);
+  }
+  // Extend: additionally, key k of the tile (absolute position tile_key0 + k) must be in the row's range.
+  __device__ void process_rows(const __nv_fp8_e4m3* k_tile, const __nv_fp8_e4m3* v_tile, int n_valid, int key_warp,
+                               float softcap, int tile_key0) {
+    process_impl<true>(k_tile, v_tile, n_valid, key_warp, softcap, tile_key0);
+  }
+
+  template <bool kRowKeys>
+  __device__ void process_impl(const __nv_fp8_e4m3* k_tile, const __nv_fp8_e4m3* v_tile, int n_valid, int key_warp,
+                               float softcap, int tile_key0) {
     const auto* ks = reinterpret_cast<const unsigned char*>(k_tile);
     const auto* vs = reinterpret_cast<const unsigned char*>(v_tile);
     const int key0 = key_warp * kMmaKeysPerWarp;
@@ -99,7 +122,12 @@ struct Fp8MmaEngine : MmaRowsSoftmax {
         float x = s[nb][e] * score_scale;
         if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
         const int key = key0 + nb * 8 + 2 * (lane % 4) + (e & 1);
-        s[nb][e] = key < n_valid ? x : -INFINITY;  // also drops a NaN code in rows past the sequence
+        bool visible = key < n_valid;  // also drops a NaN code in rows past the sequence
+        if constexpr (kRowKeys) {
+          const int pos = tile_key0 + key;
+          visible = visible && pos >= row_lo[e >> 1] && pos < row_hi[e >> 1];
+        }
+        s[nb][e] = visible ? x : -INFINITY;
       }
     }
     update(s, o);

@@ -1,5 +1,5 @@
-// The CUDA entry points of the serving layouts (include/attnkit/cuda_paged.hpp): paged decode (f32,
-// f16, bf16 or e4m3 pools) and extend (f32, f16, bf16) on the split-KV decode kernel with page-table row addressing (src/cuda/decode/), their
+// The CUDA entry points of the serving layouts (include/attnkit/cuda_paged.hpp): paged decode and
+// extend (f32, f16, bf16 or e4m3 pools) on the split-KV decode kernel with page-table row addressing (src/cuda/decode/), their
 // split-state merges (src/cuda/merge/), and the paged append (src/cuda/kv/paged_append_kv.cu).
 // Each call validates what the host can see (shapes, dtypes, devices, strides, 16-byte rows, the
 // plan's partition, the workspace) before anything is launched; index tensors live on the device
@@ -209,6 +209,8 @@ void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace,
     fail(ctx, "the plan's query rows x heads exceed 2^31", "plan a smaller max_total_q");
   set_cache(p, pr.cache, t.cache);
   set_output(p, t.q, t.out, t.lse, t.sinks);
+  p.q_scale *= t.kv_scales.k;  // an e4m3 pool's scales, as paged decode folds them
+  p.v_scale = t.kv_scales.v;
   p.cu_seqlens_q = t.cu_seqlens_q.as<const std::int32_t>();
   p.max_q_len = static_cast<int>(pr.max_q_len);
   p.q_rows = static_cast<int>(t.q.shape[0]);
@@ -234,6 +236,7 @@ void launch_paged_boxes_f16(const DecodeParams&, cudaStream_t);
 void launch_paged_boxes_bf16(const DecodeParams&, cudaStream_t);
 void launch_paged_decode_e4m3(const DecodeParams&, cudaStream_t);
 void launch_paged_boxes_e4m3(const DecodeParams&, cudaStream_t);
+void launch_extend_e4m3(const DecodeParams&, cudaStream_t);
 
 void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bool extend, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
@@ -247,13 +250,13 @@ void launch_split_kv_decode_paged(const DecodeParams& params, DType kv_dtype, bo
     case DType::kF32: return kF32[kind](params, s);
     case DType::kF16: return kF16[kind](params, s);
     case DType::kBF16: return kBF16[kind](params, s);
-    case DType::kE4M3:
-      if (!extend) return (params.page_boxes ? launch_paged_boxes_e4m3 : launch_paged_decode_e4m3)(params, s);
-      [[fallthrough]];  // extend takes no e4m3 pool (ExtendProblem::validate says so first)
+    case DType::kE4M3: {
+      constexpr Launch kE4M3[] = {launch_extend_e4m3, launch_paged_boxes_e4m3, launch_paged_decode_e4m3};
+      return kE4M3[kind](params, s);
+    }
     default:
       fail(extend ? "cuda::extend" : "cuda::paged_decode",
-           "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel",
-           extend ? "use f32, f16 or bf16" : "use f32, f16, bf16 or e4m3");
+           "KV dtype " + std::string(dtype_name(kv_dtype)) + " has no kernel", "use f32, f16, bf16 or e4m3");
   }
 }
 
