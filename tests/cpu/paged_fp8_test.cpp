@@ -31,6 +31,15 @@ struct Fp8PagedSpec {
   std::vector<int> threads = {1, 3};
 };
 
+// Output and LSE against the golden, judged by the plan's own tolerance.
+void expect_parity(const HostTensor& out, const HostTensor& lse, const reference::Result& golden, double tolerance,
+                   const std::string& what) {
+  const Comparison cmp = compare(out, golden.out);
+  EXPECT_EQ(cmp.nan_count, 0u) << what << ": " << describe(cmp);
+  EXPECT_LE(cmp.rel_l2, tolerance) << what << ": " << describe(cmp);
+  expect_lse_matches(lse, golden.lse, what);
+}
+
 struct PathsSeen {
   int in_place = 0, gathered = 0, split = 0;
 };
@@ -75,10 +84,7 @@ void run_fp8_paged(Fp8PagedSpec spec, PathsSeen* seen = nullptr) {
       const std::string what = base + " threads=" + std::to_string(threads) + " splits=" +
                                std::to_string(plan.partition.sequence_splits) + " gather=" +
                                std::to_string(plan.gather_keys) + " isa=" + std::string(cpu::simd::isa_name(isa));
-      const Comparison cmp = compare(out, golden.out);
-      EXPECT_EQ(cmp.nan_count, 0u) << what << ": " << describe(cmp);
-      EXPECT_LE(cmp.rel_l2, plan.evidence.rel_l2_tolerance) << what << ": " << describe(cmp);
-      expect_lse_matches(lse, golden.lse, what);
+      expect_parity(out, lse, golden, plan.evidence.rel_l2_tolerance, what);
     }
   }
 }
@@ -286,10 +292,7 @@ TEST(PagedFp8Append, AppendThenDecode) {
   OwnedWorkspace ws(plan.bounds.workspace_bytes);
   cpu::paged_decode(plan, t, ws.get());
   const reference::Result golden = reference::paged_decode(p, t);
-  const Comparison cmp = compare(out, golden.out);
-  EXPECT_EQ(cmp.nan_count, 0u) << describe(cmp) << seed_note(seed);
-  EXPECT_LE(cmp.rel_l2, plan.evidence.rel_l2_tolerance) << describe(cmp) << seed_note(seed);
-  expect_lse_matches(lse, golden.lse, seed_note(seed));
+  expect_parity(out, lse, golden, plan.evidence.rel_l2_tolerance, seed_note(seed));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -406,11 +409,8 @@ void run_fp8_extend(Fp8ExtendSpec spec, int* split_plans = nullptr) {
       HostTensor head(spec.io_dtype, {rows, s.heads, s.head_dim}), head_lse(DType::kF32, {rows, s.heads});
       std::copy_n(out.bytes.begin(), head.bytes.size(), head.bytes.begin());
       std::copy_n(lse.bytes.begin(), head_lse.bytes.size(), head_lse.bytes.begin());
-      const Comparison cmp = compare(head, golden.out);
-      EXPECT_EQ(cmp.nan_count, 0u) << what << ": " << describe(cmp);
-      EXPECT_LE(cmp.rel_l2, plan.evidence.rel_l2_tolerance) << what << ": " << describe(cmp);
+      expect_parity(head, head_lse, golden, plan.evidence.rel_l2_tolerance, what);
       EXPECT_LE(plan.evidence.rel_l2_tolerance, 2e-2) << what << ": f16's rules, not e4m3 prefill's";
-      expect_lse_matches(head_lse, golden.lse, what);
       for (std::size_t i = head.numel(); i < out.numel(); ++i) {
         ASSERT_TRUE(std::isnan(out.get(i))) << what << ": padding row element " << i << " was written";
       }

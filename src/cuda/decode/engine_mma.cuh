@@ -56,16 +56,53 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const v
 }
 
 // The online-softmax state of a 16-row engine (this one and engine_mma_fp8.cuh): each lane holds
-// rows lane/4 and lane/4 + 8, their running max m (log2 units) and sum l.
+// rows lane/4 and lane/4 + 8, their running max m (log2 units) and sum l, the score scale, and for
+// extend the rows' key ranges.
 struct MmaRowsSoftmax {
   static constexpr unsigned kFull = 0xffffffffu;
   float m[2], l[2];
   int lane;
+  float score_scale;
 
-  __device__ void reset(int lane_id) {
+  __device__ void reset(int lane_id, float q_scale) {
     lane = lane_id;
+    score_scale = q_scale;
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
+  }
+
+  // Extend: each of this lane's two rows sees only keys [lo, hi) (absolute positions).
+  int row_lo[2], row_hi[2];
+  __device__ void set_row_keys(const int2* row_keys, int g_base, int n_mine) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      const int2 k = row < n_mine ? row_keys[g_base + row] : make_int2(0, 0);
+      row_lo[h] = k.x;
+      row_hi[h] = k.y;
+    }
+  }
+
+  // The raw scores S of keys key0.. of the tile (C fragments of two 8-key blocks) scaled, soft-capped
+  // and masked: -inf past n_valid (which also drops whatever rows past the sequence hold) and, for
+  // extend (kRowKeys), outside the row's key range; tile_key0 is the tile's first absolute key.
+  template <bool kRowKeys>
+  __device__ void scale_and_mask(float (&s)[2][4], int key0, int n_valid, float softcap, int tile_key0) const {
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nb][e] * score_scale;
+        if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
+        const int key = key0 + nb * 8 + 2 * (lane % 4) + (e & 1);
+        bool visible = key < n_valid;
+        if constexpr (kRowKeys) {
+          const int pos = tile_key0 + key;
+          visible = visible && pos >= row_lo[e >> 1] && pos < row_hi[e >> 1];
+        }
+        s[nb][e] = visible ? x : -INFINITY;
+      }
+    }
   }
 
   // One 16-key tile: the scaled, masked scores s (C fragments of two 8-key blocks: rows lane/4 in
@@ -135,12 +172,10 @@ struct MmaEngine : MmaRowsSoftmax {
   __device__ void set_tile(int tile_rows) { tile = tile_rows; }
   // Shared-memory offset of column d (a multiple of 8: one 16-byte chunk) of key row r.
   __device__ int at(int r, int d) const { return tile_offset(r, d, tile, kCap, 2); }
-  float score_scale;
 
   // q enters the tensor cores unscaled (a 16-bit q stays exact); the scale is applied to S in f32.
   __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
-    reset(lane_id);
-    score_scale = q_scale;
+    reset(lane_id, q_scale);
     const int r = lane / 4, c = 2 * (lane % 4);
     auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] : 0.0f; };
 #pragma unroll
@@ -153,18 +188,6 @@ struct MmaEngine : MmaRowsSoftmax {
     }
 #pragma unroll
     for (int nb = 0; nb < kNBlocks; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-  }
-
-  // Extend: each of this lane's two rows sees only keys [lo, hi) (absolute positions).
-  int row_lo[2], row_hi[2];
-  __device__ void set_row_keys(const int2* row_keys, int g_base, int n_mine) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = lane / 4 + 8 * h;
-      const int2 k = row < n_mine ? row_keys[g_base + row] : make_int2(0, 0);
-      row_lo[h] = k.x;
-      row_hi[h] = k.y;
-    }
   }
 
   // Decode: every row sees the tile's first n_valid keys.
@@ -193,21 +216,7 @@ struct MmaEngine : MmaRowsSoftmax {
         mma_16816<T>(s[nb], qa[2 * kk + 1], b[2], b[3]);
       }
     }
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nb][e] * score_scale;
-        if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
-        const int key = key0 + nb * 8 + 2 * (lane % 4) + (e & 1);
-        bool visible = key < n_valid;
-        if constexpr (kRowKeys) {
-          const int pos = tile_key0 + key;
-          visible = visible && pos >= row_lo[e >> 1] && pos < row_hi[e >> 1];
-        }
-        s[nb][e] = visible ? x : -INFINITY;
-      }
-    }
+    scale_and_mask<kRowKeys>(s, key0, n_valid, softcap, tile_key0);
     update(s, o);
     // O += P V: the S accumulators of the two key blocks are the A fragment of one k-step. V rows
     // past n_valid may hold anything (a TMA tile reads past the sequence): their B fragment halves

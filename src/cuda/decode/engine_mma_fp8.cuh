@@ -49,11 +49,9 @@ struct Fp8MmaEngine : MmaRowsSoftmax {
   __device__ void set_tile(int tile_rows) { tile = tile_rows; }
   // Shared-memory byte offset of column d (a multiple of 16: one chunk) of key row r.
   __device__ int at(int r, int d) const { return tile_offset(r, d, tile, kCap, 1); }
-  float score_scale;
 
   __device__ void init(const float* staging, int g_base, int n_mine, float q_scale, int lane_id) {
-    reset(lane_id);
-    score_scale = q_scale;
+    reset(lane_id, q_scale);
     const int r = lane / 4, c = 4 * (lane % 4);
     auto qv = [&](int row, int d) { return row < n_mine ? staging[(g_base + row) * kCap + d] : 0.0f; };
 #pragma unroll
@@ -66,18 +64,6 @@ struct Fp8MmaEngine : MmaRowsSoftmax {
     }
 #pragma unroll
     for (int nb = 0; nb < kNBlocks; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-  }
-
-  // Extend: each of this lane's two rows sees only keys [lo, hi) (absolute positions).
-  int row_lo[2], row_hi[2];
-  __device__ void set_row_keys(const int2* row_keys, int g_base, int n_mine) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = lane / 4 + 8 * h;
-      const int2 k = row < n_mine ? row_keys[g_base + row] : make_int2(0, 0);
-      row_lo[h] = k.x;
-      row_hi[h] = k.y;
-    }
   }
 
   // Decode: every row sees the tile's first n_valid keys.
@@ -115,21 +101,7 @@ struct Fp8MmaEngine : MmaRowsSoftmax {
         }
       }
     }
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nb][e] * score_scale;
-        if (softcap > 0.0f) x = softcap * 1.44269504088896340736f * tanhf(x / softcap);
-        const int key = key0 + nb * 8 + 2 * (lane % 4) + (e & 1);
-        bool visible = key < n_valid;  // also drops a NaN code in rows past the sequence
-        if constexpr (kRowKeys) {
-          const int pos = tile_key0 + key;
-          visible = visible && pos >= row_lo[e >> 1] && pos < row_hi[e >> 1];
-        }
-        s[nb][e] = visible ? x : -INFINITY;
-      }
-    }
+    scale_and_mask<kRowKeys>(s, key0, n_valid, softcap, tile_key0);  // also drops NaN codes past the sequence
     update(s, o);
     // O += P V. V rows past n_valid may hold anything (a NaN code included): their halves of the B
     // fragments (keys kq, kq + 1 in b0, kq + 8, kq + 9 in b1) are zeroed after conversion.
