@@ -7,8 +7,9 @@
 //   union of its rows' visible keys in chunks of plan.gather_keys: gather K and V from the pages
 //   (an e4m3 pool's rows widened to f16, exact), run the fast prefill body (fast_body.hpp) with
 //   positions shifted to the chunk, merge the chunk's state. An e4m3 pool's K scale joins the score
-//   scale, its V scale multiplies each finished row (states are linear in V). Keys are split (plan.partition.sequence_splits) when the row blocks alone leave
-//   threads idle; split states go to the workspace ([splits][rows x heads][head_dim], then LSE).
+//   scale, its V scale multiplies each finished row (states are linear in V). Keys are split
+//   (plan.partition.sequence_splits) when the row blocks alone leave threads idle; split states go
+//   to the workspace ([splits][rows x heads][head_dim], then LSE).
 // Bound: FMA for long q_len; memory (K/V streamed once per row block) for decode-like q_len.
 #include <algorithm>
 #include <cmath>
