@@ -20,7 +20,7 @@ struct Case {
   std::int64_t q_len = 1, kv_len = 4096;
   bool causal = true;
   std::int64_t window = 0;
-  DType dtype = DType::kBF16;  // storage dtype of q, k, v (decode: KV; q and out follow it, bf16 for e4m3)
+  DType dtype = DType::kBF16;  // storage dtype of q, k, v ((paged) decode: KV; q and out follow it, bf16 for e4m3)
   // paged-decode: the pool's page size and layout (each sequence's pages drawn in a random order).
   std::int64_t page_size = 16;
   PageLayout page_layout = PageLayout::kHND;

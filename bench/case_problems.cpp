@@ -28,7 +28,8 @@ PagedDecodeProblem paged_decode_problem(const Case& c) {
   p.cache.max_pages_per_seq = c.page_size > 0 ? (c.kv_len + c.page_size - 1) / c.page_size : 1;
   p.cache.num_pages = c.batch * p.cache.max_pages_per_seq;
   p.kv_len = c.kv_len;
-  p.kv_dtype = p.q_dtype = p.out_dtype = c.dtype;
+  p.kv_dtype = c.dtype;
+  p.q_dtype = p.out_dtype = decode_query_dtype(c.dtype);
   p.options.window = c.window;
   p.expected_total_keys = c.batch * c.kv_len;
   return p;

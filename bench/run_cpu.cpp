@@ -184,10 +184,11 @@ void run_paged_decode(Row& row, const Case& c, const Target& target, const Optio
   const int copies = copies_for(pool_bytes, target.cache_bytes);
   std::vector<Buffer> q, k, v, out;
   for (int i = 0; i < copies; ++i) {
-    q.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
+    q.emplace_back(p.q_dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
     k.push_back(pool());
     v.push_back(pool());
-    out.emplace_back(c.dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
+    out.emplace_back(p.out_dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim},
+                     options.huge_pages);
     if (i == 0) {
       fill_random(q[0], 7);
       fill_random(k[0], 8);
@@ -207,8 +208,12 @@ void run_paged_decode(Row& row, const Case& c, const Target& target, const Optio
   for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
   std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  // An e4m3 pool's scales, as run_decode's (1 for other pools).
+  const KvScales scales = is_fp8(c.dtype) ? KvScales{0.5f, 0.25f} : KvScales{};
   time_repetitions(row, options, copies, [&](int i) {
-    cpu::paged_decode(plan, PagedDecodeTensors{q[i].view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}}, ws);
+    PagedDecodeTensors t{q[i].view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}};
+    t.kv_scales = scales;
+    cpu::paged_decode(plan, t, ws);
   }, beside);
 }
 

@@ -223,10 +223,7 @@ void validate_flags(const BenchFlags& f, const std::string& backend, const std::
   }
   for (const bench::Case& c : cases) {
     if (c.op == "paged-decode") {
-      if (is_fp8(c.dtype))
-        fail("attnkit bench", "--dtype e4m3 with paged-decode: a paged cache takes no e4m3",
-             "pass --op decode (an e4m3 contiguous cache) or --op prefill with --dtype e4m3");
-      bench::paged_decode_problem(c).validate();
+      bench::paged_decode_problem(c).validate();  // e4m3: an e4m3 pool, q and out bf16
     } else if (c.op == "decode") {
       bench::decode_problem(c).validate();  // e4m3: an e4m3 cache, q and out bf16
     } else {
@@ -307,8 +304,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   cmd->add_option("--batch", f->batches, "batch sizes, comma-separated (default: decode 1,8; prefill 1)")->delimiter(',');
   cmd->add_option("--kv-len", f->kv_lens, "key counts, comma-separated (default: decode 4096; prefill 1024)")->delimiter(',');
   cmd->add_option("--dtype", f->dtypes,
-                  "dtypes, comma-separated: f32, f16, bf16, e4m3 (decode: an e4m3 KV cache with bf16 q and "
-                  "output; prefill on Hopper, bf16 output; no peers) (default: bf16)")
+                  "dtypes, comma-separated: f32, f16, bf16, e4m3 (decode and paged-decode: an e4m3 KV cache or "
+                  "page pool with bf16 q and output; prefill on Hopper, bf16 output; no peers) (default: bf16)")
       ->delimiter(',')
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--heads", f->heads, "query heads (default: the model's)");

@@ -85,6 +85,7 @@ void run_backend(const CheckFlags& f, bool cuda, Tally& tally) {
   std::printf("# backend %s: %s\n", cuda ? "cuda" : "cpu", ctx.target.name.c_str());
   check_attention(ctx);
   check_kv(ctx);
+  check_paged(ctx);
 }
 
 void run_check(const CheckFlags& flags, int& exit_code) {
@@ -93,7 +94,8 @@ void run_check(const CheckFlags& flags, int& exit_code) {
   const bool e4m3 = std::find(f.dtypes.begin(), f.dtypes.end(), "e4m3") != f.dtypes.end();
   if (e4m3 && f.op == "fused")
     fail("attnkit check", "--dtype e4m3 with --op fused: the fused rope+append+decode step takes no e4m3 cache",
-         "pass --op decode (an e4m3 cache), kv (append into one), prefill or all with --dtype e4m3");
+         "pass --op decode (an e4m3 cache), kv (append into one), paged (an e4m3 page pool), prefill or all with "
+         "--dtype e4m3");
   const bool want_cpu = f.backend == "all" || f.backend == "cpu";
   const bool have_cuda = cuda::built() && cuda::device_count() > 0;
   if (f.backend == "cuda") {
@@ -130,13 +132,13 @@ void add_check_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cpu", "cuda", "all"}))
       ->capture_default_str();
   cmd->add_option("--op", flags->op, "only these kernels: decode, prefill, fused (rope+append+decode), kv (append, "
-                                     "RoPE, merge) or all")
-      ->check(CLI::IsMember({"all", "decode", "prefill", "fused", "kv"}))
+                                     "RoPE, merge), paged (paged decode and paged append) or all")
+      ->check(CLI::IsMember({"all", "decode", "prefill", "fused", "kv", "paged"}))
       ->capture_default_str();
   cmd->add_option("--dtype", flags->dtypes,
                   "only these input dtypes, comma-separated: f32, f16, bf16, e4m3 (decode: an e4m3 KV cache "
-                  "with bf16 q and out; kv: append into one; prefill on Hopper) (default: all; --quick: f32, bf16 "
-                  "and e4m3)")
+                  "with bf16 q and out; kv: append into one; paged: an e4m3 page pool, decoded and appended to; "
+                  "prefill on Hopper) (default: all; --quick: f32, bf16 and e4m3)")
       ->delimiter(',')
       ->check(CLI::IsMember({"f32", "f16", "bf16", "e4m3"}));
   cmd->add_option("--seed", flags->seed, "random seed (default: fresh; printed for replay)");

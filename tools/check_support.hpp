@@ -78,7 +78,7 @@ class Staging {
 struct CheckContext {
   bool cuda = false;  // backend under test
   bool quick = false;
-  std::string op = "all";     // all, decode, prefill, fused or kv (append, RoPE, merge)
+  std::string op = "all";     // all, decode, prefill, fused, kv (append, RoPE, merge) or paged
   std::vector<DType> dtypes;  // input dtypes to check (empty: the default set, e4m3 prefill included)
   Target target;
   std::mt19937_64 rng;
@@ -98,5 +98,6 @@ std::vector<DType> storage_dtypes(const CheckContext& ctx);
 
 void check_attention(CheckContext& ctx);  // decode, prefill (e4m3 too), fused rope+append+decode
 void check_kv(CheckContext& ctx);         // append, RoPE, merge
+void check_paged(CheckContext& ctx);      // paged decode (e4m3 pools too), paged append (into e4m3 pools too)
 
 }  // namespace attnkit::cli

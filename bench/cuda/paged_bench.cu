@@ -3,7 +3,8 @@
 // --split-variants N,... to time each point's plan re-cut into those split counts, --no-mixed).
 //
 // 1. Paged decode at the decode sweep's points (32 query / 8 KV heads, head_dim 128, bf16 and f32
-//    K/V, batch 1/16/64/256, kv_len 1k/4k/16k/64k; points whose cache exceeds 40 GB skipped), page
+//    K/V, or --dtype e4m3: an e4m3 pool with bf16 q and out and scales != 1, as decode_bench.cu's
+//    e4m3 cache; batch 1/16/64/256, kv_len 1k/4k/16k/64k; points whose cache exceeds 40 GB skipped), page
 //    size 16, HND pool with randomly permuted pages, measured beside OUR contiguous cuda::decode on
 //    the same problem in the same run (ratio = contiguous time / paged time, 1.0 = same speed).
 // 2. A mixed batch: 64 sequences with lengths drawn uniformly from 100..32768 (fixed seed; the
@@ -56,7 +57,8 @@ DecodeProblem contiguous_problem(std::int64_t batch, std::int64_t kv_len, DType 
   p.kv_heads = heads.kv;
   p.head_dim = 128;
   p.max_seq = p.kv_len = kv_len;
-  p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
+  p.kv_dtype = dtype;
+  p.q_dtype = p.out_dtype = decode_query_dtype(dtype);
   return p;
 }
 
@@ -74,6 +76,11 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
                const std::vector<std::uint32_t>& split_variants = {}) {
   const Target target = cuda::target();
   const std::size_t es = dtype_size(dtype);
+  // q and out: the pool's dtype, bf16 for an e4m3 pool (bench.hpp's decode_query_dtype).
+  const DType io_dtype = decode_query_dtype(dtype);
+  const std::size_t io_es = dtype_size(io_dtype);
+  // An e4m3 pool's scales: not 1, so the timed path is a quantized pool's (speed does not depend on them).
+  const KvScales kv_scales = is_fp8(dtype) ? KvScales{0.5f, 0.25f} : KvScales{};
   const std::int64_t H = heads.query, G = heads.kv, D = 128;
   json row = {{"case", name}, {"batch", batch}, {"kv_len", kv_len}, {"dtype", dtype_name(dtype)},
               {"num_heads", H}, {"kv_heads", G}, {"head_dim", D}, {"page_size", kPageSize}};
@@ -94,7 +101,8 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
   pp.head_dim = D;
   pp.cache = {std::max<std::int64_t>(pages, 1), kPageSize, (kv_len + kPageSize - 1) / kPageSize, PageLayout::kHND};
   pp.kv_len = kv_len;
-  pp.kv_dtype = pp.q_dtype = pp.out_dtype = dtype;
+  pp.kv_dtype = dtype;
+  pp.q_dtype = pp.out_dtype = io_dtype;
   // The host knows the batch's lengths (as an engine does when it plans): the planner keeps the
   // contiguous partition for uniform batches and splits finely for mixed ones.
   for (std::int32_t len : lengths) pp.expected_total_keys += len;
@@ -111,23 +119,24 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
     }
   }
   const std::int64_t pool_elems = pp.cache.num_pages * G * kPageSize * D, q_elems = batch * H * D;
-  Buffer k(pool_elems * es), v(pool_elems * es), q(q_elems * es), out(q_elems * es), d_table(table.size() * 4),
+  Buffer k(pool_elems * es), v(pool_elems * es), q(q_elems * io_es), out(q_elems * io_es), d_table(table.size() * 4),
       d_lengths(lengths.size() * 4), ws(plan.bounds.workspace_bytes);
   device::fill_random(k.data, dtype, pool_elems, 31);
   device::fill_random(v.data, dtype, pool_elems, 32);
-  device::fill_random(q.data, dtype, q_elems, 33);
+  device::fill_random(q.data, io_dtype, q_elems, 33);
   check(cudaMemcpy(d_table.data, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "table");
   check(cudaMemcpy(d_lengths.data, lengths.data(), lengths.size() * 4, cudaMemcpyHostToDevice), "lengths");
   check(cudaDeviceSynchronize(), "fill");
   const auto dev = DeviceKind::kCuda;
-  const PagedDecodeTensors t{
-      TensorView::contiguous(q.data, dtype, {batch, H, D}, dev),
+  PagedDecodeTensors t{
+      TensorView::contiguous(q.data, io_dtype, {batch, H, D}, dev),
       {TensorView::contiguous(k.data, dtype, {pp.cache.num_pages, G, kPageSize, D}, dev),
        TensorView::contiguous(v.data, dtype, {pp.cache.num_pages, G, kPageSize, D}, dev),
        TensorView::contiguous(d_table.data, DType::kI32, {batch, pp.cache.max_pages_per_seq}, dev),
        TensorView::contiguous(d_lengths.data, DType::kI32, {batch}, dev)},
-      TensorView::contiguous(out.data, dtype, {batch, H, D}, dev),
+      TensorView::contiguous(out.data, io_dtype, {batch, H, D}, dev),
       {}};
+  t.kv_scales = kv_scales;
   const Workspace workspace{ws.data, plan.bounds.workspace_bytes, dev};
   // The split states a re-cut plan needs (the planner's rule: splits x rows x (head_dim + 1) f32,
   // 256-byte rounded; none unsplit).
@@ -137,7 +146,7 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
   // Bytes actually needed: the K/V rows of the lengths, q, out and the table entries used.
   double kv_bytes = 0;
   for (std::int32_t len : lengths) kv_bytes += 2.0 * len * G * D * es;
-  const double bytes = kv_bytes + 2.0 * q_elems * es + 4.0 * static_cast<double>(next);
+  const double bytes = kv_bytes + 2.0 * q_elems * io_es + 4.0 * static_cast<double>(next);
   const Timing paged = time_events(options, stream, flush, [&] { cuda::paged_decode(plan, t, workspace, stream); });
   row["paged"] = timing_json(paged, bytes, ceiling);
   row["page_boxes"] = plan.page_boxes;
@@ -186,12 +195,13 @@ json run_point(const std::string& name, std::int64_t batch, std::int64_t kv_len,
     device::fill_random(ck.data, dtype, c_elems, 41);
     device::fill_random(cv.data, dtype, c_elems, 42);
     check(cudaDeviceSynchronize(), "fill");
-    const DecodeTensors ct{t.q,
-                           TensorView::contiguous(ck.data, dtype, {batch, G, kv_len, D}, dev),
-                           TensorView::contiguous(cv.data, dtype, {batch, G, kv_len, D}, dev),
-                           t.cache.lengths,
-                           t.out,
-                           {}};
+    DecodeTensors ct{t.q,
+                     TensorView::contiguous(ck.data, dtype, {batch, G, kv_len, D}, dev),
+                     TensorView::contiguous(cv.data, dtype, {batch, G, kv_len, D}, dev),
+                     t.cache.lengths,
+                     t.out,
+                     {}};
+    ct.kv_scales = kv_scales;
     const Workspace cworkspace{cws.data, cplan.evidence.workspace_bytes, dev};
     const Timing flat = time_events(options, stream, flush, [&] { cuda::decode(cplan, ct, cworkspace, stream); });
     row["contiguous"] = timing_json(flat, bytes, ceiling);
@@ -246,7 +256,7 @@ int main(int argc, char** argv) {
   };
   const char* usage =
       "usage: attnkit_paged_bench [--reps N] [--quick] [--heads N] [--kv-heads N] [--batch N,...] [--kv-len N,...]\n"
-      "         [--dtype bf16|f32|both] [--split-variants N,...] [--no-mixed] > paged.json  (JSON on stdout)";
+      "         [--dtype bf16|f32|e4m3|both] [--split-variants N,...] [--no-mixed] > paged.json  (JSON on stdout)";
   try {
     for (int i = 1; i < argc; ++i) {
       command += std::string(" ") + argv[i];
@@ -270,8 +280,9 @@ int main(int argc, char** argv) {
         lens = numbers(next());
       } else if (std::strcmp(argv[i], "--dtype") == 0 && value) {
         const std::string d = next();
-        if (!(d == "bf16" || d == "f32" || d == "both")) fail(kContext, "--dtype " + d, "pass bf16, f32 or both");
-        dtypes = d == "bf16" ? std::vector<DType>{DType::kBF16} : d == "f32" ? std::vector<DType>{DType::kF32} : dtypes;
+        if (!(d == "bf16" || d == "f32" || d == "e4m3" || d == "both"))
+          fail(kContext, "--dtype " + d, "pass bf16, f32, e4m3 (an e4m3 pool, bf16 q and out) or both (bf16 and f32)");
+        dtypes = d == "both" ? dtypes : std::vector<DType>{parse_dtype(d)};
       } else if (std::strcmp(argv[i], "--split-variants") == 0 && value) {
         for (std::int64_t n : numbers(next())) split_variants.push_back(static_cast<std::uint32_t>(n));
       } else if (std::strcmp(argv[i], "--no-mixed") == 0) {

@@ -258,18 +258,22 @@ def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any =
 # ---------------------------------------------------------------- paged cache (docs/paged.md)
 
 def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any, out: Any = None,
-                 lse: Any = None, *, return_lse: bool = False, sinks: Any = None) -> Any:
+                 lse: Any = None, *, return_lse: bool = False, sinks: Any = None, k_scale: float = 1.0,
+                 v_scale: float = 1.0) -> Any:
     """Decode against a paged cache. q [batch, num_heads, head_dim]; k_pages, v_pages the page
     pools in the plan's layout (HND [num_pages, kv_heads, page_size, head_dim] or NHD
     [num_pages, page_size, kv_heads, head_dim]); page_table int32 [batch, max_pages_per_seq]
     (key j of sequence b is in page page_table[b, j // page_size]); lengths int32 [batch] (or a
     list), each sequence's keys. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's
-    device): attention-sink logits, one more score per row whose value is zero (gpt-oss)."""
+    device): attention-sink logits, one more score per row whose value is zero (gpt-oss).
+    e4m3 pools (a plan with kv_dtype='e4m3'; torch.float8_e4m3fn tensors or uint8 arrays of e4m3
+    bytes) hold stored values whose real values are x * k_scale (keys) and x * v_scale (values),
+    as decode()'s e4m3 cache; the scales stay 1 for other pools."""
     context = "paged_decode"
     if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().paged_decode(plan.number, q, k_pages, v_pages, page_table, _as_torch_index(lengths, q),
-                                           return_lse)
+                                           return_lse, float(k_scale), float(v_scale))
         return (o, l) if return_lse else o
     _require_plan(plan, "paged_decode", context)
     _require_arrays(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table)
@@ -282,12 +286,14 @@ def paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any
         lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
     lengths = _arrays.index_array(lengths, q)
     _native.paged_decode(plan._native, _x(q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths), _x(out),
-                         _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
+                         _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks),
+                         k_scale=float(k_scale), v_scale=float(v_scale))
     return (out, lse) if lse is not None else out
 
 
 def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any,
-           out: Any = None, lse: Any = None, *, return_lse: bool = False, sinks: Any = None) -> Any:
+           out: Any = None, lse: Any = None, *, return_lse: bool = False, sinks: Any = None, k_scale: float = 1.0,
+           v_scale: float = 1.0) -> Any:
     """Multi-token queries against a paged cache (chunked prefill, speculative verification).
     q [rows, num_heads, head_dim] packs q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b] new rows per
     sequence (cu_seqlens_q int32 [batch + 1], starting at 0); they are the last q_len_b of the
@@ -295,11 +301,11 @@ def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, pa
     aligned. Returns out shaped like q (and lse f32 [rows, num_heads]); rows past
     cu_seqlens_q[batch] are not written (an allocated out keeps whatever was there). `sinks`
     (f32 [num_heads], on q's device): attention-sink logits, one more score per row whose value
-    is zero (gpt-oss)."""
+    is zero (gpt-oss). e4m3 pools and their k_scale / v_scale as in paged_decode()."""
     context = "extend"
     if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().extend(plan.number, q, _as_torch_index(cu_seqlens_q, q), k_pages, v_pages, page_table,
-                                     _as_torch_index(lengths, q), return_lse)
+                                     _as_torch_index(lengths, q), return_lse, float(k_scale), float(v_scale))
         return (o, l) if return_lse else o
     _require_plan(plan, "extend", context)
     _require_arrays(context, q=q, k_pages=k_pages, v_pages=v_pages, page_table=page_table)
@@ -313,19 +319,24 @@ def extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, pa
     cu_seqlens_q = _arrays.index_array(cu_seqlens_q, q)
     lengths = _arrays.index_array(lengths, q)
     _native.extend(plan._native, _x(q), _x(cu_seqlens_q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths),
-                   _x(out), _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks))
+                   _x(out), _x(lse), _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks),
+                   k_scale=float(k_scale), v_scale=float(v_scale))
     return (out, lse) if lse is not None else out
 
 
 def paged_append_kv(k_pages: Any, v_pages: Any, k_new: Any, v_new: Any, page_table: Any, start_positions: Any,
-                    cu_seqlens_new: Any = None, *, layout: Any = "HND") -> None:
+                    cu_seqlens_new: Any = None, *, layout: Any = "HND", k_scale: float = 1.0,
+                    v_scale: float = 1.0) -> None:
     """Write new K and/or V rows into the page pools in place. k_new, v_new [rows, kv_heads, head_dim]
     token-major (either may be None, with its pool); sequence b's rows
     cu_seqlens_new[b] .. cu_seqlens_new[b+1] - 1 go to positions start_positions[b], +1, ...,
     crossing pages through page_table [batch, max_pages_per_seq]. cu_seqlens_new None means one new
     token per sequence (rows == batch). layout is 'HND' or 'NHD', or a paged plan whose cache
     (layout, pages, page size, table width) the pools and table must match. Nothing is written when
-    any token would land outside its table row, the pool, or on another new token's slot."""
+    any token would land outside its table row, the pool, or on another new token's slot. An e4m3
+    pool (torch.float8_e4m3fn, or uint8 arrays of e4m3 bytes) takes f32/f16/bf16 rows and stores
+    e4m3(x / scale) (round to nearest even, saturating at +-448) with k_scale / v_scale, the scales
+    paged_decode is then given, as append_kv's e4m3 cache."""
     context = "paged_append_kv"
     rows = k_new if k_new is not None else v_new
     if rows is None:
@@ -335,7 +346,7 @@ def paged_append_kv(k_pages: Any, v_pages: Any, k_new: Any, v_new: Any, page_tab
         _compile.ops().paged_append_kv_(k_pages, v_pages, k_new, v_new, page_table,
                                         _as_torch_index(start_positions, rows),
                                         _maybe_torch_index(cu_seqlens_new, rows), "" if is_plan else str(layout),
-                                        layout.number if is_plan else -1)
+                                        layout.number if is_plan else -1, float(k_scale), float(v_scale))
         return
     pool = k_pages if k_new is not None else v_pages
     _require_arrays(context, **({"k_new": k_new, "k_pages": k_pages} if k_new is not None else {}),
@@ -367,22 +378,27 @@ def paged_append_kv(k_pages: Any, v_pages: Any, k_new: Any, v_new: Any, page_tab
     cu_seqlens_new = _arrays.index_array(cu_seqlens_new, rows)
     start_positions = _arrays.index_array(start_positions, rows)
     _native.paged_append_kv(*spec, _x(k_new), _x(v_new), _x(cu_seqlens_new), _x(start_positions), _x(k_pages),
-                            _x(v_pages), _x(page_table), _arrays.current_stream(rows))
+                            _x(v_pages), _x(page_table), _arrays.current_stream(rows), k_scale=float(k_scale),
+                            v_scale=float(v_scale))
 
 
-def reference_paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any):
-    """The float64 golden of paged decode on host arrays: (out, lse) as float64 numpy arrays."""
+def reference_paged_decode(plan: Plan, q: Any, k_pages: Any, v_pages: Any, page_table: Any, lengths: Any, *,
+                           k_scale: float = 1.0, v_scale: float = 1.0):
+    """The float64 golden of paged decode on host arrays: (out, lse) as float64 numpy arrays; an
+    e4m3 pool's k_scale / v_scale as in paged_decode()."""
     _require_plan(plan, "paged_decode", "reference_paged_decode")
     lengths = _arrays.index_array(lengths, q)
-    return _native.reference_paged_decode(plan._native, _x(q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths))
+    return _native.reference_paged_decode(plan._native, _x(q), _x(k_pages), _x(v_pages), _x(page_table), _x(lengths),
+                                          k_scale=float(k_scale), v_scale=float(v_scale))
 
 
 def reference_extend(plan: Plan, q: Any, cu_seqlens_q: Any, k_pages: Any, v_pages: Any, page_table: Any,
-                     lengths: Any):
+                     lengths: Any, *, k_scale: float = 1.0, v_scale: float = 1.0):
     """The float64 golden of extend on host arrays: (out [cu_seqlens_q[batch], num_heads, head_dim],
-    lse [cu_seqlens_q[batch], num_heads]) as float64 numpy arrays."""
+    lse [cu_seqlens_q[batch], num_heads]) as float64 numpy arrays; an e4m3 pool's k_scale / v_scale
+    as in paged_decode()."""
     _require_plan(plan, "extend", "reference_extend")
     cu_seqlens_q = _arrays.index_array(cu_seqlens_q, q)
     lengths = _arrays.index_array(lengths, q)
     return _native.reference_extend(plan._native, _x(q), _x(cu_seqlens_q), _x(k_pages), _x(v_pages), _x(page_table),
-                                    _x(lengths))
+                                    _x(lengths), k_scale=float(k_scale), v_scale=float(v_scale))

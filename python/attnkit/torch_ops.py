@@ -158,32 +158,35 @@ def _(plan, q, k, v, cu_seqlens_q, cu_seqlens_k, return_lse, q_scale, k_scale, v
 
 @torch.library.custom_op(f"{_LIB}::paged_decode", mutates_args=(), device_types=("cpu", "cuda"))
 def paged_decode(plan: int, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, page_table: torch.Tensor,
-                 lengths: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """attnkit.paged_decode(plan, q, k_pages, v_pages, page_table, lengths)."""
+                 lengths: torch.Tensor, return_lse: bool, k_scale: float = 1.0,
+                 v_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.paged_decode(plan, q, k_pages, v_pages, page_table, lengths, k_scale=, v_scale=)
+    (the scales of e4m3 pools, 1 for others)."""
     out, lse = _outputs(plan, q, return_lse)
     _ops.paged_decode(_plan(plan), q, k_pages, v_pages, page_table, lengths, out=out,
-                      lse=lse if return_lse else None)
+                      lse=lse if return_lse else None, k_scale=k_scale, v_scale=v_scale)
     return out, lse
 
 
 @paged_decode.register_fake
-def _(plan, q, k_pages, v_pages, page_table, lengths, return_lse):
+def _(plan, q, k_pages, v_pages, page_table, lengths, return_lse, k_scale=1.0, v_scale=1.0):
     return _outputs(plan, q, return_lse)
 
 
 @torch.library.custom_op(f"{_LIB}::extend", mutates_args=(), device_types=("cpu", "cuda"))
 def extend(plan: int, q: torch.Tensor, cu_seqlens_q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
-           page_table: torch.Tensor, lengths: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """attnkit.extend(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths); rows past
-    cu_seqlens_q[batch] are left as allocated (uninitialised)."""
+           page_table: torch.Tensor, lengths: torch.Tensor, return_lse: bool, k_scale: float = 1.0,
+           v_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.extend(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, k_scale=,
+    v_scale=); rows past cu_seqlens_q[batch] are left as allocated (uninitialised)."""
     out, lse = _outputs(plan, q, return_lse)
     _ops.extend(_plan(plan), q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, out=out,
-                lse=lse if return_lse else None)
+                lse=lse if return_lse else None, k_scale=k_scale, v_scale=v_scale)
     return out, lse
 
 
 @extend.register_fake
-def _(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, return_lse):
+def _(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, return_lse, k_scale=1.0, v_scale=1.0):
     return _outputs(plan, q, return_lse)
 
 
@@ -191,14 +194,16 @@ def _(plan, q, cu_seqlens_q, k_pages, v_pages, page_table, lengths, return_lse):
                          device_types=("cpu", "cuda"))
 def paged_append_kv_(k_pages: torch.Tensor, v_pages: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
                      page_table: torch.Tensor, start_positions: torch.Tensor, cu_seqlens_new: Optional[torch.Tensor],
-                     layout: str, plan: int) -> None:
-    """attnkit.paged_append_kv with K and V; `plan` >= 0 names a paged plan given as the layout."""
+                     layout: str, plan: int, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """attnkit.paged_append_kv with K and V; `plan` >= 0 names a paged plan given as the layout;
+    k_scale / v_scale quantize the rows into e4m3 pools (1 for others)."""
     _ops.paged_append_kv(k_pages, v_pages, k_new, v_new, page_table, start_positions, cu_seqlens_new,
-                         layout=_plan(plan) if plan >= 0 else layout)
+                         layout=_plan(plan) if plan >= 0 else layout, k_scale=k_scale, v_scale=v_scale)
 
 
 @paged_append_kv_.register_fake
-def _(k_pages, v_pages, k_new, v_new, page_table, start_positions, cu_seqlens_new, layout, plan):
+def _(k_pages, v_pages, k_new, v_new, page_table, start_positions, cu_seqlens_new, layout, plan, k_scale=1.0,
+      v_scale=1.0):
     return None
 
 

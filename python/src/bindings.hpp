@@ -31,11 +31,12 @@ TensorView view_of(const InArray& array, const char* name);
 TensorView view_of(const OutArray& array, const char* name);
 TensorView view_of(const std::optional<InArray>& array, const char* name);   // empty view for None
 TensorView view_of(const std::optional<OutArray>& array, const char* name);  // empty view for None
-// A prefill input (q, k or v) or a decode KV cache. With an e4m3 plan dtype, one-byte arrays are
-// e4m3 bytes: DLPack's float8_e4m3fn, or uint8 (torch float8 tensors arrive as uint8 views of the
-// same memory, since not every torch exports float8 through DLPack; numpy has no float8 dtype).
+// A prefill input (q, k or v), a decode KV cache or a paged decode pool. With an e4m3 plan dtype,
+// one-byte arrays are e4m3 bytes: DLPack's float8_e4m3fn, or uint8 (torch float8 tensors arrive as
+// uint8 views of the same memory, since not every torch exports float8 through DLPack; numpy has
+// no float8 dtype).
 TensorView input_view_of(const InArray& array, const char* name, DType plan_dtype);
-// A KV cache append writes (None: empty view): uint8 arrays are e4m3 caches.
+// A KV cache or page pool (paged) append writes (None: empty view): uint8 arrays are e4m3 caches.
 TensorView cache_view_of(const std::optional<OutArray>& array, const char* name);
 
 // A byte buffer of any dtype as the kernels' scratch.

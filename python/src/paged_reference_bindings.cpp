@@ -49,11 +49,12 @@ void require_host_cache(const PagedKvCache& c) {
   require_host(c.lengths, "lengths");
 }
 
+// kv_dtype: the plan's; an e4m3 plan's pools may be uint8 arrays of e4m3 bytes (input_view_of).
 PagedKvCache cache_of(const InArray& k_pages, const InArray& v_pages, const InArray& page_table,
-                      const InArray& lengths) {
+                      const InArray& lengths, DType kv_dtype) {
   PagedKvCache c;
-  c.k_pages = view_of(k_pages, "k_pages");
-  c.v_pages = view_of(v_pages, "v_pages");
+  c.k_pages = input_view_of(k_pages, "k_pages", kv_dtype);
+  c.v_pages = input_view_of(v_pages, "v_pages", kv_dtype);
   c.page_table = view_of(page_table, "page_table");
   c.lengths = view_of(lengths, "lengths");
   return c;
@@ -65,10 +66,11 @@ void bind_paged_reference(nb::module_& m) {
   m.def(
       "reference_paged_decode",
       [](const PagedDecodePlan& plan, const InArray& q, const InArray& k_pages, const InArray& v_pages,
-         const InArray& page_table, const InArray& lengths) {
+         const InArray& page_table, const InArray& lengths, float k_scale, float v_scale) {
         PagedDecodeTensors t;
         t.q = view_of(q, "q");
-        t.cache = cache_of(k_pages, v_pages, page_table, lengths);
+        t.cache = cache_of(k_pages, v_pages, page_table, lengths, plan.problem.kv_dtype);
+        t.kv_scales = {k_scale, v_scale};
         require_host(t.q, "q");
         require_host_cache(t.cache);
         reference::Result r;
@@ -80,17 +82,19 @@ void bind_paged_reference(nb::module_& m) {
         return std::make_pair(numpy_f64(std::move(r.out), {p.batch, p.num_heads, p.head_dim}),
                               numpy_f64(std::move(r.lse), {p.batch, p.num_heads}));
       },
-      "plan"_a, "q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a,
-      "The float64 golden of paged decode: (out, lse) as float64 numpy arrays.");
+      "plan"_a, "q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a, "k_scale"_a = 1.0f, "v_scale"_a = 1.0f,
+      "The float64 golden of paged decode: (out, lse) as float64 numpy arrays; an e4m3 pool's elements are read as "
+      "stored value x k_scale (v_scale).");
 
   m.def(
       "reference_extend",
       [](const ExtendPlan& plan, const InArray& q, const InArray& cu_seqlens_q, const InArray& k_pages,
-         const InArray& v_pages, const InArray& page_table, const InArray& lengths) {
+         const InArray& v_pages, const InArray& page_table, const InArray& lengths, float k_scale, float v_scale) {
         ExtendTensors t;
         t.q = view_of(q, "q");
         t.cu_seqlens_q = view_of(cu_seqlens_q, "cu_seqlens_q");
-        t.cache = cache_of(k_pages, v_pages, page_table, lengths);
+        t.cache = cache_of(k_pages, v_pages, page_table, lengths, plan.problem.kv_dtype);
+        t.kv_scales = {k_scale, v_scale};
         require_host(t.q, "q");
         require_host(t.cu_seqlens_q, "cu_seqlens_q");
         require_host_cache(t.cache);
@@ -104,7 +108,8 @@ void bind_paged_reference(nb::module_& m) {
         return std::make_pair(numpy_f64(std::move(r.out), {rows, p.num_heads, p.head_dim}),
                               numpy_f64(std::move(r.lse), {rows, p.num_heads}));
       },
-      "plan"_a, "q"_a, "cu_seqlens_q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a,
+      "plan"_a, "q"_a, "cu_seqlens_q"_a, "k_pages"_a, "v_pages"_a, "page_table"_a, "lengths"_a, "k_scale"_a = 1.0f,
+      "v_scale"_a = 1.0f,
       "The float64 golden of extend: (out, lse) over the cu_seqlens_q[batch] packed rows, float64 numpy arrays.");
 }
 

@@ -45,8 +45,8 @@ DType dtype_of(const nb::dlpack::dtype& t, const char* name, bool bytes_as_e4m3)
   }
   fail(name, "dtype " + dlpack_dtype_name(t) + " is not supported",
        "pass float32, float16 or bfloat16 arrays (int32 for lengths, positions and offsets; e4m3, as "
-       "torch.float8_e4m3fn or uint8 bytes, for the q/k/v of an e4m3 prefill plan and the caches of an e4m3 "
-       "decode plan or append only)");
+       "torch.float8_e4m3fn or uint8 bytes, for the q/k/v of an e4m3 prefill plan, the caches or page pools of an "
+       "e4m3 decode or paged decode plan, and the caches or pools append and paged append write only)");
 }
 
 template <class Array>

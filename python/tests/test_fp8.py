@@ -64,11 +64,17 @@ def test_plans_that_cannot_run_fp8_are_rejected(kw, match):
     assert "Fix:" in str(info.value)
 
 
-def test_other_ops_reject_e4m3():
-    # (Decode and append take e4m3 caches: test_fp8_kv_cache.py.)
-    with pytest.raises(attnkit.Error, match="kv_dtype is e4m3"):
-        attnkit.plan_paged_decode(batch=1, num_heads=4, kv_heads=2, head_dim=D, num_pages=2, page_size=16,
-                                  max_pages_per_seq=2, kv_dtype="e4m3")
+@pytest.mark.parametrize("plan_call", [attnkit.plan_decode, attnkit.plan_paged_decode, attnkit.plan_extend])
+@pytest.mark.parametrize("which", ["q_dtype", "out_dtype"])
+def test_cache_plans_take_e4m3_for_the_cache_only(plan_call, which):
+    # e4m3 caches and page pools (test_fp8_kv_cache.py, test_fp8_paged.py) are read with their
+    # scales; q and the output are never e4m3.
+    shape = dict(max_seq=32) if plan_call is attnkit.plan_decode else dict(num_pages=2, page_size=16,
+                                                                          max_pages_per_seq=2)
+    if plan_call is attnkit.plan_extend:
+        shape["max_q_len"] = 2
+    with pytest.raises(attnkit.Error, match=f"{which} is e4m3, which only a KV cache may be.*Fix:"):
+        plan_call(batch=1, num_heads=4, kv_heads=2, head_dim=D, kv_dtype="e4m3", **{which: "e4m3"}, **shape)
 
 
 def test_golden_reads_e4m3_bytes_times_their_scales(rng):

@@ -134,6 +134,36 @@ def test_plan_operators_pass_opcheck(seed, ops):
         assert all(v == "SUCCESS" for v in result.values()), (op, result)
 
 
+def test_paged_operators_on_e4m3_pools_pass_opcheck(seed, ops):
+    """paged_decode, extend and paged_append_kv_ with torch.float8_e4m3fn pools and scales != 1. opcheck's
+    test_schema is left out: it multiplies the inputs, which torch's CPU kernels do not do for
+    float8 ("mul_cpu_reduced_float" not implemented for 'Float8_e4m3fn')."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    g = torch.Generator().manual_seed(seed)
+    plan = attnkit.plan_paged_decode(batch=2, num_heads=8, kv_heads=2, head_dim=64, num_pages=12, page_size=16,
+                                     max_pages_per_seq=4, kv_dtype=torch.float8_e4m3fn)
+    extend_plan = attnkit.plan_extend(batch=2, num_heads=8, kv_heads=2, head_dim=64, num_pages=12, page_size=16,
+                                      max_pages_per_seq=4, max_q_len=3, kv_dtype=torch.float8_e4m3fn)
+    k_pages = (torch.randn(12, 2, 16, 64, generator=g) * 40).to(torch.float8_e4m3fn)
+    v_pages = (torch.randn(12, 2, 16, 64, generator=g) * 40).to(torch.float8_e4m3fn)
+    table = torch.tensor([[3, 7, 1, -1], [0, 11, -1, -1]], dtype=torch.int32)
+    rows = torch.randn(2, 2, 64, generator=g).bfloat16()
+    checks = [
+        (ops.paged_decode.default, (plan.number, torch.randn(2, 8, 64, generator=g).bfloat16(), k_pages, v_pages, table,
+                                    torch.tensor([40, 20], dtype=torch.int32), True, 0.025, 0.5)),
+        (ops.extend.default, (extend_plan.number, torch.randn(4, 8, 64, generator=g).bfloat16(),
+                              torch.tensor([0, 3, 4], dtype=torch.int32), k_pages, v_pages, table,
+                              torch.tensor([40, 20], dtype=torch.int32), True, 0.025, 0.5)),
+        (ops.paged_append_kv_.default, (k_pages, v_pages, rows, rows, table, torch.tensor([40, 20], dtype=torch.int32),
+                                        None, "", plan.number, 0.025, 0.5)),
+    ]
+    for op, args in checks:
+        result = torch.library.opcheck(op, args, test_utils=("test_autograd_registration", "test_faketensor",
+                                                             "test_aot_dispatch_dynamic"))
+        assert all(v == "SUCCESS" for v in result.values()), (op, result)
+
+
 def paged_step(decode_plan, extend_plan, k_pages, v_pages, table, k_new, v_new, lengths, q, q_rows, cu):
     """Append one token per sequence, decode it, then verify two drafted tokens of sequence 0 and
     one of sequence 1 (extend) against the same pools."""

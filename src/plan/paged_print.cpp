@@ -78,7 +78,15 @@ std::string to_table(const PagedDecodePlan& plan) {
 }
 
 std::string to_table(const ExtendPlan& plan) {
-  return header("extend", plan.problem.cache, plan.bounds) + to_table(flat_plan(plan));
+  // The padded prefill's table names one q/k/v dtype; extend's q and pool may differ (an e4m3 pool
+  // with bf16 q), so its dtypes row is the extend problem's own.
+  const ExtendProblem& p = plan.problem;
+  std::string text = to_table(flat_plan(plan));
+  const std::string flat = "q/k/v " + dt(p.kv_dtype) + ", out " + dt(p.out_dtype);
+  const std::size_t at = text.find(flat);
+  if (at != std::string::npos)
+    text.replace(at, flat.size(), "q " + dt(p.q_dtype) + ", k/v " + dt(p.kv_dtype) + ", out " + dt(p.out_dtype));
+  return header("extend", p.cache, plan.bounds) + text;
 }
 
 std::string to_json(const PagedDecodePlan& plan) {
