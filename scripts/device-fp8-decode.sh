@@ -2,7 +2,8 @@
 # The device run of e4m3 (fp8) KV-cache decode, in one call: build (-j16), the gpu tests of decode
 # and append (e4m3 cases, contiguous and paged, and the 16-bit ones beside them), compute-sanitizer memcheck and racecheck
 # on small e4m3 cases, and the decode sweep with bf16 and e4m3 caches side by side (same protocol,
-# same run, read ceiling measured in it), written to $OUT/fp8_decode_<gpu>.json and .md.
+# same run, read ceiling measured in it), written to $OUT/fp8_decode_<gpu>.json and .md, then the
+# paged bench over e4m3 and bf16 pools ($OUT/paged_{e4m3,bf16}_<gpu>.json, a table on stdout).
 #   scripts/device-fp8-decode.sh [--prebuilt DIR] [--no-tests] [--quick]
 # (--quick: the sweep at batch 1 / 16 x 16k / 64k only, for a call with little device time left.)
 # Build dependencies the device image lacks come from the carried .deps/devprefix.
@@ -33,7 +34,7 @@ if [[ ! -x $BUILD/attnkit ]]; then
   step build
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$PWD/.deps/devprefix" > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j16 --target attnkit_cuda_tests attnkit_cli > "$LOG/build.log" 2>&1 ||
+  cmake --build "$BUILD" -j16 --target attnkit_cuda_tests attnkit_cli attnkit_paged_bench > "$LOG/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$LOG/build.log" | head -40; exit 1; }
 fi
 TESTS=$BUILD/tests/attnkit_cuda_tests
@@ -80,4 +81,32 @@ for k in sorted(by):
     print(f"| {k[0]} | {k[1]} | {k[2]} | {b:.1f} | {e:.1f} | {b / e:.2f}x | {rate / 1e12:.2f} | {pct} |")
 PY
 cat "$OUT/fp8_decode_$TAG.md"
+
+step "paged sweep: e4m3 pools against the contiguous e4m3 cache, bf16 pools beside"
+for dt in e4m3 bf16; do
+  timeout 200 "$BUILD/bench/attnkit_paged_bench" --dtype $dt --batch 1,16,64 --kv-len 4096,16384,65536 --no-mixed \
+    > "$OUT/paged_${dt}_$TAG.json" 2> "$LOG/paged_bench_$dt.err"
+  rc=$?; echo "paged bench $dt rc=$rc"; ((rc)) && { status=1; tail -5 "$LOG/paged_bench_$dt.err"; }
+done
+python3 - "$OUT/paged_e4m3_$TAG.json" "$OUT/paged_bf16_$TAG.json" <<'PY'
+import json, sys
+def rows(path):
+    try:
+        doc = json.load(open(path))
+    except Exception as e:
+        print(f"{path}: {e}"); return {}
+    out = {}
+    for r in doc.get("rows", doc.get("points", [])):
+        if "paged" in r:
+            out[(r["batch"], r["kv_len"])] = r
+    return out
+e8, b16 = rows(sys.argv[1]), rows(sys.argv[2])
+print("| batch | kv_len | e4m3 paged us | e4m3 contiguous us | paged / contig | bf16 paged us | bf16 / e4m3 paged |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for k in sorted(e8):
+    r = e8[k]; p = r["paged"]["median_s"] * 1e6
+    c = r.get("contiguous", {}).get("median_s", 0) * 1e6
+    b = b16.get(k, {}).get("paged", {}).get("median_s", 0) * 1e6
+    print(f"| {k[0]} | {k[1]} | {p:.1f} | {c:.1f} | {c / p if p else 0:.2f} | {b:.1f} | {b / p if p else 0:.2f}x |")
+PY
 exit $status
