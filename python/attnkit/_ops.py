@@ -89,9 +89,9 @@ def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: An
     An e4m3 cache (a plan with kv_dtype='e4m3'; torch.float8_e4m3fn tensors or uint8 arrays of
     e4m3 bytes) holds stored values whose real values are x * k_scale (keys) and x * v_scale
     (values); the scales stay 1 for other caches."""
-    if (_compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None
-            and k_scale == 1.0 and v_scale == 1.0):
-        o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse)
+    if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
+        o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse,
+                                     float(k_scale), float(v_scale))
         return (o, l) if return_lse else o
     _require_plan(plan, "decode", "decode")
     _require_arrays("decode", q=q, k_cache=k_cache, v_cache=v_cache)
@@ -158,8 +158,9 @@ def append_kv(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, positions: Any
     like = k_new if k_new is not None else v_new
     if like is None:
         raise _native.Error("append_kv: neither k_new nor v_new was given. Fix: pass at least one of them")
-    if _compile.tracing(like) and k_new is not None and v_new is not None and k_scale == 1.0 and v_scale == 1.0:
-        _compile.ops().append_kv_(k_cache, v_cache, k_new, v_new, _as_torch_index(positions, like))
+    if _compile.tracing(like) and k_new is not None and v_new is not None:
+        _compile.ops().append_kv_(k_cache, v_cache, k_new, v_new, _as_torch_index(positions, like), float(k_scale),
+                                  float(v_scale))
         return
     _require_one_device("append_kv", k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, positions=positions)
     positions = _arrays.index_array(positions, like)

@@ -81,13 +81,14 @@ def _(x, positions, style, theta, cos_table, sin_table):
 
 @torch.library.custom_op(f"{_LIB}::append_kv_", mutates_args=("k_cache", "v_cache"), device_types=("cpu", "cuda"))
 def append_kv_(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
-               positions: torch.Tensor) -> None:
-    """attnkit.append_kv with both K and V: one token's rows per sequence written at positions[b]."""
-    _ops.append_kv(k_cache, v_cache, k_new, v_new, positions)
+               positions: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """attnkit.append_kv with both K and V: one token's rows per sequence written at positions[b]
+    (quantized with k_scale / v_scale into e4m3 caches; 1 for others)."""
+    _ops.append_kv(k_cache, v_cache, k_new, v_new, positions, k_scale=k_scale, v_scale=v_scale)
 
 
 @append_kv_.register_fake
-def _(k_cache, v_cache, k_new, v_new, positions):
+def _(k_cache, v_cache, k_new, v_new, positions, k_scale=1.0, v_scale=1.0):
     return None
 
 
@@ -128,15 +129,16 @@ def _outputs(plan_number: int, q: torch.Tensor, return_lse: bool) -> tuple[torch
 
 @torch.library.custom_op(f"{_LIB}::decode", mutates_args=(), device_types=("cpu", "cuda"))
 def decode(plan: int, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
-           return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """attnkit.decode(plan, q, k_cache, v_cache, lengths)."""
+           return_lse: bool, k_scale: float = 1.0, v_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.decode(plan, q, k_cache, v_cache, lengths, k_scale=, v_scale=)."""
     out, lse = _outputs(plan, q, return_lse)
-    _ops.decode(_plan(plan), q, k_cache, v_cache, lengths, out=out, lse=lse if return_lse else None)
+    _ops.decode(_plan(plan), q, k_cache, v_cache, lengths, out=out, lse=lse if return_lse else None,
+                k_scale=k_scale, v_scale=v_scale)
     return out, lse
 
 
 @decode.register_fake
-def _(plan, q, k_cache, v_cache, lengths, return_lse):
+def _(plan, q, k_cache, v_cache, lengths, return_lse, k_scale=1.0, v_scale=1.0):
     return _outputs(plan, q, return_lse)
 
 

@@ -118,6 +118,38 @@ def test_torch_float8_caches_decode_on_the_cpu(rng):
     assert np.linalg.norm(got - golden) / np.linalg.norm(golden) <= 1e-2  # bf16 output
 
 
+def fp8_step(plan, k_cache, v_cache, k_new, v_new, positions, q, k_scale, v_scale):
+    """Append one token per sequence into e4m3 caches, then decode over them, with their scales."""
+    attnkit.append_kv(k_cache, v_cache, k_new, v_new, positions, k_scale=k_scale, v_scale=v_scale)
+    return attnkit.decode(plan, q, k_cache, v_cache, positions + 1, return_lse=True, k_scale=k_scale,
+                          v_scale=v_scale)
+
+
+@pytest.mark.torch
+def test_a_scaled_e4m3_step_compiles_without_graph_breaks(rng):
+    """append_kv + decode on torch.float8_e4m3fn caches with scales != 1 under torch.compile with
+    fullgraph=True (the custom operators take the scales): the eager result, bit for bit, and the
+    caches written alike."""
+    torch = torch_float8()
+    plan = attnkit.plan_decode(batch=2, num_heads=8, kv_heads=2, head_dim=64, max_seq=24, kv_dtype="e4m3")
+    k8, v8 = caches(rng, 2, 2, 24, 64, 0.05, 0.5)
+    pools = [torch.from_numpy(c.copy()).view(torch.float8_e4m3fn) for c in (k8, v8)]
+    eager_pools = [c.clone() for c in pools]
+    g = torch.Generator().manual_seed(int(rng.integers(1 << 31)))
+    rest = (torch.randn(2, 2, 64, generator=g).bfloat16(), torch.randn(2, 2, 64, generator=g).bfloat16(),
+            torch.tensor([20, 5], dtype=torch.int32), torch.randn(2, 8, 64, generator=g).bfloat16(), 0.05, 0.5)
+    compiled = torch.compile(fp8_step, backend="aot_eager", fullgraph=True)
+    got = compiled(plan, *pools, *rest)
+    expected = fp8_step(plan, *eager_pools, *rest)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for a, b in zip(pools, eager_pools):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    # The scales reached the operators: decoding with unit scales gives another answer.
+    unscaled = attnkit.decode(plan, rest[3], *eager_pools, rest[2] + 1)
+    assert not torch.equal(unscaled, expected[0])
+
+
 @pytest.mark.gpu
 def test_cuda_decode_and_append_with_torch_float8_caches(seed):
     torch = torch_float8()

@@ -134,10 +134,10 @@ def test_plan_operators_pass_opcheck(seed, ops):
         assert all(v == "SUCCESS" for v in result.values()), (op, result)
 
 
-def test_paged_operators_on_e4m3_pools_pass_opcheck(seed, ops):
-    """paged_decode, extend and paged_append_kv_ with torch.float8_e4m3fn pools and scales != 1. opcheck's
-    test_schema is left out: it multiplies the inputs, which torch's CPU kernels do not do for
-    float8 ("mul_cpu_reduced_float" not implemented for 'Float8_e4m3fn')."""
+def test_operators_on_e4m3_caches_pass_opcheck(seed, ops):
+    """decode, append_kv_, paged_decode, extend and paged_append_kv_ with torch.float8_e4m3fn caches and
+    pools and scales != 1. opcheck's test_schema is left out: it multiplies the inputs, which torch's
+    CPU kernels do not do for float8 ("mul_cpu_reduced_float" not implemented for 'Float8_e4m3fn')."""
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("this torch has no float8_e4m3fn")
     g = torch.Generator().manual_seed(seed)
@@ -149,7 +149,15 @@ def test_paged_operators_on_e4m3_pools_pass_opcheck(seed, ops):
     v_pages = (torch.randn(12, 2, 16, 64, generator=g) * 40).to(torch.float8_e4m3fn)
     table = torch.tensor([[3, 7, 1, -1], [0, 11, -1, -1]], dtype=torch.int32)
     rows = torch.randn(2, 2, 64, generator=g).bfloat16()
+    flat_plan = attnkit.plan_decode(batch=2, num_heads=8, kv_heads=2, head_dim=64, max_seq=16,
+                                    kv_dtype=torch.float8_e4m3fn)
+    k_cache, v_cache = k_pages[:2], v_pages[:2]  # [2, 2, 16, 64]: a contiguous e4m3 cache
     checks = [
+        (ops.decode.default, (flat_plan.number, torch.randn(2, 8, 64, generator=g).bfloat16(), k_cache, v_cache,
+                              torch.tensor([16, 5], dtype=torch.int32), True, 0.025, 0.5)),
+        (ops.append_kv_.default, (k_cache.clone(), v_cache.clone(), torch.randn(2, 2, 64, generator=g).bfloat16(),
+                                  torch.randn(2, 2, 64, generator=g).bfloat16(), torch.tensor([15, 0], dtype=torch.int32),
+                                  0.025, 0.5)),
         (ops.paged_decode.default, (plan.number, torch.randn(2, 8, 64, generator=g).bfloat16(), k_pages, v_pages, table,
                                     torch.tensor([40, 20], dtype=torch.int32), True, 0.025, 0.5)),
         (ops.extend.default, (extend_plan.number, torch.randn(4, 8, 64, generator=g).bfloat16(),
