@@ -4,8 +4,9 @@
 # on small e4m3 cases, and the decode sweep with bf16 and e4m3 caches side by side (same protocol,
 # same run, read ceiling measured in it), written to $OUT/fp8_decode_<gpu>.json and .md, then the
 # paged bench over e4m3 and bf16 pools ($OUT/paged_{e4m3,bf16}_<gpu>.json, a table on stdout).
-#   scripts/device-fp8-decode.sh [--prebuilt DIR] [--no-tests] [--quick]
-# (--quick: the sweep at batch 1 / 16 x 16k / 64k only, for a call with little device time left.)
+#   scripts/device-fp8-decode.sh [--prebuilt DIR] [--no-tests] [--quick] [--lean]
+# (--quick: the sweep at batch 1 / 16 x 16k / 64k only, for a call with little device time left;
+#  --lean: only the e4m3 decode gpu tests, no sanitizers, no paged bench, for a plan-rule change.)
 # Build dependencies the device image lacks come from the carried .deps/devprefix.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,12 +15,14 @@ mkdir -p "$OUT/logs"
 LOG=$OUT/logs
 BUILD=build/device
 tests=1
+lean=0
 points="--batch 1,16,64 --kv-len 4096,16384,65536"
 while (($#)); do
   case $1 in
     --prebuilt) BUILD=$2; shift ;;
     --no-tests) tests=0 ;;
     --quick) points="--batch 1,16 --kv-len 16384,65536" ;;
+    --lean) lean=1 ;;
   esac
   shift
 done
@@ -34,17 +37,23 @@ if [[ ! -x $BUILD/attnkit ]]; then
   step build
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_CUDA=ON \
     -DCMAKE_PREFIX_PATH="$PWD/.deps/devprefix" > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j16 --target attnkit_cuda_tests attnkit_cli attnkit_paged_bench > "$LOG/build.log" 2>&1 ||
+  targets="attnkit_cuda_tests attnkit_cli"
+  ((lean)) || targets+=" attnkit_paged_bench"
+  cmake --build "$BUILD" -j16 --target $targets > "$LOG/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$LOG/build.log" | head -40; exit 1; }
 fi
 TESTS=$BUILD/tests/attnkit_cuda_tests
 
+FILTER='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*:PagedFp8*:*ExtendCuda*'
+((lean)) && FILTER='Shapes/DecodeCuda.*e4m3*:DecodeCudaSmall.Fp8*:PagedFp8DecodeCuda.*'
 if ((tests)); then
-  step "gpu tests: decode and append (e4m3 included)"
-  timeout 200 "$TESTS" --gtest_filter='*DecodeCuda*:*AppendCuda*:*AppendFp8Cuda*:PagedFp8*:*ExtendCuda*' > "$LOG/gpu_tests.log" 2>&1
+  step "gpu tests: $FILTER"
+  timeout 200 "$TESTS" --gtest_filter="$FILTER" > "$LOG/gpu_tests.log" 2>&1
   rc=$?; echo "gpu tests rc=$rc"; ((rc)) && status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$LOG/gpu_tests.log" | sort | uniq -c | head -20
   grep -E "Failure|rel_l2|which is|Expected" "$LOG/gpu_tests.log" | head -30
+fi
+if ((tests && !lean)); then
   SMALL='DecodeCudaSmall.Fp8SanitizerCase:RowDtypes/AppendFp8Cuda.*/bf16:Shapes/DecodeCuda.*/e4m3_d64_mha_len1:PagedFp8DecodeCuda.SanitizerCase'
   step "compute-sanitizer memcheck ($SMALL)"
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter="$SMALL" > "$LOG/memcheck.log" 2>&1
@@ -63,11 +72,11 @@ python3 - "$OUT/fp8_decode_$TAG.json" "$BENCH_CMD" > "$OUT/fp8_decode_$TAG.md" <
 import json, sys
 doc = json.load(open(sys.argv[1]))
 rows = [r for r in doc["rows"] if r.get("impl") == "attnkit" and not r.get("skipped")]
-ceiling = max((r["ceiling_value"] for r in doc["rows"] if r.get("impl") == "read-bandwidth"), default=0)
+ceiling = max((r["ceiling_value"] for r in doc["rows"] if r.get("impl") == "read-ceiling"), default=0)
 print(f"# e4m3 and bf16 KV-cache decode ({doc.get('device', '?')}, commit {doc.get('commit', '?')})\n")
 print(f"Command: `{sys.argv[2]}`; read ceiling in the run: {ceiling / 1e12:.3f} TB/s\n")
-print("| batch | kv_len | timing | bf16 us | e4m3 us | bf16 / e4m3 | e4m3 TB/s (plan bytes) | e4m3 % of ceiling |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| batch | kv_len | timing | bf16 us | e4m3 us | bf16 / e4m3 | e4m3 TB/s (plan bytes) | e4m3 % of ceiling | e4m3 splits |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 by = {}
 for r in rows:
     by.setdefault((r["batch"], r["kv_len"], r.get("timing", "events")), {})[r["dtype"]] = r
@@ -78,10 +87,12 @@ for k in sorted(by):
     b, e = pair["bf16"]["median_s"] * 1e6, pair["e4m3"]["median_s"] * 1e6
     rate = pair["e4m3"]["achieved_bytes_per_s"]
     pct = f"{100 * rate / ceiling:.0f}%" if ceiling else "?"
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {b:.1f} | {e:.1f} | {b / e:.2f}x | {rate / 1e12:.2f} | {pct} |")
+    splits = pair["e4m3"].get("plan", {}).get("partition", {}).get("sequence_splits", "?")
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {b:.1f} | {e:.1f} | {b / e:.2f}x | {rate / 1e12:.2f} | {pct} | {splits} |")
 PY
 cat "$OUT/fp8_decode_$TAG.md"
 
+((lean)) && exit $status
 step "paged sweep: e4m3 pools against the contiguous e4m3 cache, bf16 pools beside"
 for dt in e4m3 bf16; do
   timeout 200 "$BUILD/bench/attnkit_paged_bench" --dtype $dt --batch 1,16,64 --kv-len 4096,16384,65536 --no-mixed \
