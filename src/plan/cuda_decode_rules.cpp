@@ -174,9 +174,9 @@ void partition_cuda_decode(const DecodeProblem& pr, const Target& t, const Kerne
     // against the wave-fill rule below: b2 x 4k 31.6 -> 25.0 us, b4 x 4k 52.1 -> 36.5, b4 x 16k
     // 92.2 -> 85.6, b1 x 4k 20.3 -> 19.2; docs/perf-notes.md, "Decode round 7").
     // e4m3 blocks hold twice the keys per byte streamed, and one per SM fell short of the SM's share:
-    // b16 x 16k / 64k read 78% / 82% of the ceiling on an H100, where the paged plan's two splits
-    // (two blocks per SM) read 91% at 64k (docs/perf-notes.md, "e4m3 KV-cache decode on CUDA"). So
-    // 1-byte K/V aims at two blocks per SM where two fit.
+    // on an H100 b16 x 16k / 64k read 78% / 82% of the ceiling with one split, 85% / 95% with two
+    // (two blocks per SM), b1 x 64k 64% -> 67% with 32 (docs/perf-notes.md, "e4m3 KV-cache decode on
+    // CUDA"). So 1-byte K/V aims at two blocks per SM where two fit.
     const std::int64_t per_sm_target = kv_bytes == 1 ? std::min<std::int64_t>(2, per_sm) : 1;
     splits = std::clamp<std::int64_t>(per_sm_target * sm_count / base, 1, max_splits);
     split_reason = std::to_string(base) + " (sequence, KV head) blocks on " + std::to_string(sm_count) +
