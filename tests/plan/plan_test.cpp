@@ -322,6 +322,30 @@ TEST(PlanGpu, DecodeF32SplitsToFillItsLastWave) {
   EXPECT_EQ(plan(256, 16384).partition.sequence_splits, 3u);
 }
 
+// e4m3 decode blocks aim at two per SM (one e4m3 block per SM read 78-82% of an H100's ceiling at
+// b16, two 85-95%; perf-notes, "e4m3 KV-cache decode on CUDA"); 16-bit blocks keep one per SM.
+TEST(PlanGpu, DecodeE4m3AimsAtTwoBlocksPerSm) {
+  const Target h100 = known_target("h100");
+  auto plan = [&](std::int64_t batch, std::int64_t kv_len, DType kv) {
+    DecodeProblem p;  // 32 query / 8 KV heads, head_dim 128
+    p.batch = batch;
+    p.kv_len = p.max_seq = kv_len;
+    p.kv_dtype = kv;
+    p.q_dtype = p.out_dtype = DType::kBF16;
+    return plan_decode(p, h100);
+  };
+  for (std::int64_t kv_len : {4096, 16384, 65536}) {
+    EXPECT_EQ(plan(16, kv_len, DType::kE4M3).partition.sequence_splits, 2u) << kv_len;
+    EXPECT_EQ(plan(16, kv_len, DType::kBF16).partition.sequence_splits, 1u) << kv_len;
+    EXPECT_EQ(plan(1, kv_len, DType::kE4M3).partition.sequence_splits, 32u) << kv_len;
+    EXPECT_EQ(plan(1, kv_len, DType::kBF16).partition.sequence_splits, 16u) << kv_len;
+    EXPECT_EQ(plan(64, kv_len, DType::kE4M3).partition.sequence_splits, 1u) << kv_len;  // 512 blocks already
+  }
+  bool said = false;
+  for (const std::string& r : plan(16, 65536, DType::kE4M3).reasons) said = said || r.find("two blocks per SM") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(PlanGpu, PrefillHead256ChoosesItsKeyTileByPaddedWork) {
   const Target h200 = known_target("h200");
   const KernelFamily hopper = KernelFamily::kWarpSpecializedWgmma;
