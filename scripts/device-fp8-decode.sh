@@ -64,6 +64,11 @@ if ((tests && !lean)); then
   rc=$?; echo "racecheck rc=$rc: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG/racecheck.log" | tail -1)"; ((rc)) && status=1
 fi
 
+step "attnkit check --backend cuda --op paged (f32 / f16 / bf16 / e4m3 pools, paged append)"
+timeout 120 "$BUILD/attnkit" check --backend cuda --op paged > "$LOG/check_paged.log" 2>&1
+rc=$?; echo "check rc=$rc"; ((rc)) && status=1
+grep -E "passed|FAIL|SKIPPED" "$LOG/check_paged.log" | tail -5
+
 step "decode sweep: bf16 and e4m3 caches"
 BENCH_CMD="$BUILD/attnkit bench --backend cuda --op decode $points --dtype bf16,e4m3 --heads 32 --kv-heads 8 --head-dim 128 --window 0 --json"
 timeout 300 $BENCH_CMD > "$OUT/fp8_decode_$TAG.json" 2> "$LOG/bench.err"
