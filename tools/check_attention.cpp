@@ -199,17 +199,7 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
       cpu::decode(plan, t, ws);
     }
     stage.take_back();
-    // An e4m3 cache: the plan's tolerance (its quantization is in the golden too; what remains is
-    // the q/out dtype's and the kernels' rounding), not the looser one of e4m3 prefill inputs.
-    const Tolerance tol = is_fp8(dtype)
-                              ? Tolerance{std::numeric_limits<double>::infinity(), plan.evidence.rel_l2_tolerance}
-                              : tolerance_for(dtype, dtype);
-    judge(r, testing::compare(out, golden.out), tol);
-    const std::string lse_problem = check_lse(lse, golden.lse, tol.rel);
-    if (!lse_problem.empty()) {
-      r.status = Status::kFail;
-      r.note += lse_problem;
-    }
+    judge_decode(r, out, lse, golden, dtype, plan.evidence.rel_l2_tolerance);
   });
 }
 

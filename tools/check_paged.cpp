@@ -225,17 +225,7 @@ void check_paged_decode(CheckContext& ctx, const PagedShape& s, DType dtype) {
       cpu::paged_decode(plan, t, ws);
     }
     stage.take_back();
-    // An e4m3 pool: the plan's tolerance (its quantization is in the golden too), as for the
-    // contiguous e4m3 cache.
-    const Tolerance tol = is_fp8(dtype)
-                              ? Tolerance{std::numeric_limits<double>::infinity(), plan.evidence.rel_l2_tolerance}
-                              : tolerance_for(dtype, dtype);
-    judge(r, testing::compare(out, golden.out), tol);
-    const std::string lse_problem = check_lse(lse, golden.lse, tol.rel);
-    if (!lse_problem.empty()) {
-      r.status = Status::kFail;
-      r.note += lse_problem;
-    }
+    judge_decode(r, out, lse, golden, dtype, plan.evidence.rel_l2_tolerance);
   });
 }
 

@@ -72,6 +72,18 @@ std::string check_lse(const HostTensor& lse, const std::vector<double>& golden, 
          " wrong +-inf; ";
 }
 
+void judge_decode(CheckRow& row, const HostTensor& out, const HostTensor& lse, const reference::Result& golden,
+                  DType kv_dtype, double plan_tolerance) {
+  const Tolerance tol = is_fp8(kv_dtype) ? Tolerance{std::numeric_limits<double>::infinity(), plan_tolerance}
+                                         : tolerance_for(kv_dtype, kv_dtype);
+  judge(row, testing::compare(out, golden.out), tol);
+  const std::string lse_problem = check_lse(lse, golden.lse, tol.rel);
+  if (!lse_problem.empty()) {
+    row.status = Status::kFail;
+    row.note += lse_problem;
+  }
+}
+
 std::string dtype_pair(DType input, DType output) {
   return std::string(dtype_name(input)) + "->" + std::string(dtype_name(output));
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnkit/plan.hpp"
+#include "attnkit/reference.hpp"
 #include "attnkit/tensor.hpp"
 #include "attnkit/tensors.hpp"
 #include "device_memory.hpp"
@@ -54,6 +55,12 @@ void judge(CheckRow& row, const testing::Comparison& c, const Tolerance& tol);
 // LSE (f32) against the golden, with -inf rows (no visible key) required to stay -inf.
 // Returns an empty string when it passes, else what was wrong.
 std::string check_lse(const HostTensor& lse, const std::vector<double>& golden, double rel);
+// A decode's output and LSE (contiguous or paged cache of `kv_dtype`, q / out of that dtype, bf16
+// for e4m3) against the golden: an e4m3 cache takes the plan's tolerance (its quantization is in the
+// golden too; what remains is the q / out dtype's and the kernels' rounding), not the looser one of
+// e4m3 prefill inputs; other caches their dtype's.
+void judge_decode(CheckRow& row, const HostTensor& out, const HostTensor& lse, const reference::Result& golden,
+                  DType kv_dtype, double plan_tolerance);
 
 std::string dtype_pair(DType input, DType output);
 // Sets a NaN bit pattern in every element of a tensor's [begin, end) range along one row.
