@@ -12,8 +12,8 @@
 // Parallelism: one warp per (token row, KV head): the token's sequence is found by a binary search
 //   over cu_seqlens_new, its page with one table load; the warp copies the row with 16-byte words
 //   (2-byte words when a row or stride is not 16-byte aligned), or quantizes it element by element
-//   into an e4m3 pool. The grid is rows x kv_heads / 4
-//   blocks of 4 warps, fixed by the tensors' shapes, so the launch is graph-capturable.
+//   into an e4m3 pool. The grid is rows x kv_heads / 4 blocks of 4 warps, fixed by the tensors'
+//   shapes, so the launch is graph-capturable.
 // Bound: launch latency (a few KB per step).
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
