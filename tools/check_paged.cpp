@@ -1,7 +1,9 @@
 // `attnkit check` for the paged cache (paged.hpp, docs/paged.md): paged decode over page pools of
 // f32, f16, bf16 and e4m3 (an e4m3 pool: bf16 q and out, one dequantization scale per pool, never
 // 1, as check_attention.cpp's e4m3 cache), both layouts, pages of 1 to 64 keys, against the
-// float64 golden (reference::paged_decode, which reads the same bytes times the same scales); and
+// float64 golden (reference::paged_decode, which reads the same bytes times the same scales);
+// extend (ragged query rows, q_len 0 / 1 / up to 17 / == length) on the same shapes against
+// reference::extend, padding rows left NaN; and
 // paged append (K, V or both, runs of new tokens that cross pages; into an e4m3 pool from f32, f16
 // or bf16 rows quantized with scales != 1), every pool byte compared with what the append must
 // leave. Pages are dealt in a random order; for decode, every slot no sequence owns (past a
@@ -229,6 +231,98 @@ void check_paged_decode(CheckContext& ctx, const PagedShape& s, DType dtype) {
   });
 }
 
+// Extend: ragged query rows per sequence (q_len 0 for an empty sequence, 1, up to max_q_len, and
+// q_len == length where the length allows: a whole prefill), the rows of sequence b the last q_len_b
+// of its keys (causal, bottom-right). Two packed rows past cu_seqlens_q[batch] must stay NaN.
+void check_extend(CheckContext& ctx, const PagedShape& s, DType dtype) {
+  const DType io_dtype = is_fp8(dtype) ? DType::kBF16 : dtype;
+  const std::int64_t max_q_len = std::min<std::int64_t>(17, s.kv_len);
+  CheckRow row;
+  row.kernel = "extend";
+  row.shape = describe(s) + " q<=" + std::to_string(max_q_len);
+  row.dtype = dtype_pair(dtype, io_dtype);
+  guarded(ctx, row, [&](CheckRow& r) {
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(s.batch)), q_lens(lengths.size());
+    std::uniform_int_distribution<std::int64_t> dist(1, s.kv_len);
+    for (std::size_t b = 0; b < lengths.size(); ++b) {
+      lengths[b] = b == 0 ? s.kv_len : dist(ctx.rng);
+      q_lens[b] = b == 1 ? 1 : std::uniform_int_distribution<std::int64_t>(1, std::min(max_q_len, lengths[b]))(ctx.rng);
+    }
+    if (s.batch > 2) lengths[2] = q_lens[2] = std::min<std::int64_t>(lengths[2], max_q_len);  // q_len == length
+    if (s.empty_sequence && s.batch > 1) lengths.back() = q_lens.back() = 0;
+    const std::int64_t width = (s.kv_len + s.page_size - 1) / s.page_size + 1;
+    Pool pool = make_pool(ctx.rng, dtype, lengths, width, s.kv_heads, s.head_dim, s.page_size, s.layout);
+
+    ExtendProblem p;
+    p.batch = s.batch;
+    p.num_heads = s.heads;
+    p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.cache = pool.spec;
+    p.max_q_len = max_q_len;
+    p.kv_len = s.kv_len;
+    p.kv_dtype = dtype;
+    p.q_dtype = p.out_dtype = io_dtype;
+    p.options.window = s.window;
+    p.options.softcap = s.softcap;
+    ExtendPlan plan;
+    try {
+      plan = plan_extend(p, ctx.target);
+    } catch (const Error& e) {  // the backend cannot take this problem: the planner's reason
+      r.status = Status::kSkipped;
+      r.note = std::string("plan: ") + e.what();
+      return;
+    }
+
+    KvScales scales;  // e4m3: max|x| / 448 of each pool's draws
+    scales.k = fill_owned(pool.k, pool, lengths, ctx.rng);
+    scales.v = fill_owned(pool.v, pool, lengths, ctx.rng);
+    HostTensor lens(DType::kI32, {s.batch}), cu(DType::kI32, {s.batch + 1});
+    cu.i32()[0] = 0;
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      lens.i32()[b] = static_cast<std::int32_t>(lengths[static_cast<std::size_t>(b)]);
+      cu.i32()[b + 1] = cu.i32()[b] + static_cast<std::int32_t>(q_lens[static_cast<std::size_t>(b)]);
+    }
+    const std::int64_t rows = cu.i32()[s.batch], total = std::min(rows + 2, p.total_q_bound());
+    HostTensor q(io_dtype, {total, s.heads, s.head_dim}), out(io_dtype, {total, s.heads, s.head_dim});
+    HostTensor lse(DType::kF32, {total, s.heads});
+    testing::fill_normal(q, ctx.rng);
+    testing::poison(out);
+    testing::poison(lse);
+    HostTensor sinks = testing::random_sinks(s.sinks ? s.heads : 0, ctx.rng);
+    ExtendTensors host{q.view, cu.view, {pool.k.view, pool.v.view, pool.table.view, lens.view}, out.view, lse.view};
+    if (s.sinks) host.sinks = sinks.view;
+    host.kv_scales = scales;
+    const reference::Result golden = reference::extend(p, host);
+
+    Staging stage(ctx.cuda);
+    ExtendTensors t{stage.put(q), stage.put(cu),
+                    {stage.put(pool.k), stage.put(pool.v), stage.put(pool.table), stage.put(lens)},
+                    stage.put(out), stage.put(lse)};
+    if (s.sinks) t.sinks = stage.put(sinks);
+    t.kv_scales = scales;
+    const Workspace ws = stage.workspace(plan.bounds.workspace_bytes);
+    if (ctx.cuda) {
+      cuda::extend(plan, t, ws);
+    } else {
+      cpu::extend(plan, t, ws);
+    }
+    stage.take_back();
+    // The packed rows against the golden; the padding rows after them must still hold NaN.
+    HostTensor head(io_dtype, {rows, s.heads, s.head_dim}), head_lse(DType::kF32, {rows, s.heads});
+    std::copy_n(out.bytes.begin(), head.bytes.size(), head.bytes.begin());
+    std::copy_n(lse.bytes.begin(), head_lse.bytes.size(), head_lse.bytes.begin());
+    judge_decode(r, head, head_lse, golden, dtype, plan.evidence.rel_l2_tolerance);
+    for (std::size_t i = head.numel(); i < out.numel(); ++i) {
+      if (!std::isnan(out.get(i))) {
+        r.status = Status::kFail;
+        r.note += " padding row element " + std::to_string(i) + " was written;";
+        break;
+      }
+    }
+  });
+}
+
 // Paged append must write exactly the new rows and nothing else: every pool byte is compared with
 // the bytes it must hold. Runs of new tokens start mid-page and cross pages (every page, at page
 // size 1). An e4m3 pool (`pool_dtype`) takes `new_dtype` rows and must hold e4m3(x / scale) of each,
@@ -341,6 +435,9 @@ void check_paged(CheckContext& ctx) {
   if (e4m3) pool_dtypes.push_back(DType::kE4M3);
   for (const PagedShape& s : paged_shapes(ctx.quick)) {
     for (DType dtype : pool_dtypes) check_paged_decode(ctx, s, dtype);
+  }
+  for (const PagedShape& s : paged_shapes(ctx.quick)) {
+    for (DType dtype : pool_dtypes) check_extend(ctx, s, dtype);
   }
   for (DType dtype : storage) {
     check_paged_append(ctx, dtype, dtype, true, true, PageLayout::kHND, 16);
