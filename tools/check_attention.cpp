@@ -126,20 +126,6 @@ void poison_past_lengths(HostTensor& cache, const std::int32_t* lengths, std::in
   }
 }
 
-// Plans `family` for the target; a rejected plan becomes a SKIPPED row with the planner's reason.
-template <class Plan, class Problem, class PlanFn>
-bool try_plan(CheckRow& row, const Problem& problem, const Target& target, KernelFamily family,
-              PlanFn plan_fn, Plan& plan) {
-  try {
-    plan = plan_fn(problem, target, family);
-    return true;
-  } catch (const Error& e) {
-    row.status = Status::kSkipped;
-    row.note = std::string("plan: ") + e.what();
-    return false;
-  }
-}
-
 // `dtype` is the cache's; q and out follow it, bf16 for an e4m3 cache.
 void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFamily family) {
   const DType io_dtype = is_fp8(dtype) ? DType::kBF16 : dtype;
@@ -160,8 +146,7 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
     p.options.window = s.window;
     p.options.softcap = s.softcap;
     DecodePlan plan;
-    auto plan_fn = [](const DecodeProblem& pr, const Target& t, KernelFamily f) { return plan_decode(pr, t, f); };
-    if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+    if (!try_plan(r, [&] { return plan_decode(p, ctx.target, family); }, plan)) return;
 
     HostTensor q(io_dtype, {s.batch, s.heads, s.head_dim});
     HostTensor k(dtype, {s.batch, s.kv_heads, s.max_seq, s.head_dim});
@@ -226,10 +211,8 @@ void check_prefill(CheckContext& ctx, const PrefillShape& s, DType dtype, Kernel
     PrefillPlan plan;
     // e4m3: the planner's own choice (only the Hopper family takes it), so a target that cannot run
     // it is skipped with the e4m3 reason rather than a family's.
-    auto plan_fn = [](const PrefillProblem& pr, const Target& t, KernelFamily f) {
-      return is_fp8(pr.dtype) ? plan_prefill(pr, t) : plan_prefill(pr, t, f);
-    };
-    if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+    auto make = [&] { return is_fp8(p.dtype) ? plan_prefill(p, ctx.target) : plan_prefill(p, ctx.target, family); };
+    if (!try_plan(r, make, plan)) return;
     if (plan.partition.family != family)
       fail("attnkit check", "the e4m3 plan names " + to_string(plan.partition.family) + ", not " + to_string(family),
            "plan e4m3 prefill with the Hopper family");
@@ -316,8 +299,7 @@ void check_fused(CheckContext& ctx, const DecodeShape& s, DType dtype, RopeStyle
     p.options.window = s.window;
     p.options.softcap = s.softcap;
     DecodePlan plan;
-    auto plan_fn = [](const DecodeProblem& pr, const Target& t, KernelFamily f) { return plan_decode(pr, t, f); };
-    if (!try_plan(r, p, ctx.target, family, plan_fn, plan)) return;
+    if (!try_plan(r, [&] { return plan_decode(p, ctx.target, family); }, plan)) return;
     RopeSpec rope;
     rope.style = style;
 

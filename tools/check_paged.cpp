@@ -188,13 +188,7 @@ void check_paged_decode(CheckContext& ctx, const PagedShape& s, DType dtype) {
     p.options.window = s.window;
     p.options.softcap = s.softcap;
     PagedDecodePlan plan;
-    try {
-      plan = plan_paged_decode(p, ctx.target);
-    } catch (const Error& e) {  // the backend cannot take this problem: the planner's reason
-      r.status = Status::kSkipped;
-      r.note = std::string("plan: ") + e.what();
-      return;
-    }
+    if (!try_plan(r, [&] { return plan_paged_decode(p, ctx.target); }, plan)) return;
 
     KvScales scales;  // e4m3: max|x| / 448 of each pool's draws, never 1 in practice
     scales.k = fill_owned(pool.k, pool, lengths, ctx.rng);
@@ -266,13 +260,7 @@ void check_extend(CheckContext& ctx, const PagedShape& s, DType dtype) {
     p.options.window = s.window;
     p.options.softcap = s.softcap;
     ExtendPlan plan;
-    try {
-      plan = plan_extend(p, ctx.target);
-    } catch (const Error& e) {  // the backend cannot take this problem: the planner's reason
-      r.status = Status::kSkipped;
-      r.note = std::string("plan: ") + e.what();
-      return;
-    }
+    if (!try_plan(r, [&] { return plan_extend(p, ctx.target); }, plan)) return;
 
     KvScales scales;  // e4m3: max|x| / 448 of each pool's draws
     scales.k = fill_owned(pool.k, pool, lengths, ctx.rng);

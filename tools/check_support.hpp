@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/error.hpp"
 #include "attnkit/plan.hpp"
 #include "attnkit/reference.hpp"
 #include "attnkit/tensor.hpp"
@@ -55,6 +56,20 @@ void judge(CheckRow& row, const testing::Comparison& c, const Tolerance& tol);
 // LSE (f32) against the golden, with -inf rows (no visible key) required to stay -inf.
 // Returns an empty string when it passes, else what was wrong.
 std::string check_lse(const HostTensor& lse, const std::vector<double>& golden, double rel);
+// Runs `make` (a planner call) into `plan`; a rejected plan makes the row SKIPPED with the
+// planner's reason (the backend cannot take that problem) and returns false.
+template <class Plan, class Make>
+bool try_plan(CheckRow& row, Make make, Plan& plan) {
+  try {
+    plan = make();
+    return true;
+  } catch (const Error& e) {
+    row.status = Status::kSkipped;
+    row.note = std::string("plan: ") + e.what();
+    return false;
+  }
+}
+
 // A decode's output and LSE (contiguous or paged cache of `kv_dtype`, q / out of that dtype, bf16
 // for e4m3) against the golden: an e4m3 cache takes the plan's tolerance (its quantization is in the
 // golden too; what remains is the q / out dtype's and the kernels' rounding), not the looser one of
