@@ -116,7 +116,8 @@ Evidence compute_decode_evidence(const DecodeProblem& pr, const WorkPartition& p
   return e;
 }
 
-Evidence compute_prefill_evidence(const PrefillProblem& pr, const WorkPartition& p, const Target& target) {
+Evidence compute_prefill_evidence(const PrefillProblem& pr, const WorkPartition& p, const Target& target,
+                                  StoredSizes stored) {
   const char* ctx = "plan_prefill";
   const std::uint32_t tile = std::max<std::uint32_t>(1, p.tile_size);
   const VisibleRows per_head = sum_visible_rows(pr.q_len, pr.kv_len, pr.causal, pr.options.window, tile);
@@ -124,11 +125,12 @@ Evidence compute_prefill_evidence(const PrefillProblem& pr, const WorkPartition&
   const std::uint64_t rows = checked_mul(heads, u(pr.q_len), ctx, "rows");
   const std::uint64_t hd = u(pr.head_dim);
   const std::uint64_t in_size = dtype_size(pr.dtype);
+  const std::uint64_t q_size = stored.q > 0 ? stored.q : in_size, kv_size = stored.kv > 0 ? stored.kv : in_size;
 
-  const std::uint64_t q_bytes = checked_product({rows, hd, in_size}, ctx, "q bytes");
+  const std::uint64_t q_bytes = checked_product({rows, hd, q_size}, ctx, "q bytes");
   // K and V once per KV head, over the keys some query of the sequence can see.
   const std::uint64_t kv_bytes =
-      checked_product({2, u(pr.batch), u(pr.kv_heads), per_head.keys_seen, hd, in_size}, ctx, "K/V bytes");
+      checked_product({2, u(pr.batch), u(pr.kv_heads), per_head.keys_seen, hd, kv_size}, ctx, "K/V bytes");
   const std::uint64_t out_bytes = checked_product({rows, hd, dtype_size(pr.out_dtype)}, ctx, "out bytes");
   const std::uint64_t lse_bytes = checked_mul(rows, kF32Bytes, ctx, "lse bytes");
   const std::uint64_t states = split_state_bytes(p.sequence_splits, rows, pr.head_dim, ctx);

@@ -39,8 +39,13 @@ std::uint64_t non_matmul_flops(KernelFamily family, std::uint64_t pairs, std::ui
 // Full evidence of a partition. The problem must be validated.
 Evidence compute_decode_evidence(const DecodeProblem& problem, const WorkPartition& partition,
                                  const Target& target);
+// stored: the bytes per element of q and of K/V in memory where they differ from problem.dtype
+// (extend: q in its own dtype, an e4m3 pool read at 1 byte while the CPU computes on f16).
+struct StoredSizes {
+  std::uint64_t q = 0, kv = 0;  // 0: dtype_size(problem.dtype)
+};
 Evidence compute_prefill_evidence(const PrefillProblem& problem, const WorkPartition& partition,
-                                  const Target& target);
+                                  const Target& target, StoredSizes stored = {});
 
 // How many times each KV head's keys and values are read for one decode step: once per GQA group
 // when the block packs the whole group (rows_per_block >= group), once per query head for the

@@ -368,8 +368,8 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   pre.dtype = problem.kv_dtype;
   pre.out_dtype = problem.out_dtype;
   pre.options = problem.options;
-  // The CPU widens an e4m3 pool's rows to f16 (exact) as it gathers them, so its bodies, tiles and
-  // evidence are f16's (K/V bytes counted at 2 per element: an upper bound of the pool's reads).
+  // The CPU widens an e4m3 pool's rows to f16 (exact) as it gathers them, so its bodies and tiles
+  // are f16's; the evidence counts the bytes memory holds (q in its dtype, the pool's 1 per element).
   const bool cpu_widens = target.backend == Backend::kCpu && is_fp8(problem.kv_dtype);
   if (cpu_widens) pre.dtype = DType::kF16;
 
@@ -411,8 +411,10 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   if (p.family != family)
     fail(ctx, "the rules chose " + to_string(p.family) + ", which has no extend kernel",
          "extend runs the " + to_string(family) + " family on this backend; fix the rules");
-  plan.evidence = target.backend == Backend::kCpu ? detail::compute_prefill_evidence(pre, p, target)
-                                                  : detail::compute_decode_evidence(packed_decode(problem), p, target);
+  plan.evidence = target.backend == Backend::kCpu
+                      ? detail::compute_prefill_evidence(
+                            pre, p, target, {dtype_size(problem.q_dtype), dtype_size(problem.kv_dtype)})
+                      : detail::compute_decode_evidence(packed_decode(problem), p, target);
   add_page_table_reads(plan.evidence, problem.batch, problem.kv_len, problem.cache, target, ctx);
   // An e4m3 pool's values are exact in f16 and the golden reads the same bytes: f16's tolerance.
   for (DType t : {problem.q_dtype, is_fp8(problem.kv_dtype) ? DType::kF16 : problem.kv_dtype, problem.out_dtype}) {
@@ -434,7 +436,7 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   if (cpu_widens) {
     plan.reasons.push_back("kv: e4m3 pool widened to f16 (exact) as each chunk is gathered; the f16 prefill bodies "
                            "run on it, the scales folded into the score scale and the finished rows (evidence counts "
-                           "K/V at f16's 2 bytes, an upper bound)");
+                           "the pool's 1 byte per K/V element: the widening happens in cache)");
   }
   plan.reasons.push_back("queries: up to " + std::to_string(problem.max_q_len) +
                          " new rows per sequence, causal bottom-right against the cached prefix; evidence counts "

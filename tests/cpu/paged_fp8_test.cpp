@@ -467,6 +467,30 @@ TEST(PagedFp8Extend, HeadDimsWindowsSinksDtypesAndSplits) {
   EXPECT_GT(split_plans, 0);
 }
 
+// The plan's evidence counts what memory holds: an e4m3 pool's 1 byte per K/V element (the CPU
+// widens rows to f16 in cache, after the read) and q in its own dtype.
+TEST(PagedFp8Extend, EvidenceCountsThePoolsBytesAndQsDtype) {
+  ExtendProblem p;
+  p.batch = 2;
+  p.num_heads = 8;
+  p.kv_heads = 2;
+  p.head_dim = 64;
+  p.cache = PagedCacheSpec{64, 16, 32, PageLayout::kHND};
+  p.max_q_len = 5;
+  p.kv_len = 300;  // every key is seen by a sequence's last row (causal, bottom-right, no window)
+  auto read_bytes = [&](DType kv, DType q) {
+    ExtendProblem x = p;
+    x.kv_dtype = kv;
+    x.q_dtype = x.out_dtype = q;
+    return plan_extend(x, cpu_target(2)).evidence.traffic.global_read_bytes;
+  };
+  const std::uint64_t kv_elements = 2 * p.batch * p.kv_heads * p.kv_len * p.head_dim;
+  const std::uint64_t q_elements = p.batch * p.num_heads * p.max_q_len * p.head_dim;
+  EXPECT_EQ(read_bytes(DType::kF16, DType::kBF16) - read_bytes(DType::kE4M3, DType::kBF16), kv_elements);
+  EXPECT_EQ(read_bytes(DType::kE4M3, DType::kF32) - read_bytes(DType::kE4M3, DType::kBF16), 2 * q_elements);
+  EXPECT_EQ(read_bytes(DType::kBF16, DType::kF32) - read_bytes(DType::kBF16, DType::kBF16), 2 * q_elements);
+}
+
 TEST(PagedFp8Extend, BadScalesAreRejectedBeforeAnyWrite) {
   std::mt19937_64 rng(fresh_seed());
   PagedSetup s = setup(PageLayout::kHND, 16, 8, 2, 64, {20, 5});
