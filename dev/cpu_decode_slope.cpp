@@ -5,8 +5,9 @@
 //       kv_lens, min of the calls, in ns per key and KV head per thread.
 // cold: K/V far larger than the LLC (the bench's decode point), median of the calls, GB/s.
 //
-//   g++ -O2 -std=c++20 -fopenmp -Iinclude -o /tmp/slope dev/cpu_decode_slope.cpp build/exp/libattnkit.a
-//   taskset -c 1 /tmp/slope hot bf16 [heads kv_heads head_dim kv_lo kv_hi calls]
+//   g++ -O2 -std=c++20 -fopenmp -Iinclude -o /tmp/slope dev/cpu_decode_slope.cpp build/release/libattnkit.a
+//   taskset -c 1 /tmp/slope hot bf16|f16|f32|e4m3 [heads kv_heads head_dim kv_lo kv_hi calls]
+//   (e4m3: an e4m3 cache with bf16 q and output)
 //   /tmp/slope cold bf16 [threads batch kv_len calls]
 #include <algorithm>
 #include <chrono>
@@ -31,7 +32,7 @@ struct Case {
 };
 
 DType parse_dtype(const std::string& s) {
-  return s == "f32" ? DType::kF32 : s == "f16" ? DType::kF16 : DType::kBF16;
+  return s == "f32" ? DType::kF32 : s == "f16" ? DType::kF16 : s == "e4m3" ? DType::kE4M3 : DType::kBF16;
 }
 
 void make(Case& c, DType dt, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
@@ -42,27 +43,36 @@ void make(Case& c, DType dt, std::int64_t batch, std::int64_t heads, std::int64_
   p.kv_heads = kv_heads;
   p.head_dim = d;
   p.max_seq = p.kv_len = kv;
-  p.kv_dtype = p.q_dtype = p.out_dtype = dt;
+  // An e4m3 cache takes bf16 q and output (an e4m3 KV cache's decode, as served).
+  const DType io = dt == DType::kE4M3 ? DType::kBF16 : dt;
+  p.kv_dtype = dt;
+  p.q_dtype = p.out_dtype = io;
   c.plan = attnkit::plan_decode(p, attnkit::cpu_target(threads));
-  const std::size_t es = attnkit::dtype_size(dt);
-  auto fill = [&](std::vector<std::uint8_t>& b, std::size_t n) {
-    b.resize(n * es);
+  auto fill = [&](std::vector<std::uint8_t>& b, DType t, std::size_t n) {
+    b.resize(n * attnkit::dtype_size(t));
     std::mt19937 rng(7);
     std::normal_distribution<float> dist;
-    for (std::size_t i = 0; i < n; ++i) attnkit::store_from_float(b.data(), dt, i, dist(rng));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (t == DType::kE4M3) {
+        const std::uint32_t r = rng();
+        b[i] = static_cast<std::uint8_t>(std::min<std::uint32_t>(r & 0x7f, 0x7e) | (r & 0x80));  // finite
+      } else {
+        attnkit::store_from_float(b.data(), t, i, dist(rng));
+      }
+    }
   };
-  fill(c.q, batch * heads * d);
-  fill(c.k, batch * kv_heads * kv * d);
-  fill(c.v, batch * kv_heads * kv * d);
-  c.out.assign(batch * heads * d * es, 0);
+  fill(c.q, io, batch * heads * d);
+  fill(c.k, dt, batch * kv_heads * kv * d);
+  fill(c.v, dt, batch * kv_heads * kv * d);
+  c.out.assign(batch * heads * d * attnkit::dtype_size(io), 0);
   c.lengths.resize(batch * 4);
   for (std::int64_t b = 0; b < batch; ++b) reinterpret_cast<std::int32_t*>(c.lengths.data())[b] = kv;
   c.workspace.assign(c.plan.evidence.workspace_bytes + 64, 0);
   using attnkit::TensorView;
-  c.t.q = TensorView::contiguous(c.q.data(), dt, {batch, heads, d});
+  c.t.q = TensorView::contiguous(c.q.data(), io, {batch, heads, d});
   c.t.k_cache = TensorView::contiguous(c.k.data(), dt, {batch, kv_heads, kv, d});
   c.t.v_cache = TensorView::contiguous(c.v.data(), dt, {batch, kv_heads, kv, d});
-  c.t.out = TensorView::contiguous(c.out.data(), dt, {batch, heads, d});
+  c.t.out = TensorView::contiguous(c.out.data(), io, {batch, heads, d});
   c.t.lengths = TensorView::contiguous(c.lengths.data(), DType::kI32, {batch});
 }
 
@@ -100,7 +110,7 @@ int main(int argc, char** argv) {
     time_call(c);
     for (long i = 0; i < calls; ++i) ts.push_back(time_call(c));
     std::sort(ts.begin(), ts.end());
-    const double bytes = 2.0 * c.k.size();
+    const double bytes = 2.0 * c.k.size();  // K and V as stored
     std::printf("cold %s t%ld b%ld kv%ld: median %.2f ms, %.2f GB/s, %.1f ns per key and KV head per thread\n",
                 argv[2], threads, batch, kv, ts[ts.size() / 2] / 1e6, bytes / ts[ts.size() / 2],
                 ts[ts.size() / 2] * threads / double(batch * 8 * kv));

@@ -8,6 +8,7 @@
 // Not part of the build (a development probe). Against a CPU-only build (build/exp):
 //   g++ -O2 -std=c++20 -fopenmp -Iinclude -Isrc dev/paged_cpu_ab.cpp build/exp/libattnkit.a -o /tmp/paged_cpu_ab
 //   /tmp/paged_cpu_ab --rounds 15 --kv-len 65536 --dtype bf16 --variants hnd16rand,hnd16seq,hnd4096seq,nhd16rand
+// A variant ending in "+l1" / "-l1" forces the plan's cpu_l1_prefetch on / off (CPU round 35).
 
 #include <algorithm>
 #include <chrono>
@@ -52,6 +53,7 @@ struct Variant {
   std::int64_t page = 16;
   bool random_order = true;
   std::int64_t pad = 0;  // elements after each row of a page ("...pad": 32), off the power-of-two stride
+  int l1_prefetch = -1;  // "...+l1" / "...-l1": the plan's cpu_l1_prefetch forced on / off; -1: the plan's
 };
 
 Variant parse_variant(const std::string& s) {
@@ -63,6 +65,10 @@ Variant parse_variant(const std::string& s) {
   while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
   v.page = std::stoll(s.substr(i, j - i));
   std::string rest = s.substr(j);
+  if (rest.size() > 3 && (rest.compare(rest.size() - 3, 3, "+l1") == 0 || rest.compare(rest.size() - 3, 3, "-l1") == 0)) {
+    v.l1_prefetch = rest[rest.size() - 3] == '+';
+    rest.resize(rest.size() - 3);
+  }
   if (rest.size() > 3 && rest.compare(rest.size() - 3, 3, "pad") == 0) {
     v.pad = 32;
     rest.resize(rest.size() - 3);
@@ -145,6 +151,7 @@ int main(int argc, char** argv) {
     p.kv_dtype = p.q_dtype = p.out_dtype = dtype;
     p.expected_total_keys = batch * kv_len;
     r.paged_plan = plan_paged_decode(p, target);
+    if (vs[i].l1_prefetch >= 0) r.paged_plan.partition.cpu_l1_prefetch = vs[i].l1_prefetch == 1;
     r.ws.resize(r.paged_plan.evidence.workspace_bytes);
     r.table.resize(static_cast<std::size_t>(p.cache.num_pages));
     std::iota(r.table.begin(), r.table.end(), 0);

@@ -115,6 +115,10 @@ struct WorkPartition {
   // more in (the two-tile ring, measured at two per SM); the launch reserves shared memory so that
   // no more share an SM. 0: as many as fit.
   std::uint32_t resident_blocks = 0;
+  // Split-KV decode (CPU): the row-block bodies (groups of 4k heads) also fetch the K and V rows
+  // they are about to read into L1, a few rows ahead; false leaves those rows to the L2 prefetches
+  // of the stream (on AMD cores, measured faster: docs/perf-notes.md, CPU round 35).
+  bool cpu_l1_prefetch = true;
 };
 
 // Seed 004's square self-attention planner (one head, seq_len x seq_len, f32).

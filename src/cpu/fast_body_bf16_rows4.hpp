@@ -120,7 +120,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
     kbase = kdata + run_offset(t.k, j0, r0);
     for (const std::int64_t r1 = imin(n, r0 + run); j + 4 <= r1; j += 4) {
       if (prefetch) {
-        pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
+        if (t.l1_prefetch) pk.rows<3, 4, kRowBytes>(j0 + j + kRows4PrefetchRows);
         pv.rows<2, 4, kRowBytes>(j0 + j);
       }
       const std::uint16_t* k0 = kbase + j * stride;
@@ -130,7 +130,7 @@ void scores_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t 
   }
   if (j < n) {
     if (prefetch) {
-      pk.rows<3, 4>(j0 + j + kRows4PrefetchRows);
+      if (t.l1_prefetch) pk.rows<3, 4>(j0 + j + kRows4PrefetchRows);
       pv.rows<2, 4>(j0 + j);
     }
     const std::uint16_t* kr[4];
@@ -244,7 +244,7 @@ void pv_rows4(const DecodeTask& t, const DecodeLayoutRows4& L, std::int64_t h0, 
     if (r0 > 0) ra = static_cast<const std::uint16_t*>(t.v.data) + row_offset(t.v, j0 + r0) + b0 * kPairChunk;
     for (const std::int64_t r1 = imin(n, r0 + run); j + 1 < r1; j += 2, ra += 2 * stride, pp += 4) {
       if (prefetch) {
-        pv.rows<3, 2, kVBytes>(j0 + j + v_ahead);
+        if (t.l1_prefetch) pv.rows<3, 2, kVBytes>(j0 + j + v_ahead);
         if constexpr (kPasses > 0) {
           // Keys [pass * n + j, pass * n + j + 2) of the passes' joint walk, scaled to one tile.
           for (std::int64_t r = (pass * n + j) / kPasses; r < (pass * n + j + 2) / kPasses; ++r) {

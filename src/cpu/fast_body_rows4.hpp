@@ -150,7 +150,7 @@ ATTNKIT_ROWS4_STEP void scores_rows4_f(const DecodeTask& t, const DecodeLayoutRo
     const std::int64_t tile_offset = run_offset(t.k, j0, r0), r1 = imin(n, r0 + run);
     for (std::int64_t j = r0; j < r1; j += kRows4Keys) {
       if (prefetch) {
-        pk.rows<3, kRows4Keys, kRowBytes>(j0 + j + ahead);
+        if (t.l1_prefetch) pk.rows<3, kRows4Keys, kRowBytes>(j0 + j + ahead);
         pv.rows<2, kRows4Keys, kRowBytes>(j0 + j);
       }
       std::int64_t kr[kRows4Keys];
@@ -249,7 +249,7 @@ void pv_rows2_f(const DecodeTask& t, const DecodeLayoutRows4F& L, std::int64_t h
     std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
     for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride, p += 4) {
       if (prefetch) {
-        pv.rows<3, 1>(j0 + j + ahead);
+        if (t.l1_prefetch) pv.rows<3, 1>(j0 + j + ahead);
         // k_rows rows over n keys: one whenever the credit reaches n.
         k_credit += k_rows;
         if (k_credit >= n) {
@@ -305,7 +305,7 @@ ATTNKIT_ROWS4_STEP void pv_rows4_f(const DecodeTask& t, const DecodeLayoutRows4F
     std::int64_t offset = row_offset(t.v, j0 + r0) + c0 * W;
     for (std::int64_t j = r0, r1 = imin(n, r0 + run); j < r1; ++j, offset += t.v.row_stride) {
       if (prefetch) {
-        pv.rows<3, 1, kPassBytes>(j0 + j + ahead);
+        if (t.l1_prefetch) pv.rows<3, 1, kPassBytes>(j0 + j + ahead);
         pk.rows<2, 1, kPassBytes>(j0 + n + j);
       }
       V vv[NV];

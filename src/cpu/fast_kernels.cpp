@@ -144,6 +144,7 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       task_args.key_begin = begin;
       task_args.key_end = end;
       task_args.pipelined = part.pipeline_stages == 2;
+      task_args.l1_prefetch = part.cpu_l1_prefetch;
       task_args.scratch = scratch + staging_floats;
       if (splits > 1) {
         task_args.out = state_out + (split * rows + first_row) * d;

@@ -75,6 +75,9 @@ struct DecodeTask {
   // The plan's two-stage pipeline (pipeline_stages 2: groups of 1 or 2 heads, tiles of one vector
   // of scores): each key's K row beside the V row of the key one tile earlier (decode_pipelined).
   bool pipelined = false;
+  // The row-block bodies' prefetch of the next rows into L1 (the plan's cpu_l1_prefetch); the L2
+  // prefetches of the stream run either way.
+  bool l1_prefetch = true;
   float* out = nullptr;  // [group][out_stride] f32, normalised (zeros when no key is visible)
   std::int64_t out_stride = 0;
   float* lse = nullptr;  // [group], -inf when no key is visible

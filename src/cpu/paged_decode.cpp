@@ -107,6 +107,7 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
       a.scale = p.effective_scale() * t.kv_scales.k;  // an e4m3 pool's scales (1 otherwise), as decode's
       a.out_scale = t.kv_scales.v;
       a.softcap = p.options.softcap;
+      a.l1_prefetch = part.cpu_l1_prefetch;
       a.q = detail::RowSource{t.q.data, t.q.dtype, b * t.q.strides[0] + kvh * G * t.q.strides[1], 0, t.q.strides[1]};
       a.out_stride = d;
       a.scratch = body_scratch;

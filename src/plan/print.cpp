@@ -105,6 +105,7 @@ void add_partition(Rows& rows, const WorkPartition& p) {
   if (p.family == KernelFamily::kSplitKvDecode) {
     rows.emplace_back("K/V L2 policy", p.kv_evict_first ? "evict first" : "evict normal");
     if (p.resident_blocks > 0) rows.emplace_back("blocks per SM", std::to_string(p.resident_blocks));
+    if (!p.cpu_l1_prefetch) rows.emplace_back("L1 prefetch", "none (rows come from the L2 stream)");
   }
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
@@ -181,7 +182,8 @@ json partition_json(const WorkPartition& p) {
           {"packed_heads", p.packed_heads},
           {"merge_cluster", p.merge_cluster},
           {"kv_evict_first", p.kv_evict_first},
-          {"resident_blocks", p.resident_blocks}};
+          {"resident_blocks", p.resident_blocks},
+          {"cpu_l1_prefetch", p.cpu_l1_prefetch}};
 }
 
 json evidence_json(const Evidence& e) {

@@ -24,9 +24,11 @@ std::string isa_note(Isa isa) { return " isa=" + std::string(cpu::simd::isa_name
 // ---------------------------------------------------------------------------------------------
 // Decode
 
+// flip_l1_prefetch: the plan's cpu_l1_prefetch negated, so both row-block prefetch forms run here.
 void run_decode(const DecodeProblem& p, const std::vector<std::int32_t>& lengths, float stddev = 1.0f,
-                int threads = 2) {
-  const DecodePlan plan = plan_decode(p, cpu_target(threads));
+                int threads = 2, bool flip_l1_prefetch = false) {
+  DecodePlan plan = plan_decode(p, cpu_target(threads));
+  if (flip_l1_prefetch) plan.partition.cpu_l1_prefetch = !plan.partition.cpu_l1_prefetch;
   ASSERT_EQ(plan.partition.family, KernelFamily::kSplitKvDecode);
   for (Isa isa : supported_isas()) {
     ScopedIsa scoped(isa);
@@ -38,7 +40,8 @@ void run_decode(const DecodeProblem& p, const std::vector<std::int32_t>& lengths
                              " D=" + std::to_string(p.head_dim) + " window=" + std::to_string(p.options.window) +
                              " splits=" + std::to_string(plan.partition.sequence_splits) + " threads=" +
                              std::to_string(threads) + " dtype=" + std::string(dtype_name(p.kv_dtype)) +
-                             isa_note(isa) + seed_note(c.seed);
+                             " l1_prefetch=" + std::to_string(plan.partition.cpu_l1_prefetch) + isa_note(isa) +
+                             seed_note(c.seed);
     expect_matches_golden(c.out, golden.out, coarsest({p.q_dtype, p.kv_dtype, p.out_dtype}), what);
     expect_lse_matches(c.lse, golden.lse, what);
   }
@@ -310,8 +313,13 @@ TEST(FastBf16, DecodePairTailsAndSplitQ) {
 TEST(FastDecode, RowBlocksOfFour) {
   for (DType t : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (std::int64_t kv_len : {1, 2, 3, 5, 255, 256, 257, 513}) {
-      run_decode(decode_problem(1, 8, 2, 128, kv_len, t), {static_cast<std::int32_t>(kv_len)});
+      for (bool flip : {false, true}) {  // with and without the L1 prefetch (CPU round 35)
+        run_decode(decode_problem(1, 8, 2, 128, kv_len, t), {static_cast<std::int32_t>(kv_len)}, 1.0f, 2, flip);
+      }
     }
+    DecodeProblem eight = decode_problem(2, 16, 2, 96, 777, t);  // group 8, two head blocks
+    eight.options.window = 300;
+    run_decode(eight, {777, 40}, 1.0f, 2, true);
     for (std::int64_t d : {8, 40, 64, 96, 136, 200, 232, 256}) run_decode(decode_problem(2, 8, 2, d, 301, t), {301, 6});
     for (std::int64_t heads : {16, 24, 32}) run_decode(decode_problem(1, heads, 2, 72, 97, t), {97});
     run_decode(decode_problem(1, 16, 1, 128, 70, t), {70});  // group 16: 32-key tiles

@@ -284,3 +284,47 @@ TEST(CpuDecodeTile, MultiHeadAndF32PairsStreamKBesideVOnlyWhereMeasured) {
     EXPECT_NE(from_pages.partition.tile_size, 8u);
   }
 }
+
+// The row-block bodies' L1 prefetch (CPU round 35) is off only where it was measured slower:
+// contiguous caches, groups of 4k heads, 16-lane cores that are neither Intel nor AMX. Multi-head
+// plans, paged caches, Intel and AMX cores and AVX2 keep it, and the plan says when it is off.
+TEST(CpuDecodePrefetch, L1PrefetchOffOnlyWhereMeasured) {
+  Target amd = cpu(2);  // 16 lanes
+  Target intel = amd;
+  intel.cpu_intel_cores = true;
+  Target amx = intel;
+  amx.cpu_matrix_tiles = true;
+  Target avx2 = amd;
+  avx2.cpu_vector_lanes = 8;
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kE4M3}) {
+    for (std::int64_t heads : {32, 64}) {  // groups 4 and 8
+      DecodeProblem p = decode(1, heads, 8, 65536);
+      p.kv_dtype = dt;
+      p.q_dtype = p.out_dtype = dt == DType::kE4M3 ? DType::kBF16 : dt;
+      const DecodePlan off = plan_decode(p, amd);
+      EXPECT_FALSE(off.partition.cpu_l1_prefetch) << describe(off);
+      bool said = false;
+      for (const std::string& r : off.reasons) said = said || r.find("no L1 prefetch") != std::string::npos;
+      EXPECT_TRUE(said) << describe(off);
+      EXPECT_NE(to_table(off).find("L1 prefetch"), std::string::npos) << to_table(off);
+      for (const Target& t : {intel, amx, avx2}) {
+        const DecodePlan on = plan_decode(p, t);
+        EXPECT_TRUE(on.partition.cpu_l1_prefetch) << describe(on);
+      }
+
+      PagedDecodeProblem paged;
+      paged.num_heads = heads;
+      paged.kv_heads = 8;
+      paged.head_dim = 128;
+      paged.cache = {4096, 16, 4096, PageLayout::kHND};
+      paged.kv_len = 65536;
+      paged.kv_dtype = p.kv_dtype;
+      paged.q_dtype = paged.out_dtype = p.q_dtype;
+      EXPECT_TRUE(plan_paged_decode(paged, amd).partition.cpu_l1_prefetch);
+    }
+    DecodeProblem mha = decode(1, 8, 8, 65536);
+    mha.kv_dtype = dt;
+    mha.q_dtype = mha.out_dtype = dt == DType::kE4M3 ? DType::kBF16 : dt;
+    EXPECT_TRUE(plan_decode(mha, amd).partition.cpu_l1_prefetch);
+  }
+}
