@@ -300,11 +300,11 @@ void partition_cpu_decode(const DecodeProblem& pr, const Target& t, const Kernel
   // The row-block bodies (groups of 4k heads) over a contiguous cache on AMD's 16-lane cores: no
   // L1 prefetch of the next rows. Those rows arrive by the L2 prefetches of the stream, and the L1
   // requests only compete with them (b1 / b4 x 64k at group 4, Zen 4: f16 and f32 5-15 points more
-  // of the read probe beside each call, bf16 about even; docs/perf-notes.md, CPU round 35). Paged caches keep them (their
-  // page runs restart the stream: 3-8% slower without), as do Intel cores (tuned there with them)
-  // and AVX2 (not measured without).
+  // of the read probe beside each call, bf16 about even; docs/perf-notes.md, CPU round 35). Paged
+  // caches keep them (their page runs restart the stream: 3-8% slower without), as do Intel cores
+  // (tuned there with them) and AVX2 (not measured without).
   p.cpu_l1_prefetch = !(cache == DecodeCache::kContiguous && group % 4 == 0 && !t.cpu_intel_cores &&
-                        !t.cpu_matrix_tiles && t.cpu_vector_lanes >= 16 && !pipelined);
+                        !t.cpu_matrix_tiles && t.cpu_vector_lanes >= 16);
   if (!p.cpu_l1_prefetch) {
     reasons.push_back("prefetch: rows reach L1 on demand from the L2 stream (no L1 prefetch: on AMD cores the "
                       "group bodies read the stream faster without it)");
