@@ -88,7 +88,9 @@ void add_target(Rows& rows, const Target& t) {
   rows.emplace_back("target", text);
 }
 
-void add_partition(Rows& rows, const WorkPartition& p) {
+// backend: which backend's flags apply (the L2 policy is CUDA's, the L1 prefetch the CPU's); seed
+// 004's work plan has none.
+void add_partition(Rows& rows, const WorkPartition& p, const Backend* backend = nullptr) {
   rows.emplace_back("family", to_string(p.family));
   rows.emplace_back("tiles", std::to_string(p.tile_count) + " of " + std::to_string(p.tile_size) + " keys");
   rows.emplace_back("sequence splits", std::to_string(p.sequence_splits) + " (" + std::to_string(p.tiles_per_split) +
@@ -103,9 +105,13 @@ void add_partition(Rows& rows, const WorkPartition& p) {
     rows.emplace_back("split merge", "in clusters of " + std::to_string(p.merge_cluster) + " blocks (distributed shared memory)");
   }
   if (p.family == KernelFamily::kSplitKvDecode) {
-    rows.emplace_back("K/V L2 policy", p.kv_evict_first ? "evict first" : "evict normal");
+    if (backend != nullptr && *backend == Backend::kCuda) {
+      rows.emplace_back("K/V L2 policy", p.kv_evict_first ? "evict first" : "evict normal");
+    }
     if (p.resident_blocks > 0) rows.emplace_back("blocks per SM", std::to_string(p.resident_blocks));
-    if (!p.cpu_l1_prefetch) rows.emplace_back("L1 prefetch", "none (rows come from the L2 stream)");
+    if (backend != nullptr && *backend == Backend::kCpu && !p.cpu_l1_prefetch) {
+      rows.emplace_back("L1 prefetch", "none (rows come from the L2 stream)");
+    }
   }
   if (p.family == KernelFamily::kWarpSpecializedWgmma) {
     rows.emplace_back("persistent walk", std::to_string(p.tiles_per_unit) + " query tile(s) per unit, groups of " +
@@ -218,7 +224,7 @@ std::string to_table(const DecodePlan& plan) {
   rows.emplace_back("dtypes", "q " + dt(p.q_dtype) + ", kv " + dt(p.kv_dtype) + ", out " + dt(p.out_dtype));
   rows.emplace_back("options", options_text(p.options, p.effective_scale()));
   add_target(rows, plan.target);
-  add_partition(rows, plan.partition);
+  add_partition(rows, plan.partition, &plan.target.backend);
   add_evidence(rows, plan.evidence);
   add_reasons(rows, plan.reasons);
   return table(rows);
@@ -235,7 +241,7 @@ std::string to_table(const PrefillPlan& plan) {
   rows.emplace_back("dtypes", "q/k/v " + dt(p.dtype) + ", out " + dt(p.out_dtype));
   rows.emplace_back("options", options_text(p.options, p.effective_scale()));
   add_target(rows, plan.target);
-  add_partition(rows, plan.partition);
+  add_partition(rows, plan.partition, &plan.target.backend);
   add_evidence(rows, plan.evidence);
   add_reasons(rows, plan.reasons);
   return table(rows);

@@ -31,7 +31,7 @@ void expect_partition_matches(const json& j, const WorkPartition& p) {
   EXPECT_EQ(j.at("packed_heads").get<std::uint32_t>(), p.packed_heads);
   for (const char* key : {"tiles_per_split", "rows_per_block", "workgroups_per_row", "workgroup_lanes", "warp_lanes",
                           "warps_per_block", "q_scratch_elements", "score_scratch_elements", "o_acc_scratch_elements",
-                          "split_reduce_scratch_elements", "pipeline_stages"}) {
+                          "split_reduce_scratch_elements", "pipeline_stages", "kv_evict_first", "cpu_l1_prefetch"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
 }
@@ -102,6 +102,17 @@ TEST(Print, DecodePlanJsonHasEveryField) {
       << to_table(on_intel);
   EXPECT_TRUE(json::parse(to_json(on_intel)).at("target").at("cpu_intel_cores").get<bool>());
   EXPECT_EQ(to_table(plan).find("Intel cores"), std::string::npos);
+  // Each backend's own flags only: the CPU table shows the L1 prefetch (off on these AMD-like
+  // cores) and no L2 policy, which is CUDA's.
+  EXPECT_FALSE(j.at("partition").at("cpu_l1_prefetch").get<bool>());
+  EXPECT_NE(to_table(plan).find("L1 prefetch"), std::string::npos) << to_table(plan);
+  EXPECT_EQ(to_table(plan).find("K/V L2 policy"), std::string::npos) << to_table(plan);
+  EXPECT_EQ(to_table(on_intel).find("L1 prefetch"), std::string::npos) << to_table(on_intel);
+  Target gpu;
+  gpu.backend = Backend::kCuda;
+  const std::string on_gpu = to_table(plan_decode(p, gpu));
+  EXPECT_NE(on_gpu.find("K/V L2 policy"), std::string::npos) << on_gpu;
+  EXPECT_EQ(on_gpu.find("L1 prefetch"), std::string::npos) << on_gpu;
 }
 
 TEST(Print, PrefillPlanJsonHasEveryField) {
