@@ -353,21 +353,27 @@ PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Targe
   return plan;
 }
 
+namespace detail {
+PrefillProblem extend_as_prefill(const ExtendProblem& e) {
+  PrefillProblem pre;
+  pre.batch = e.batch;
+  pre.num_heads = e.num_heads;
+  pre.kv_heads = e.kv_heads;
+  pre.head_dim = e.head_dim;
+  pre.q_len = e.max_q_len;
+  pre.kv_len = e.kv_len;
+  pre.causal = true;
+  pre.dtype = e.kv_dtype;
+  pre.out_dtype = e.out_dtype;
+  pre.options = e.options;
+  return pre;
+}
+}  // namespace detail
+
 ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   const char* ctx = "plan_extend";
   problem.validate();
-  // The padded equivalent: every sequence with max_q_len rows at the end of kv_len keys.
-  PrefillProblem pre;
-  pre.batch = problem.batch;
-  pre.num_heads = problem.num_heads;
-  pre.kv_heads = problem.kv_heads;
-  pre.head_dim = problem.head_dim;
-  pre.q_len = problem.max_q_len;
-  pre.kv_len = problem.kv_len;
-  pre.causal = true;
-  pre.dtype = problem.kv_dtype;
-  pre.out_dtype = problem.out_dtype;
-  pre.options = problem.options;
+  PrefillProblem pre = detail::extend_as_prefill(problem);
   // The CPU widens an e4m3 pool's rows to f16 (exact) as it gathers them, so its bodies and tiles
   // are f16's; the evidence counts the bytes memory holds (q in its dtype, the pool's 1 per element).
   const bool cpu_widens = target.backend == Backend::kCpu && is_fp8(problem.kv_dtype);

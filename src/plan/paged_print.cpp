@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnkit/paged.hpp"
+#include "plan/rules.hpp"
 
 namespace attnkit {
 namespace {
@@ -20,28 +21,12 @@ std::string header(const char* job, const PagedCacheSpec& c, const PlanBounds& b
          std::to_string(b.max_total_q) + ", workspace " + std::to_string(b.workspace_bytes) + " bytes\n";
 }
 
-// Extend is planned and costed as the causal prefill of max_q_len rows against kv_len keys.
-PrefillProblem as_prefill(const ExtendProblem& e) {
-  PrefillProblem pre;
-  pre.batch = e.batch;
-  pre.num_heads = e.num_heads;
-  pre.kv_heads = e.kv_heads;
-  pre.head_dim = e.head_dim;
-  pre.q_len = e.max_q_len;
-  pre.kv_len = e.kv_len;
-  pre.causal = true;
-  pre.dtype = e.kv_dtype;
-  pre.out_dtype = e.out_dtype;
-  pre.options = e.options;
-  return pre;
-}
-
 DecodePlan flat_plan(const PagedDecodePlan& plan) {
   return {plan.problem.as_decode(), plan.target, plan.partition, plan.evidence, plan.reasons};
 }
 
 PrefillPlan flat_plan(const ExtendPlan& plan) {
-  return {as_prefill(plan.problem), plan.target, plan.partition, plan.evidence, plan.reasons};
+  return {detail::extend_as_prefill(plan.problem), plan.target, plan.partition, plan.evidence, plan.reasons};
 }
 
 std::string dt(DType t) { return std::string(dtype_name(t)); }

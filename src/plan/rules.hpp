@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/paged.hpp"
 #include "attnkit/plan.hpp"
 
 namespace attnkit::detail {
@@ -48,5 +49,9 @@ bool cuda_decode_streams_full_waves(std::int64_t kv_bytes, std::int64_t blocks_p
 
 // The CPU has no e4m3 prefill: its planner and cpu::prefill both reject it with this Error.
 void require_cpu_prefill_dtype(DType dtype, const char* context);
+
+// Extend as the padded causal prefill it is planned, costed and printed as: every sequence with
+// max_q_len rows at the end of kv_len keys, in the pool's dtype (paged_plan.cpp).
+PrefillProblem extend_as_prefill(const ExtendProblem& e);
 
 }  // namespace attnkit::detail
