@@ -1,6 +1,6 @@
 // The prefill sweep as a standalone program, the CMake target attnkit_prefill_bench (the device
 // scripts' prefill step): `attnkit_prefill_bench [--quick] [--also-tiled] [--head-dim D]
-// [--min-seq S] [--max-seq S]` prints the sweep's rows as JSON lines.
+// [--min-seq S] [--max-seq S] [--non-causal]` prints the sweep's rows as JSON lines.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) options.repetitions = 10;
     if (std::strcmp(argv[i], "--also-tiled") == 0) also_tiled = true;  // the fallback family, same run
+    if (std::strcmp(argv[i], "--non-causal") == 0) std::erase_if(cases, [](const Case& c) { return c.causal; });
     if (std::strcmp(argv[i], "--head-dim") == 0 && i + 1 < argc) head_dim = std::atol(argv[++i]);
     if (std::strcmp(argv[i], "--max-seq") == 0 && i + 1 < argc) {
       const long s = std::atol(argv[++i]);
