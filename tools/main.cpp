@@ -5,8 +5,12 @@
 #include <iostream>
 #include <string>
 
+#include "attnkit/context_parallel.hpp"
+#include "attnkit/cuda.hpp"
 #include "attnkit/error.hpp"
+#include "attnkit/version.hpp"
 #include "bench_command.hpp"
+#include "build_info.hpp"
 #include "check_command.hpp"
 #include "plan_command.hpp"
 
@@ -33,11 +37,20 @@ std::string quoted_command(int argc, char** argv) {
   return text;
 }
 
+// `attnkit --version`: what a bug report needs to name the build.
+std::string version_text() {
+  std::string text = std::string("attnkit ") + ATTNKIT_VERSION_STRING + "\ncommit   " + attnkit::cli::git_commit();
+  text += attnkit::cuda::built() ? std::string("\ncuda     built (") + ATTNKIT_CLI_CUDA_ARCHS + ")" : "\ncuda     not built";
+  text += attnkit::cuda::nccl_built() ? "\nnccl     built (multi-GPU context-parallel decode)" : "\nnccl     not built";
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"attnkit: plan, check and benchmark attention kernels for LLM inference"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text());
   int exit_code = 0;
   attnkit::cli::add_plan_command(app);
   attnkit::cli::add_check_command(app, exit_code);

@@ -13,3 +13,4 @@
 #include "attnkit/tensor.hpp"
 #include "attnkit/tensors.hpp"
 #include "attnkit/validate.hpp"
+#include "attnkit/version.hpp"

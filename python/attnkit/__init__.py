@@ -24,7 +24,7 @@ from ._ops import (append_kv, apply_rope, decode, extend, fused_rope_append_deco
 from ._plan import Plan, plan_decode, plan_extend, plan_paged_decode, plan_prefill
 from ._sdpa import clear_plan_cache, sdpa
 
-__version__ = "0.1.0"
+__version__: str = _attnkit.__version__  # include/attnkit/version.hpp
 
 __all__ = [
     "Error", "Plan", "Target",

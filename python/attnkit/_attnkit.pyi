@@ -4,6 +4,8 @@ from typing import Any, Optional
 
 Array = Any
 
+__version__: str  # include/attnkit/version.hpp
+
 class Error(ValueError):
     """A rejected call: "<context>: <problem>. Fix: <how to fix>"."""
 

@@ -459,3 +459,16 @@ def test_advise_huge_pages_keeps_contents(rng):
     if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):  # a Linux kernel with THP
         assert advised
     np.testing.assert_array_equal(cache, before)
+
+
+# ---------------------------------------------------------------- version
+
+def test_version_is_the_headers_and_the_installed_metadata():
+    import importlib.metadata
+    import pathlib
+    import re
+    assert re.fullmatch(r"\d+\.\d+\.\d+", attnkit.__version__)
+    assert importlib.metadata.version("attnkit") == attnkit.__version__
+    header = pathlib.Path(__file__).resolve().parents[2] / "include" / "attnkit" / "version.hpp"
+    if header.exists():  # a source checkout
+        assert f'#define ATTNKIT_VERSION_STRING "{attnkit.__version__}"' in header.read_text()
