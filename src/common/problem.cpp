@@ -5,6 +5,7 @@
 
 #include "attnkit/error.hpp"
 #include "common/size_checks.hpp"
+#include "common/window_begin.hpp"
 
 namespace attnkit {
 namespace {
@@ -110,7 +111,7 @@ void PrefillProblem::validate() const {
 KeyRange visible_keys(std::int64_t query_pos, std::int64_t kv_len, bool causal, std::int64_t window) {
   KeyRange r{0, kv_len};
   if (causal) r.end = std::min(kv_len, query_pos + 1);
-  if (window > 0) r.begin = std::max<std::int64_t>(0, query_pos - window + 1);
+  r.begin = detail::window_begin(query_pos, window);
   if (r.end < r.begin) r.end = r.begin;
   return r;
 }

@@ -31,6 +31,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/window_begin.hpp"
+
 namespace attnkit::cpu::detail::ATTNKIT_ISA_NS {
 
 // The tile registers' shapes (palette 1): eight tiles of 16 rows x 64 bytes. Tiles 0-3 hold
@@ -349,14 +351,13 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
   const V key_end = Vec::set1(static_cast<float>(j0 + n));
   // Keys of the vector at tile offset v that row position `pos` sees (all 16 when no edge crosses it).
   auto visible = [&](std::int64_t v, std::int64_t pos) -> __mmask16 {
-    const std::int64_t key0 = j0 + v;
-    const bool crosses = key0 + 16 > j0 + n || (t.causal && key0 + 15 > pos) ||
-                         (t.window > 0 && key0 < pos - t.window + 1);
+    const std::int64_t key0 = j0 + v, first_key = attnkit::detail::window_begin(pos, t.window);
+    const bool crosses = key0 + 16 > j0 + n || (t.causal && key0 + 15 > pos) || key0 < first_key;
     if (!crosses) return 0xFFFF;
     const V key = Vec::add(Vec::set1(static_cast<float>(key0)), lane), p = Vec::set1(static_cast<float>(pos));
     __mmask16 m = _mm512_cmp_ps_mask(key, key_end, _CMP_LT_OQ);
     if (t.causal) m &= _mm512_cmp_ps_mask(key, p, _CMP_LE_OQ);
-    if (t.window > 0) m &= _mm512_cmp_ps_mask(key, Vec::set1(static_cast<float>(pos - t.window + 1)), _CMP_GE_OQ);
+    if (first_key > 0) m &= _mm512_cmp_ps_mask(key, Vec::set1(static_cast<float>(first_key)), _CMP_GE_OQ);
     return m;
   };
   for (std::int64_t h = 0; h < 32; h += 16) {

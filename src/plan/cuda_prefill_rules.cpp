@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attnkit/error.hpp"
+#include "common/window_begin.hpp"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_hopper/hopper_walk.hpp"
@@ -220,7 +221,7 @@ double padded_tile_work(const PrefillProblem& p, const cuda_prefill_hopper::Hopp
   double total = 0;
   for (std::int64_t m0 = 0; m0 < p.q_len; m0 += rows) {
     const std::int64_t first = m0 + offset, last = std::min(p.q_len, m0 + rows) - 1 + offset;
-    const std::int64_t lo = p.options.window > 0 ? std::max<std::int64_t>(0, first - p.options.window + 1) : 0;
+    const std::int64_t lo = detail::window_begin(first, p.options.window);
     const std::int64_t hi = p.causal ? std::min(p.kv_len, last + 1) : p.kv_len;
     if (hi <= lo) continue;
     const std::int64_t tile_lo = lo / bc, tiles = (hi + bc - 1) / bc - tile_lo;

@@ -49,6 +49,17 @@ TEST(VisibleKeys, DecodeWindowSkipsKeysBeforeTotalMinusWindow) {
   EXPECT_EQ(visible_keys(9, 10, true, 1).size(), 1);
 }
 
+TEST(VisibleKeys, WindowsPastEveryPositionAreNoWindowWithoutOverflow) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  for (std::int64_t pos : {std::int64_t{-5}, std::int64_t{0}, std::int64_t{66}}) {  // q_len > kv_len: rows before 0
+    const KeyRange r = visible_keys(pos, 67, false, kMax);
+    EXPECT_EQ(r.begin, 0) << pos;
+    EXPECT_EQ(r.end, 67) << pos;
+  }
+  EXPECT_EQ(visible_keys(kMax - 1, kMax, true, kMax).begin, 0);
+  EXPECT_EQ(visible_keys(kMax - 1, kMax, true, 2).begin, kMax - 2);
+}
+
 TEST(VisibleKeys, CausalIsBottomRightAligned) {
   // q_len 2 against kv_len 5: row 0 sits at absolute position 3.
   KeyRange r = visible_keys(0 + (5 - 2), 5, true, 0);

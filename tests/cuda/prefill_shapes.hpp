@@ -5,6 +5,7 @@
 // length-1 sequences, key splits, soft-cap, large-magnitude scores.
 #pragma once
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -29,11 +30,16 @@ struct PrefillShape {
 
 inline std::vector<PrefillShape> prefill_shapes() {
   using enum DType;
+  constexpr std::int64_t kUnboundedWindow = std::numeric_limits<std::int64_t>::max();
   return {
       {"causal_square_gqa1_d64_bf16", 2, 8, 8, 64, 200, 200, true, kBF16, kBF16},
       {"causal_q_lt_kv_gqa4_d128_f16_out_f32", 1, 16, 4, 128, 77, 333, true, kF16, kF32},
       {"noncausal_gqa8_d96_bf16", 3, 8, 1, 96, 130, 130, false, kBF16, kBF16},
       {"noncausal_q_gt_kv_d128_bf16", 1, 4, 2, 128, 150, 67, false, kBF16, kBF16},
+      // Windows past every position are no window, also at the negative positions of q_len > kv_len.
+      {"noncausal_q_gt_kv_unbounded_window_d128_bf16", 1, 4, 2, 128, 150, 67, false, kBF16, kBF16, kUnboundedWindow},
+      {"noncausal_q_gt_kv_unbounded_window_d64_f16", 1, 4, 1, 64, 200, 90, false, kF16, kF16, kUnboundedWindow},
+      {"causal_unbounded_window_d256_bf16", 1, 4, 2, 256, 100, 257, true, kBF16, kBF16, kUnboundedWindow},
       {"causal_window50_d128_bf16", 1, 4, 4, 128, 300, 300, true, kBF16, kBF16, 50},
       {"noncausal_window70_d256_bf16", 1, 2, 1, 256, 100, 257, false, kBF16, kBF16, 70},
       {"causal_window_q_lt_kv_d256_f16", 2, 4, 1, 256, 45, 190, true, kF16, kF16, 33},

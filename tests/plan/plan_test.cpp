@@ -2,6 +2,8 @@
 // the partition the backend's rules chose (the CPU rules; the CUDA ones are checked where they exist).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <functional>
 #include <span>
 #include <string>
@@ -401,6 +403,29 @@ TEST(PlanGpu, PrefillPaddedWorkCountsEachWarpgroupsLiveKeyTiles) {
   p.causal = false;  // nothing to skip: every warpgroup walks all 16 tiles of all 11 blocks
   const PrefillPlan full = plan_prefill(p, known_target("h200"), KernelFamily::kWarpSpecializedWgmma);
   EXPECT_TRUE(has(full, "padded tile work 4325376 vs 4194304")) << to_table(full);
+}
+
+// A window past every position is no window, also where q_len > kv_len puts the first rows at
+// negative positions (the padded-work count overflowed there for windows near 2^63: a planner-fuzzer
+// finding); the plan is the unwindowed one's.
+TEST(PlanGpu, PrefillWindowsBeyondEveryPositionPlanAsNoWindow) {
+  for (std::int64_t head_dim : {64, 128, 256}) {
+    PrefillProblem p;
+    p.head_dim = head_dim;
+    p.q_len = 5000;
+    p.kv_len = 300;
+    p.causal = false;  // (causal needs q_len <= kv_len)
+    const PrefillPlan none = plan_prefill(p, known_target("h200"));
+    for (std::int64_t window : {std::int64_t{5000}, std::int64_t{1} << 40, std::numeric_limits<std::int64_t>::max()}) {
+      p.options.window = window;
+      const PrefillPlan wide = plan_prefill(p, known_target("h200"));
+      EXPECT_EQ(wide.partition.family, none.partition.family) << window << to_table(wide);
+      EXPECT_EQ(wide.partition.rows_per_block, none.partition.rows_per_block) << window;
+      EXPECT_EQ(wide.partition.tile_size, none.partition.tile_size) << window;
+      EXPECT_EQ(wide.evidence.matmul_flops, none.evidence.matmul_flops) << window;
+      EXPECT_EQ(wide.evidence.traffic.global_read_bytes, none.evidence.traffic.global_read_bytes) << window;
+    }
+  }
 }
 
 // The evidence's shared bytes are what the Hopper kernel reserves (hopper_config.hpp), ring,

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "common/attention_sinks.hpp"
+#include "common/window_begin.hpp"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kSimtWarpsPerBlock * 32) simt_tiled_prefill_ke
   }
 
   const std::int64_t shift = static_cast<std::int64_t>(e.kv_len) - e.q_len;  // bottom-right causal
-  auto visible_lo = [&](std::int64_t pos) { return p.window > 0 ? max_i64(0, pos - p.window + 1) : std::int64_t{0}; };
+  auto visible_lo = [&](std::int64_t pos) { return attnkit::detail::window_begin(pos, p.window); };
   auto visible_hi = [&](std::int64_t pos) { return p.causal ? min_i64(e.kv_len, pos + 1) : std::int64_t{e.kv_len}; };
   const std::int64_t pos = r + shift;
   const std::int64_t lo = row_live ? visible_lo(pos) : 0, hi = row_live ? visible_hi(pos) : 0;

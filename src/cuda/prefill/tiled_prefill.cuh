@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "common/attention_sinks.hpp"
+#include "common/window_begin.hpp"
 #include "cuda/prefill/mma_primitives.cuh"
 #include "cuda/prefill/prefill_config.hpp"
 #include "cuda/prefill/prefill_params.cuh"
@@ -54,7 +55,7 @@ struct RowKeys {
 __device__ inline RowKeys row_keys(const PrefillParams& p, int kv_len, std::int64_t pos) {
   RowKeys r;
   const std::int64_t hi = p.causal ? min_i64(kv_len - 1, pos) : kv_len - 1;
-  const std::int64_t lo = p.window > 0 ? max_i64(0, pos - p.window + 1) : 0;
+  const std::int64_t lo = attnkit::detail::window_begin(pos, p.window);
   r.hi = static_cast<int>(max_i64(hi, -1));
   r.lo = static_cast<int>(min_i64(lo, static_cast<std::int64_t>(kv_len)));
   return r;
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
 
   // Keys any row of this block can see, as a tile range (then this split's share of it).
   const std::int64_t first_pos = m0 + offset, last_pos = m0 + rows_here - 1 + offset;
-  const std::int64_t key_lo = p.window > 0 ? max_i64(0, first_pos - p.window + 1) : 0;
+  const std::int64_t key_lo = attnkit::detail::window_begin(first_pos, p.window);
   const std::int64_t key_hi = p.causal ? min_i64(e.kv_len, last_pos + 1) : e.kv_len;
   int tile_lo = 0, tile_hi = 0;
   if (key_hi > key_lo) {
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(Warps * 32, 1) tiled_prefill_kernel(const Pref
       }
       // Mask only tiles some row cannot fully see (one uniform branch per tile).
       const bool needs_mask = key0 + Bc > e.kv_len || (p.causal && key0 + Bc - 1 > first_pos) ||
-                              (p.window > 0 && key0 < last_pos - p.window + 1);
+                              key0 < attnkit::detail::window_begin(last_pos, p.window);
       if (needs_mask) {
 #pragma unroll
         for (int mt = 0; mt < RowTiles; ++mt) {

@@ -46,6 +46,7 @@
 #include <cstdint>
 
 #include "common/attention_sinks.hpp"
+#include "common/window_begin.hpp"
 #include "cuda/common/fast_divider.hpp"
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill_hopper/hopper_config.hpp"
@@ -135,7 +136,7 @@ __device__ inline WorkTile work_tile(const HopperParams& hp, TileCoord t) {
   const int rows_here = min(Br, w.e.q_len - w.m0);
   const std::int64_t offset = static_cast<std::int64_t>(w.e.kv_len) - w.e.q_len;
   const std::int64_t first_pos = w.m0 + offset, last_pos = w.m0 + rows_here - 1 + offset;
-  const std::int64_t key_lo = p.window > 0 ? cuda_prefill::max_i64(0, first_pos - p.window + 1) : 0;
+  const std::int64_t key_lo = attnkit::detail::window_begin(first_pos, p.window);
   const std::int64_t key_hi = p.causal ? cuda_prefill::min_i64(w.e.kv_len, last_pos + 1) : w.e.kv_len;
   if (key_hi > key_lo) {
     w.tile_lo = static_cast<int>(key_lo / Bc);
@@ -569,7 +570,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         const std::int64_t wg_first = static_cast<std::int64_t>(w.m0) + wg_row + w.e.kv_len - w.e.q_len;
         std::int64_t last_key0 = w.e.kv_len - Bc;  // the largest unmasked tile start
         if (p.causal) last_key0 = cuda_prefill::min_i64(last_key0, wg_first - Bc + 1);
-        const std::int64_t first_key0 = p.window > 0 ? wg_first + wg_rows - 1 - p.window + 1 : 0;
+        const std::int64_t first_key0 = attnkit::detail::window_begin(wg_first + wg_rows - 1, p.window);
         const auto floor_div = [](std::int64_t a) { return a >= 0 ? a / Bc : -((-a + Bc - 1) / Bc); };
         free_hi = static_cast<int>(cuda_prefill::max_i64(-1, floor_div(last_key0) - w.tile_lo));
         free_lo = static_cast<int>(cuda_prefill::min_i64(n, cuda_prefill::max_i64(0, -floor_div(-first_key0) - w.tile_lo)));
