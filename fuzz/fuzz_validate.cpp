@@ -114,7 +114,8 @@ TensorView make_view(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng, co
     arena.all_backed = false;
     return t;
   }
-  const std::size_t offset = where == 2 && strict_mode() ? in.ConsumeIntegralInRange<std::size_t>(1, esize - 1)
+  // (A partial-element offset needs elements of 2+ bytes: e4m3 pools have 1.)
+  const std::size_t offset = where == 2 && strict_mode() && esize > 1 ? in.ConsumeIntegralInRange<std::size_t>(1, esize - 1)
                                                          : esize * in.ConsumeIntegralInRange<std::size_t>(0, 3);
   std::uint8_t* base = arena.allocate(offset + static_cast<std::size_t>(span) * esize);
   t.data = base + offset;
