@@ -639,7 +639,7 @@ void prefill_typed(const PrefillTask& t) {
         for (std::int64_t j = c.lo; j < c.hi; ++j) {
           V x = Vec::load(L.s + j * L.rs + r);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
-          if (c.masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
+          if (c.masked) x = mask_key(x, pos, j0 + j - t.first_position, t.causal, t.window);
           if (t.softcap > 0 || c.masked) Vec::store(L.s + j * L.rs + r, x);
           mx = Vec::max(mx, x);
         }

@@ -26,6 +26,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -348,16 +349,17 @@ void softmax_amx(const PrefillTask& t, const PrefillLayoutAmx& L, float* scores,
   const V c = Vec::set1(t.scale * kLog2e), scale = Vec::set1(t.scale), log2e = Vec::set1(kLog2e);
   const V lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const V neg_inf = Vec::set1(kNegInf);
-  const V key_end = Vec::set1(static_cast<float>(j0 + n));
   // Keys of the vector at tile offset v that row position `pos` sees (all 16 when no edge crosses it).
+  // Each edge is taken relative to the vector's first key in integers and clamped to a lane bound,
+  // so the lane compares stay exact at any position (an f32 position past 2^24 is not).
   auto visible = [&](std::int64_t v, std::int64_t pos) -> __mmask16 {
     const std::int64_t key0 = j0 + v, first_key = attnkit::detail::window_begin(pos, t.window);
     const bool crosses = key0 + 16 > j0 + n || (t.causal && key0 + 15 > pos) || key0 < first_key;
     if (!crosses) return 0xFFFF;
-    const V key = Vec::add(Vec::set1(static_cast<float>(key0)), lane), p = Vec::set1(static_cast<float>(pos));
-    __mmask16 m = _mm512_cmp_ps_mask(key, key_end, _CMP_LT_OQ);
-    if (t.causal) m &= _mm512_cmp_ps_mask(key, p, _CMP_LE_OQ);
-    if (first_key > 0) m &= _mm512_cmp_ps_mask(key, Vec::set1(static_cast<float>(first_key)), _CMP_GE_OQ);
+    auto lanes = [](std::int64_t x) { return Vec::set1(static_cast<float>(std::clamp<std::int64_t>(x, -1, 17))); };
+    __mmask16 m = _mm512_cmp_ps_mask(lane, lanes(j0 + n - key0), _CMP_LT_OQ);
+    if (t.causal) m &= _mm512_cmp_ps_mask(lane, lanes(pos - key0), _CMP_LE_OQ);
+    if (first_key > key0) m &= _mm512_cmp_ps_mask(lane, lanes(first_key - key0), _CMP_GE_OQ);
     return m;
   };
   for (std::int64_t h = 0; h < 32; h += 16) {

@@ -454,7 +454,7 @@ void prefill_bf16_typed(const PrefillTask& t) {
         for (std::int64_t j = 0; j < n; ++j) {
           V x = Vec::mul(Vec::load(L.s + j * L.rs + r), scale);
           if (t.softcap > 0) x = softcap_v(x, t.softcap);
-          if (masked) x = mask_key(x, pos, j0 + j, t.causal, t.window);
+          if (masked) x = mask_key(x, pos, j0 + j - t.first_position, t.causal, t.window);
           Vec::store(L.s + j * L.rs + r, x);
           mx = Vec::max(mx, x);
         }

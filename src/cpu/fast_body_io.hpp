@@ -11,6 +11,8 @@
 #endif
 #pragma once
 
+#include <algorithm>
+
 #include "common/attention_sinks.hpp"
 #include "cpu/prefetch_rows.hpp"
 
@@ -71,13 +73,19 @@ inline RaisedMax raise_max(float m, float tile_max, float* acc, std::int64_t dp)
 // against 0 instead, so e^(s - max) gives 0, not NaN.
 inline V usable_max(V mx) { return Vec::select_lt(mx, Vec::set1(-3.0e38f), Vec::zero(), mx); }
 
-// Score x of key `key` for query rows at positions `pos` (lanes), -inf where the key is masked:
-// after the query (causal) or before its window.
-inline V mask_key(V x, V pos, std::int64_t key, bool causal, std::int64_t window) {
-  const V k = Vec::set1(static_cast<float>(key));
+// Score x of a key for query rows (lanes), -inf where the key is masked: after the query (causal) or
+// before its window. Rows and the key are given as offsets from the block's first position (`row`:
+// 0, 1, ...; `key`: the key's position minus it, in exact integer arithmetic), since an f32 holds
+// every integer only up to 2^24: absolute positions past it rounded a key onto its neighbour's
+// position (tests/cpu/prefill_far_positions_test.cpp). Offsets that large are far from every row,
+// so their rounding cannot change a comparison.
+inline V mask_key(V x, V row, std::int64_t key, bool causal, std::int64_t window) {
   const V neg_inf = Vec::set1(kNegInf);
-  if (causal) x = Vec::select_lt(pos, k, neg_inf, x);
-  if (window > 0) x = Vec::select_lt(k, Vec::add(pos, Vec::set1(static_cast<float>(1 - window))), neg_inf, x);
+  if (causal) x = Vec::select_lt(row, Vec::set1(static_cast<float>(key)), neg_inf, x);  // row < key
+  if (window > 0) {  // key < row - window + 1, i.e. key + window - 1 < row (windows past 2^40 see every key)
+    const std::int64_t reach = key + std::min<std::int64_t>(window, std::int64_t{1} << 40) - 1;
+    x = Vec::select_lt(Vec::set1(static_cast<float>(reach)), row, neg_inf, x);
+  }
   return x;
 }
 
@@ -114,7 +122,7 @@ inline BlockKeys row_span_keys(const PrefillTask& t, std::int64_t first, std::in
 }
 
 // Empty state for the block's group x rp rows: o = 0 (o_per_head floats per head), m = -inf, l = 0,
-// and the rows' positions (as floats, for the lane masks).
+// and the rows' offsets from the block's first position (as floats, for mask_key's lanes).
 inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int64_t o_per_head, float* o, float* m,
                                 float* l, float* pos) {
   for (std::int64_t i = 0; i < t.group * o_per_head; ++i) o[i] = 0.0f;
@@ -122,7 +130,7 @@ inline void start_prefill_state(const PrefillTask& t, std::int64_t rp, std::int6
     m[i] = kNegInf;
     l[i] = 0.0f;
   }
-  for (std::int64_t i = 0; i < rp; ++i) pos[i] = static_cast<float>(t.first_position + i);
+  for (std::int64_t i = 0; i < rp; ++i) pos[i] = static_cast<float>(i);
 }
 
 // ---------------------------------------------------------------------------------------------

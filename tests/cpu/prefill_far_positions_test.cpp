@@ -1,0 +1,95 @@
+// Prefill rows at positions past 2^24, where an f32 no longer holds every integer: the masks of the
+// causal diagonal and the window's start must stay exact there (a query must not see the key after
+// it, nor the one before its window). K and V span kv_len = 2^25 + 77 rows of a reserved address
+// range of which only the rows near the window are mapped, so a read of any other key faults.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "attnkit/attnkit.hpp"
+#include "cpu/fast_isa.hpp"
+#include "cuda/prefill_shapes.hpp"
+#include "isa_scope.hpp"
+
+namespace attnkit::testing {
+namespace {
+
+using cpu::simd::Isa;
+
+// [rows, head_dim] of one KV head in a PROT_NONE reservation; rows [mapped_from, rows) readable.
+class SparseRows {
+ public:
+  SparseRows(DType dtype, std::int64_t rows, std::int64_t head_dim, std::int64_t mapped_from, std::mt19937_64& rng)
+      : dtype_(dtype) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t row_bytes = static_cast<std::size_t>(head_dim) * dtype_size(dtype);
+    bytes_ = (static_cast<std::size_t>(rows) * row_bytes + page - 1) / page * page;
+    base_ = mmap(nullptr, bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base_ == MAP_FAILED) throw std::runtime_error("mmap of the reservation failed");
+    const std::size_t from = static_cast<std::size_t>(mapped_from) * row_bytes / page * page;
+    if (mprotect(static_cast<char*>(base_) + from, bytes_ - from, PROT_READ | PROT_WRITE) != 0)
+      throw std::runtime_error("mprotect of the mapped rows failed");
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::int64_t i = mapped_from * head_dim; i < rows * head_dim; ++i)
+      store_from_float(base_, dtype, static_cast<std::size_t>(i), normal(rng));
+    view = TensorView::contiguous(base_, dtype, {1, 1, rows, head_dim});
+  }
+  ~SparseRows() { munmap(base_, bytes_); }
+  SparseRows(const SparseRows&) = delete;
+  SparseRows& operator=(const SparseRows&) = delete;
+
+  TensorView view;
+
+ private:
+  DType dtype_;
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+TEST(PrefillFarPositions, CausalAndWindowMasksStayExactPast2To24) {
+  constexpr std::int64_t kKvLen = (std::int64_t{1} << 25) + 77, kQLen = 37, kWindow = 50, kHeadDim = 64;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (bool causal : {true, false}) {
+      const std::uint64_t seed = fresh_seed();
+      std::mt19937_64 rng(seed);
+      PrefillProblem p;
+      p.batch = 1;
+      p.num_heads = 4;
+      p.kv_heads = 1;
+      p.head_dim = kHeadDim;
+      p.q_len = kQLen;
+      p.kv_len = kKvLen;
+      p.causal = causal;
+      p.dtype = p.out_dtype = dtype;
+      p.options.window = kWindow;
+      // The first row's window starts at kv_len - q_len - window + 1; a margin of rows before it.
+      const std::int64_t mapped_from = kKvLen - kQLen - kWindow - 256;
+      SparseRows k(dtype, kKvLen, kHeadDim, mapped_from, rng), v(dtype, kKvLen, kHeadDim, mapped_from, rng);
+      HostTensor q(dtype, {1, 4, kQLen, kHeadDim}), out(dtype, {1, 4, kQLen, kHeadDim}), lse(DType::kF32, {1, 4, kQLen});
+      fill_normal(q, rng, 1.0f);
+      const PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
+      const reference::Result golden = reference::prefill(p, t);
+      const std::string what = std::string(dtype_name(dtype)) + (causal ? " causal" : " non-causal") +
+                               " (ATTNKIT_TEST_SEED=" + std::to_string(seed) + ")";
+      for (KernelFamily family : {KernelFamily::kCooperativeTiled, KernelFamily::kScalarOnline}) {
+        const PrefillPlan plan = plan_prefill(p, cpu_target(2), family);
+        for (Isa isa : supported_isas()) {
+          ScopedIsa scoped(isa);
+          poison(out);
+          poison(lse);
+          cpu::prefill(plan, t);
+          EXPECT_EQ(prefill_parity_failure(out, golden.out, dtype), "")
+              << what << " " << to_string(family) << " isa=" << cpu::simd::isa_name(isa);
+          EXPECT_EQ(prefill_lse_failure(lse, golden.lse), "") << what << " " << to_string(family);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::testing
