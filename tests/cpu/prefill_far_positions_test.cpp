@@ -3,52 +3,20 @@
 // it, nor the one before its window). K and V span kv_len = 2^25 + 77 rows of a reserved address
 // range of which only the rows near the window are mapped, so a read of any other key faults.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <random>
-#include <stdexcept>
 #include <string>
 
 #include "attnkit/attnkit.hpp"
 #include "cpu/fast_isa.hpp"
 #include "cuda/prefill_shapes.hpp"
 #include "isa_scope.hpp"
+#include "support/sparse_rows.hpp"
 
 namespace attnkit::testing {
 namespace {
 
 using cpu::simd::Isa;
-
-// [rows, head_dim] of one KV head in a PROT_NONE reservation; rows [mapped_from, rows) readable.
-class SparseRows {
- public:
-  SparseRows(DType dtype, std::int64_t rows, std::int64_t head_dim, std::int64_t mapped_from, std::mt19937_64& rng)
-      : dtype_(dtype) {
-    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    const std::size_t row_bytes = static_cast<std::size_t>(head_dim) * dtype_size(dtype);
-    bytes_ = (static_cast<std::size_t>(rows) * row_bytes + page - 1) / page * page;
-    base_ = mmap(nullptr, bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base_ == MAP_FAILED) throw std::runtime_error("mmap of the reservation failed");
-    const std::size_t from = static_cast<std::size_t>(mapped_from) * row_bytes / page * page;
-    if (mprotect(static_cast<char*>(base_) + from, bytes_ - from, PROT_READ | PROT_WRITE) != 0)
-      throw std::runtime_error("mprotect of the mapped rows failed");
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (std::int64_t i = mapped_from * head_dim; i < rows * head_dim; ++i)
-      store_from_float(base_, dtype, static_cast<std::size_t>(i), normal(rng));
-    view = TensorView::contiguous(base_, dtype, {1, 1, rows, head_dim});
-  }
-  ~SparseRows() { munmap(base_, bytes_); }
-  SparseRows(const SparseRows&) = delete;
-  SparseRows& operator=(const SparseRows&) = delete;
-
-  TensorView view;
-
- private:
-  DType dtype_;
-  void* base_ = nullptr;
-  std::size_t bytes_ = 0;
-};
 
 TEST(PrefillFarPositions, CausalAndWindowMasksStayExactPast2To24) {
   constexpr std::int64_t kKvLen = (std::int64_t{1} << 25) + 77, kQLen = 37, kWindow = 50, kHeadDim = 64;
