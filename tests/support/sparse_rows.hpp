@@ -17,13 +17,13 @@ namespace attnkit::testing {
 
 class SparseRows {
  public:
-  SparseRows(DType dtype, std::int64_t rows, std::int64_t head_dim, std::int64_t mapped_from, std::mt19937_64& rng)
-      : row_bytes_(static_cast<std::size_t>(head_dim) * dtype_size(dtype)) {
+  SparseRows(DType dtype, std::int64_t rows, std::int64_t head_dim, std::int64_t mapped_from, std::mt19937_64& rng) {
+    const std::size_t row_bytes = static_cast<std::size_t>(head_dim) * dtype_size(dtype);
     const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    bytes_ = (static_cast<std::size_t>(rows) * row_bytes_ + page - 1) / page * page;
+    bytes_ = (static_cast<std::size_t>(rows) * row_bytes + page - 1) / page * page;
     base_ = mmap(nullptr, bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base_ == MAP_FAILED) throw std::runtime_error("mmap of the reservation failed");
-    mapped_offset_ = static_cast<std::size_t>(mapped_from) * row_bytes_ / page * page;
+    mapped_offset_ = static_cast<std::size_t>(mapped_from) * row_bytes / page * page;
     if (mprotect(static_cast<char*>(base_) + mapped_offset_, bytes_ - mapped_offset_, PROT_READ | PROT_WRITE) != 0)
       throw std::runtime_error("mprotect of the mapped rows failed");
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -42,7 +42,6 @@ class SparseRows {
   TensorView view;
 
  private:
-  std::size_t row_bytes_;
   void* base_ = nullptr;
   std::size_t bytes_ = 0, mapped_offset_ = 0;
 };
