@@ -68,6 +68,10 @@ struct KeyRange {
   std::int64_t size() const { return end > begin ? end - begin : 0; }
 };
 KeyRange visible_keys(std::int64_t query_pos, std::int64_t kv_len, bool causal, std::int64_t window);
+// The keys a decode query sees: the newest token (position len - 1) of a sequence of len keys,
+// within the window, from key_start on (left padding, DecodeTensors::key_starts); empty when
+// key_start >= len.
+KeyRange decode_keys(std::int64_t len, std::int64_t window, std::int64_t key_start = 0);
 
 // Rotary position embedding.
 enum class RopeStyle : std::uint8_t {

@@ -21,7 +21,15 @@ struct DecodeTensors {
   TensorView lse;      // optional f32 [batch, num_heads]: natural-log sum-exp of the scaled scores
   TensorView sinks = {};  // optional f32 [num_heads]: attention-sink logits (below)
   KvScales kv_scales = {};  // e4m3 caches only (above)
+  TensorView key_starts = {};  // optional i32 [batch]: left padding (below)
 };
+
+// Left-padded caches (FlashAttention's cache_leftpad; what a batch padded on the left, as Hugging
+// Face generation pads it, leaves in a cache): key_starts[b] is sequence b's first real key, so its
+// query sees keys [key_starts[b], lengths[b]) (within the window, which still counts back from the
+// query). A start at or past the length leaves no key: the row writes zeros and LSE -inf (or its
+// sink). Values 0..kv_len of the plan; on the device, where they are not checked before the launch,
+// they are clamped to [0, length]. Lives where the call runs, like lengths.
 
 // Attention sinks (gpt-oss; FlashAttention's "learnable sink"): sinks[h] is one more logit in the
 // softmax of every row of query head h, a key whose value is zero. So a row's output is

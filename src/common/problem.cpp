@@ -1,5 +1,6 @@
 #include "attnkit/problem.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -113,6 +114,12 @@ KeyRange visible_keys(std::int64_t query_pos, std::int64_t kv_len, bool causal, 
   if (causal) r.end = std::min(kv_len, query_pos + 1);
   r.begin = detail::window_begin(query_pos, window);
   if (r.end < r.begin) r.end = r.begin;
+  return r;
+}
+
+KeyRange decode_keys(std::int64_t len, std::int64_t window, std::int64_t key_start) {
+  KeyRange r = visible_keys(len - 1, len, true, window);
+  r.begin = std::max(r.begin, std::min(key_start, r.end));
   return r;
 }
 

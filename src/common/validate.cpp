@@ -291,9 +291,21 @@ void validate_decode(const DecodeProblem& p, const DecodeTensors& t, DeviceKind 
   check_exact(ctx, t.out, {"out", {B, H, D}}, p.out_dtype, device);
   check_exact(ctx, t.lse, {"lse", {B, H}, true}, DType::kF32, device);
   validate_sinks(t.sinks, H, device, ctx);
+  check_exact(ctx, t.key_starts, {"key_starts", {B}, true}, DType::kI32, device);
   check_same_gpu(ctx, {{"q", &t.q}, {"k_cache", &t.k_cache}, {"v_cache", &t.v_cache},
-                       {"lengths", &t.lengths}, {"out", &t.out}, {"lse", &t.lse}, {"sinks", &t.sinks}});
+                       {"lengths", &t.lengths}, {"out", &t.out}, {"lse", &t.lse}, {"sinks", &t.sinks},
+                       {"key_starts", &t.key_starts}});
   if (t.lengths.device == DeviceKind::kCpu) validate_lengths_host(t.lengths, B, p.kv_len, ctx);
+  if (!t.key_starts.empty() && t.key_starts.device == DeviceKind::kCpu) {
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t start = read_i32(t.key_starts, b);
+      if (!(start >= 0 && start <= p.kv_len))
+        fail(ctx,
+             "key_starts[" + std::to_string(b) + "]=" + std::to_string(start) + " is outside 0..kv_len=" +
+                 std::to_string(p.kv_len),
+             "pass each sequence's first real key (its left padding), 0 for a sequence without padding");
+    }
+  }
 }
 
 void validate_fp8_scales(const PrefillProblem& p, const Fp8Scales& scales, const char* context) {

@@ -126,7 +126,7 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       const std::int64_t split = task % splits, unit = task / splits;
       const std::int64_t b = unit / KH, kvh = unit % KH;
       const std::int64_t len = index_at(t.lengths, b);
-      const KeyRange range = visible_keys(len - 1, len, true, p.options.window);
+      const KeyRange range = decode_keys(len, p.options.window, t.key_starts.empty() ? 0 : index_at(t.key_starts, b));
       const std::int64_t begin = std::min(range.end, range.begin + split * keys_per_split);
       const std::int64_t end = std::min(range.end, begin + keys_per_split);
       const std::int64_t first_row = b * H + kvh * G;

@@ -85,6 +85,7 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
   require_host_input(ctx, "v_cache", t.v_cache, 4);
   require_host_input(ctx, "lengths", t.lengths, 1);
   if (!t.sinks.empty()) require_host_input(ctx, "sinks", t.sinks, 1);
+  if (!t.key_starts.empty()) require_host_input(ctx, "key_starts", t.key_starts, 1);
   validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   // e4m3 caches: stored values times their per-tensor scales (1 for other caches).
   const double k_scale = t.kv_scales.k, v_scale = t.kv_scales.v;
@@ -98,8 +99,10 @@ Result decode(const DecodeProblem& p, const DecodeTensors& t) {
     const std::int64_t len = read_i32(t.lengths, b);
     if (!(len >= 0 && len <= p.max_seq))
       fail(ctx, "lengths[" + std::to_string(b) + "] is outside 0..max_seq", "pass valid lengths");
-    // The query is the newest token: position len - 1, sees keys [len - window, len).
-    const KeyRange keys = visible_keys(len - 1, len, true, p.options.window);
+    // The query is the newest token: position len - 1, sees keys [len - window, len), from its
+    // first real key on.
+    const std::int64_t start = t.key_starts.empty() ? 0 : read_i32(t.key_starts, b);
+    const KeyRange keys = decode_keys(len, p.options.window, start);
     for (std::int64_t h = 0; h < H; ++h) {
       const std::int64_t kvh = h / group;
       for (std::int64_t d = 0; d < D; ++d) q[d] = element(t.q, offset3(t.q, b, h, d));

@@ -81,7 +81,7 @@ void scalar_online_decode(const DecodePlan& plan, const DecodeTensors& t) {
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t len = index_at(t.lengths, b);
     // The query is the newest token (position len - 1).
-    const KeyRange range = visible_keys(len - 1, len, true, p.options.window);
+    const KeyRange range = decode_keys(len, p.options.window, t.key_starts.empty() ? 0 : index_at(t.key_starts, b));
     for (std::int64_t h = 0; h < p.num_heads; ++h) {
       const std::int64_t kvh = h / group;
       load_row(t.q.data, t.q.dtype, b * t.q.strides[0] + h * t.q.strides[1], D, s.q.data());

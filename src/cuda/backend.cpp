@@ -185,7 +185,8 @@ void decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace,
   require_small_enough(plan, ctx);
   validate_decode(plan.problem, t, DeviceKind::kCuda);
   for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.k_cache, "k_cache"}, {&t.v_cache, "v_cache"},
-                            {&t.lengths, "lengths"}, {&t.out, "out"}, {&t.lse, "lse"}, {&t.sinks, "sinks"}}) {
+                            {&t.lengths, "lengths"}, {&t.out, "out"}, {&t.lse, "lse"}, {&t.sinks, "sinks"},
+                            {&t.key_starts, "key_starts"}}) {
     cuda_common::require_device_memory(*view, ctx, name);
   }
   cuda_common::require_vector_aligned(t.k_cache, ctx, "k_cache");
@@ -193,6 +194,7 @@ void decode(const DecodePlan& plan, const DecodeTensors& t, Workspace workspace,
   DecodeParams p = base_params(plan);
   set_io(p, t.q, t.k_cache, t.v_cache, t.out, t.lse, t.sinks);
   p.lengths = t.lengths.as<const std::int32_t>();
+  p.key_starts = t.key_starts.empty() ? nullptr : t.key_starts.as<const std::int32_t>();
   // An e4m3 cache's dequantization scales (1 otherwise): K's joins the score scale, V's the output's.
   p.q_scale *= t.kv_scales.k;
   p.v_scale = t.kv_scales.v;

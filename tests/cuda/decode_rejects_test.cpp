@@ -90,6 +90,22 @@ TEST(DecodeCudaRejects, BadInputsThrowBeforeWriting) {
   const DecodePlan shorter_plan = plan_decode(shorter, cuda::target());
   DeviceWorkspace ws2(shorter_plan.evidence.workspace_bytes);
   expect_rejected([&] { cuda::decode(shorter_plan, misaligned, ws2.view()); }, out, f.out, "misaligned k");
+  // Left padding: key_starts in host memory, of the wrong dtype or shape.
+  HostTensor starts(DType::kI32, {1});
+  starts.i32()[0] = 10;
+  DeviceTensor device_starts(starts);
+  DecodeTensors host_starts = good;
+  host_starts.key_starts = device_starts.view;
+  host_starts.key_starts.data = starts.bytes.data();
+  expect_rejected([&] { cuda::decode(plan, host_starts, ws.view()); }, out, f.out, "host key_starts");
+  DecodeTensors starts_dtype = good;
+  starts_dtype.key_starts = device_starts.view;
+  starts_dtype.key_starts.dtype = DType::kF32;
+  expect_rejected([&] { cuda::decode(plan, starts_dtype, ws.view()); }, out, f.out, "key_starts dtype");
+  DecodeTensors starts_shape = good;
+  starts_shape.key_starts = device_starts.view;
+  starts_shape.key_starts.shape[0] = 2;
+  expect_rejected([&] { cuda::decode(plan, starts_shape, ws.view()); }, out, f.out, "key_starts shape");
   // A plan made for the CPU.
   const DecodePlan cpu_plan = plan_decode(f.problem, cpu_target(1));
   expect_rejected([&] { cuda::decode(cpu_plan, good, ws.view()); }, out, f.out, "cpu plan");

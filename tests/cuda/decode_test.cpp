@@ -23,13 +23,21 @@ struct DecodeSpec {
   float stddev = 1.0f;       // q and k; large values make peaked softmaxes
   std::int64_t plan_kv_len = 0;  // 0 = the longest length (a smaller one checks the kernel's clamp)
   KvScales scales = {};          // e4m3 caches: stored values are x / scale
+  std::vector<int> starts = {};  // left padding: each sequence's first real key (none: empty)
 };
+
+// s with left padding: keys before starts[b] are padding (NaN in the cache, never read).
+DecodeSpec left_padded(DecodeSpec s, std::vector<int> starts) {
+  s.name = "left_padded_" + s.name;
+  s.starts = std::move(starts);
+  return s;
+}
 
 std::ostream& operator<<(std::ostream& os, const DecodeSpec& s) { return os << s.name; }
 
 struct DecodeRun {
   DecodeProblem problem;
-  HostTensor q, k, v, lengths, out, lse;
+  HostTensor q, k, v, lengths, out, lse, starts;  // starts: i32 [batch], or empty
   KvScales scales;
   std::uint64_t seed = 0;
 };
@@ -55,6 +63,10 @@ DecodeRun make_run(const DecodeSpec& s) {
   r.lengths = HostTensor(DType::kI32, {batch});
   r.out = HostTensor(s.out, {batch, s.heads, s.head_dim});
   r.lse = HostTensor(DType::kF32, {batch, s.heads});
+  if (!s.starts.empty()) {
+    r.starts = HostTensor(DType::kI32, {batch});
+    for (std::int64_t b = 0; b < batch; ++b) r.starts.i32()[b] = s.starts[static_cast<std::size_t>(b)];
+  }
   fill_normal(r.q, rng, s.stddev);
   poison(r.k);
   poison(r.v);
@@ -64,7 +76,8 @@ DecodeRun make_run(const DecodeSpec& s) {
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t len = std::min<std::int64_t>(s.lengths[b], p.kv_len);
     r.lengths.i32()[b] = s.lengths[b];
-    const std::int64_t first = s.window > 0 ? std::max<std::int64_t>(0, len - s.window) : 0;
+    const std::int64_t start = s.starts.empty() ? 0 : s.starts[static_cast<std::size_t>(b)];
+    const std::int64_t first = decode_keys(len, s.window, start).begin;
     for (std::int64_t h = 0; h < s.kv_heads; ++h) {
       for (std::int64_t j = first; j < len; ++j) {
         const std::size_t row = static_cast<std::size_t>(((b * s.kv_heads + h) * p.max_seq + j) * s.head_dim);
@@ -81,10 +94,11 @@ DecodeRun make_run(const DecodeSpec& s) {
 // Runs the planned kernel; returns the golden (computed with lengths clamped to the plan's kv_len).
 reference::Result run_and_golden(DecodeRun& r, const DecodePlan& plan) {
   {
-    DeviceTensor q(r.q), k(r.k), v(r.v), lengths(r.lengths), out(r.out), lse(r.lse);
+    DeviceTensor q(r.q), k(r.k), v(r.v), lengths(r.lengths), out(r.out), lse(r.lse), starts(r.starts);
     DeviceWorkspace ws(plan.evidence.workspace_bytes);
     DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view};
     t.kv_scales = r.scales;
+    if (!r.starts.bytes.empty()) t.key_starts = starts.view;
     cuda::decode(plan, t, ws.view());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.copy_to(r.out);
@@ -96,6 +110,7 @@ reference::Result run_and_golden(DecodeRun& r, const DecodePlan& plan) {
   }
   DecodeTensors golden{r.q.view, r.k.view, r.v.view, clamped.view, {}, {}};
   golden.kv_scales = r.scales;
+  golden.key_starts = r.starts.view;
   return reference::decode(r.problem, golden);
 }
 
@@ -112,7 +127,7 @@ std::vector<double> q_rounding_slack(const DecodeRun& r) {
   const double scale = p.effective_scale();
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t len = std::clamp<std::int64_t>(r.lengths.view.as<const std::int32_t>()[b], 0, p.kv_len);
-    const KeyRange keys = visible_keys(len - 1, len, true, p.options.window);
+    const KeyRange keys = decode_keys(len, p.options.window, r.starts.bytes.empty() ? 0 : r.starts.view.as<const std::int32_t>()[b]);
     for (std::int64_t h = 0; h < p.num_heads; ++h) {
       double worst = 0;
       for (std::int64_t j = keys.begin; j < keys.end; ++j) {
@@ -132,7 +147,20 @@ std::vector<double> q_rounding_slack(const DecodeRun& r) {
 
 std::vector<DecodeSpec> decode_specs() {
   using enum DType;
+  const KvScales e4m3_scales{0.5f, 0.25f};
   return {
+      // Left padding (key_starts): a start inside the sequence, at 0, one key before the end, at
+      // the end (no key: zeros, LSE -inf), before and inside a window; split and unsplit, e4m3.
+      left_padded({"d128_gqa4_bf16", 32, 8, 128, kBF16, kBF16, kBF16, {4093, 17, 300, 5}}, {100, 0, 299, 5}),
+      left_padded({"d64_gqa4_window_f32", 8, 2, 64, kF32, kF32, kF32, {2000, 150, 900}, 300}, {1800, 10, 0}),
+      left_padded({"d256_mqa_f16_out_f32", 16, 1, 256, kF16, kF16, kF32, {2500, 3}}, {1234, 1}),
+      left_padded({"d80_gqa8_odd_bf16_q_f32", 16, 2, 80, kBF16, kF32, kBF16, {37, 129, 1}}, {36, 64, 0}),
+      left_padded({"e4m3_d128_gqa4", 32, 8, 128, kE4M3, kBF16, kBF16, {4093, 17}, 0, 0.0f, 1.0f, 0, e4m3_scales}, {4000, 3}),
+      left_padded({"mixed_lengths_1_to_70000_bf16", 8, 2, 128, kBF16, kBF16, kBF16, {1, 0, 70000, 333, 12345}},
+                  {0, 0, 69000, 100, 12344}),
+      left_padded({"d128_mha_f32", 8, 8, 128, kF32, kF32, kF32, {300, 1, 0}}, {299, 1, 0}),
+      left_padded({"length_above_plan_is_clamped_f32", 8, 2, 64, kF32, kF32, kF32, {500, 50}, 0, 0.0f, 1.0f, 100},
+                  {60, 49}),
       {"d64_mha_len1_bf16", 8, 8, 64, kBF16, kBF16, kBF16, {1, 1}},
       {"d80_gqa4_odd_f32", 16, 4, 80, kF32, kF32, kF32, {37, 1, 129}},
       {"d96_gqa8_thousands_f16", 16, 2, 96, kF16, kF16, kF16, {3001, 2999}},
@@ -195,14 +223,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeCuda, ::testing::ValuesIn(decode_specs())
                          [](const auto& info) { return info.param.name; });
 
 // 264 sequences of random lengths (some zero, the longest 300) x 8 KV heads = 2112 blocks against
-// the golden; `check` looks at the plan first.
+// the golden, optionally left-padded at random (starts 0..length); `check` looks at the plan first.
 template <class CheckPlan>
-void expect_large_batch_matches(const std::string& name, DType dtype, CheckPlan check) {
+void expect_large_batch_matches(const std::string& name, DType dtype, CheckPlan check, bool left_padded = false) {
   std::mt19937_64 rng(fresh_seed());
   std::uniform_int_distribution<int> len(0, 300);
   DecodeSpec s{name, 32, 8, 64, dtype, dtype, dtype, {}};
   for (int b = 0; b < 264; ++b) s.lengths.push_back(len(rng));
   s.lengths[0] = 300;
+  if (left_padded) {
+    for (int length : s.lengths) s.starts.push_back(std::uniform_int_distribution<int>(0, length)(rng));
+  }
   DecodeRun r = make_run(s);
   const DecodePlan plan = plan_decode(r.problem, cuda::target());
   check(plan);
@@ -215,10 +246,13 @@ void expect_large_batch_matches(const std::string& name, DType dtype, CheckPlan 
 // unsplit path writes out and LSE directly (2112 blocks: four waves of up to 4 resident per SM).
 TEST(DecodeCudaPaths, UnsplitLargeBatchMatchesGolden) {
   ATTNKIT_SKIP_WITHOUT_GPU();
-  expect_large_batch_matches("unsplit_batch264_bf16", DType::kBF16, [](const DecodePlan& plan) {
+  auto unsplit = [](const DecodePlan& plan) {
     EXPECT_EQ(plan.partition.sequence_splits, 1u) << to_table(plan);
     EXPECT_EQ(plan.evidence.workspace_bytes, 0u);
-  });
+  };
+  expect_large_batch_matches("unsplit_batch264_bf16", DType::kBF16, unsplit);
+  // Left padding: the first tiles wait for the start (no tile issued before the length is read).
+  expect_large_batch_matches("unsplit_batch264_bf16_left_padded", DType::kBF16, unsplit, true);
 }
 
 // f32 (CUDA-core) blocks that would make several waves unsplit (2112 on 396 resident: 5.3) split
@@ -255,6 +289,8 @@ TEST(DecodeCudaPaths, ClusterMergeAndMergeKernelMatchGolden) {
   ATTNKIT_SKIP_WITHOUT_GPU();
   for (const DecodeSpec& s :
        {DecodeSpec{"cluster_merge_mixed", 16, 4, 128, DType::kBF16, DType::kBF16, DType::kF32, {640, 0, 1, 333}},
+        left_padded({"cluster_merge_mixed", 16, 4, 128, DType::kBF16, DType::kBF16, DType::kF32, {640, 0, 1, 333}},
+                    {600, 0, 0, 17}),
         DecodeSpec{"cluster_merge_group8_d256", 16, 2, 256, DType::kF16, DType::kF16, DType::kF32, {1000, 2}}}) {
     DecodeRun r = make_run(s);
     const DecodePlan plan = plan_decode(r.problem, cuda::target());

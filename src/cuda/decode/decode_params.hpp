@@ -28,6 +28,7 @@ struct DecodeParams {
   std::int64_t k_stride_b = 0, k_stride_h = 0, k_stride_s = 0;
   std::int64_t v_stride_b = 0, v_stride_h = 0, v_stride_s = 0;
   const std::int32_t* lengths = nullptr;  // plain decode: valid keys per sequence (device)
+  const std::int32_t* key_starts = nullptr;  // plain decode, optional: first real key per sequence (left padding)
   // out [batch, num_heads, head_dim], optional lse f32 [batch, num_heads]
   void* out = nullptr;
   DType out_dtype = DType::kF32;

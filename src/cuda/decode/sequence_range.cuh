@@ -5,6 +5,7 @@
 //                 (and < table_positions with RoPE tables); an invalid position appends nothing and
 //                 its output rows and LSE are NaN, so the error is visible.
 //   sliding window w > 0: keys [len - w, len) (problem.hpp's convention).
+//   key_starts (plain decode, left padding): keys from key_starts[b] on, clamped to [0, len].
 #pragma once
 #include "cuda/decode/decode_params.hpp"
 
@@ -26,6 +27,7 @@ __device__ __forceinline__ SequenceRange sequence_range(const DecodeParams& p, i
     r.len = min(max(p.lengths[b], 0), p.kv_len);
   }
   r.lo = (p.window > 0 && r.len > p.window) ? r.len - static_cast<int>(p.window) : 0;
+  if (p.key_starts != nullptr) r.lo = max(r.lo, min(max(p.key_starts[b], 0), r.len));
   return r;
 }
 

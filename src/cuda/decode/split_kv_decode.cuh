@@ -249,7 +249,9 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
     }
     __syncwarp();
     if constexpr (!kPaged) {
-      if (p.window == 0) {
+      // The first tiles go out before the length is read where they cannot depend on it: from key
+      // 0 of the split, so not with a window or left padding (whose first key depends on data).
+      if (p.window == 0 && p.key_starts == nullptr) {
         const int key0 = split * p.keys_per_split;
         const int keys = min(p.kv_len - key0, p.keys_per_split);
         const int first = keys > 0 ? min(p.stages, (keys + p.tile - 1) / p.tile) : 0;
