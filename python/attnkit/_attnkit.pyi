@@ -77,7 +77,8 @@ def plan_extend(batch: int, num_heads: int, kv_heads: int, head_dim: int, layout
 
 def decode(plan: DecodePlan, q: Array, k_cache: Array, v_cache: Array, lengths: Array, out: Array,
            lse: Optional[Array], workspace: Optional[Array], stream: int = 0,
-           sinks: Optional[Array] = None, k_scale: float = 1.0, v_scale: float = 1.0) -> None: ...
+           sinks: Optional[Array] = None, k_scale: float = 1.0, v_scale: float = 1.0,
+           key_starts: Optional[Array] = None) -> None: ...
 def prefill(plan: PrefillPlan, q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
             cu_seqlens_q: Optional[Array], cu_seqlens_k: Optional[Array], workspace: Optional[Array],
             stream: int = 0, q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0,
@@ -110,7 +111,7 @@ def paged_append_kv(layout: str, num_pages: int, page_size: int, max_pages_per_s
 
 def reference_decode(plan: DecodePlan, q: Array, k_cache: Array, v_cache: Array,
                      lengths: Array, sinks: Optional[Array] = None, k_scale: float = 1.0,
-                     v_scale: float = 1.0) -> tuple[Any, Any]: ...
+                     v_scale: float = 1.0, key_starts: Optional[Array] = None) -> tuple[Any, Any]: ...
 def reference_prefill(plan: PrefillPlan, q: Array, k: Array, v: Array, cu_seqlens_q: Optional[Array] = None,
                       cu_seqlens_k: Optional[Array] = None, q_scale: float = 1.0, k_scale: float = 1.0,
                       v_scale: float = 1.0, sinks: Optional[Array] = None) -> tuple[Any, Any]: ...

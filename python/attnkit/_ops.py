@@ -80,31 +80,40 @@ def _x(a: Any) -> Any:
 
 
 def decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, out: Any = None, lse: Any = None,
-           *, return_lse: bool = False, sinks: Any = None, k_scale: float = 1.0, v_scale: float = 1.0) -> Any:
+           *, return_lse: bool = False, sinks: Any = None, k_scale: float = 1.0, v_scale: float = 1.0,
+           key_starts: Any = None) -> Any:
     """One decode step. q [batch, num_heads, head_dim]; k_cache, v_cache
     [batch, kv_heads, max_seq, head_dim]; lengths int32 [batch] (or a list / an int), the valid
     keys of each sequence. Returns out [batch, num_heads, head_dim] (and lse f32
     [batch, num_heads] with return_lse=True or lse given). `sinks` (f32 [num_heads], on q's
     device): attention-sink logits, one more score per row whose value is zero (gpt-oss).
+    `key_starts` (int32 [batch] or a list, on q's device like lengths): left padding
+    (FlashAttention's cache_leftpad, what a left-padded batch leaves in a cache): sequence b's
+    query sees keys [key_starts[b], lengths[b]) only (within the window, which still counts back
+    from the query at lengths[b] - 1); a start at or past the length leaves no key (zeros, LSE
+    -inf or the sink's). Values 0..kv_len of the plan (host values are checked; CUDA ones clamped).
     An e4m3 cache (a plan with kv_dtype='e4m3'; torch.float8_e4m3fn tensors or uint8 arrays of
     e4m3 bytes) holds stored values whose real values are x * k_scale (keys) and x * v_scale
     (values); the scales stay 1 for other caches."""
     if _compile.tracing(q) and isinstance(plan, Plan) and out is None and lse is None and sinks is None:
         o, l = _compile.ops().decode(plan.number, q, k_cache, v_cache, _as_torch_index(lengths, q), return_lse,
-                                     float(k_scale), float(v_scale))
+                                     float(k_scale), float(v_scale), _maybe_torch_index(key_starts, q))
         return (o, l) if return_lse else o
     _require_plan(plan, "decode", "decode")
     _require_arrays("decode", q=q, k_cache=k_cache, v_cache=v_cache)
-    _require_one_device("decode", q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=out, lse=lse)
+    _require_one_device("decode", q=q, k_cache=k_cache, v_cache=v_cache, lengths=lengths, out=out, lse=lse,
+                        key_starts=key_starts)
     _require_backend(plan, q, "decode")
     if out is None:
         out = _arrays.empty(q, q.shape, plan.out_dtype)
     if lse is None and return_lse:
         lse = _arrays.empty(q, tuple(q.shape[:-1]), "f32")
     lengths = _arrays.index_array(lengths, q)
+    if key_starts is not None:
+        key_starts = _arrays.index_array(key_starts, q)
     _native.decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), _x(out), _x(lse),
                    _x(plan.workspace(q)), _arrays.current_stream(q), sinks=_x(sinks), k_scale=float(k_scale),
-                   v_scale=float(v_scale))
+                   v_scale=float(v_scale), key_starts=_x(key_starts))
     return (out, lse) if lse is not None else out
 
 
@@ -234,13 +243,17 @@ def merge_states(out_partial: Any, lse_partial: Any, out: Any = None, lse: Any =
 
 
 def reference_decode(plan: Plan, q: Any, k_cache: Any, v_cache: Any, lengths: Any, *, sinks: Any = None,
-                     k_scale: float = 1.0, v_scale: float = 1.0):
+                     k_scale: float = 1.0, v_scale: float = 1.0, key_starts: Any = None):
     """The float64 golden of decode on host arrays: (out, lse) as float64 numpy arrays; `sinks`
-    (f32 [num_heads]) and an e4m3 cache's k_scale / v_scale as in decode()."""
+    (f32 [num_heads]), `key_starts` (int32 [batch] or a list: left padding, sequence b sees keys
+    [key_starts[b], lengths[b]) only) and an e4m3 cache's k_scale / v_scale as in decode()."""
     _require_plan(plan, "decode", "reference_decode")
+    _require_one_device("reference_decode", q=q, lengths=lengths, key_starts=key_starts)
     lengths = _arrays.index_array(lengths, q)
+    if key_starts is not None:
+        key_starts = _arrays.index_array(key_starts, q)
     return _native.reference_decode(plan._native, _x(q), _x(k_cache), _x(v_cache), _x(lengths), sinks=_x(sinks),
-                                    k_scale=float(k_scale), v_scale=float(v_scale))
+                                    k_scale=float(k_scale), v_scale=float(v_scale), key_starts=_x(key_starts))
 
 
 def reference_prefill(plan: Plan, q: Any, k: Any, v: Any, *, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,

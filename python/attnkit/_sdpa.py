@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from . import _arrays, _compile
 from . import _attnkit as _native
-from ._ops import decode, prefill
+from ._ops import _maybe_torch_index, decode, prefill
 from ._plan import Plan, plan_decode, plan_prefill
 
 _CACHE_LIMIT = 512  # plans kept; a generation loop makes one per decode length
@@ -46,7 +46,7 @@ def _cached(key: tuple, make) -> tuple[Plan, Any]:
 
 def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None, window: int = 0,
          softcap: float = 0.0, lengths: Any = None, out: Any = None, out_dtype: Any = None,
-         family: Optional[str] = None, threads: int = 0, sinks: Any = None) -> Any:
+         family: Optional[str] = None, threads: int = 0, sinks: Any = None, key_starts: Any = None) -> Any:
     """Attention of q [batch, heads, q_len, head_dim] over k, v [batch, kv_heads, kv_len, head_dim]
     (kv_heads divides heads: grouped-query attention needs no repeat). With causal=True and
     q_len < kv_len the mask is bottom-right aligned (the queries are the last q_len positions).
@@ -55,16 +55,21 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
     `out` may be any strided view of shape [batch, heads, q_len, head_dim] with head_dim
     contiguous (e.g. a [batch, q_len, heads, head_dim] buffer transposed): it is written in place.
     `sinks` [heads] (gpt-oss's attention sinks): one more logit per head in every row's softmax,
-    with no value, folded in by the kernels (any float dtype; used as f32). Returns out.
+    with no value, folded in by the kernels (any float dtype; used as f32). `key_starts` (int32
+    [batch] on q's device, q_len == 1 only, like lengths): left padding, so sequence b's query sees
+    keys [key_starts[b], lengths[b]) only (attnkit.decode's key_starts). Returns out.
 
     Inside torch.compile, torch tensors go through the custom operators attnkit::sdpa (out None)
     and attnkit::sdpa_out (torch_ops.py), so the graph does not break here."""
     if _compile.tracing(q) and family is None and threads == 0 and out_dtype is None:
         scale_arg = 0.0 if scale is None else float(scale)
+        if key_starts is not None:
+            key_starts = _maybe_torch_index(key_starts, q)
         if out is None:
             return _compile.ops().sdpa(q, k, v, lengths, bool(causal), scale_arg, int(window), float(softcap), False,
-                                       sinks)
-        _compile.ops().sdpa_out(q, k, v, lengths, out, bool(causal), scale_arg, int(window), float(softcap), sinks)
+                                       sinks, key_starts)
+        _compile.ops().sdpa_out(q, k, v, lengths, out, bool(causal), scale_arg, int(window), float(softcap), sinks,
+                                key_starts)
         return out
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         raise _native.Error(f"sdpa: q, k and v must be rank 4 [batch, heads, seq, head_dim], got "
@@ -75,11 +80,13 @@ def sdpa(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float]
                    softcap=float(softcap), lengths=lengths, family=family, threads=threads)
     if sinks is not None:
         sinks = _sinks_f32(sinks, q)
-    return _attend(q, k, v, out=out, o_dtype=o_dtype, return_lse=False, sinks=sinks, **options)
+    return _attend(q, k, v, out=out, o_dtype=o_dtype, return_lse=False, sinks=sinks, key_starts=key_starts,
+                   **options)
 
 
 def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, softcap: float, lengths: Any,
-            family: Optional[str], threads: int, out: Any, o_dtype: str, return_lse: bool, sinks: Any = None) -> Any:
+            family: Optional[str], threads: int, out: Any, o_dtype: str, return_lse: bool, sinks: Any = None,
+            key_starts: Any = None) -> Any:
     """sdpa's planned call (a cached plan per shape): out, or (out, lse [batch, heads, q_len]).
     A repeated shape costs a key and a dictionary lookup before the run: nothing else is built."""
     batch, heads, q_len, head_dim = q.shape
@@ -106,7 +113,7 @@ def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, 
         rows = q.select(2, 0) if torch_like else q[:, :, 0, :]
         out_rows = None if out is None else out.select(2, 0) if torch_like else out[:, :, 0, :]
         result = decode(plan, rows, k, v, full_lengths if lengths is None else lengths, out=out_rows,
-                        return_lse=return_lse, sinks=sinks)
+                        return_lse=return_lse, sinks=sinks, key_starts=key_starts)
         if return_lse:
             return result[0][:, :, None, :], result[1][:, :, None]
         if out is not None:
@@ -116,6 +123,10 @@ def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, 
     if lengths is not None:
         raise _native.Error("sdpa: lengths is for decode (q_len == 1). Fix: pass k and v cut to the valid keys "
                             "for prefill, or use attnkit.prefill with cu_seqlens for ragged batches")
+    if key_starts is not None:
+        raise _native.Error(f"sdpa: key_starts (left padding) is for decode (q_len == 1), got q_len {q_len}. Fix: "
+                            "for a padded prefill pack the valid rows and keys of each sequence and use "
+                            "attnkit.prefill with cu_seqlens_q / cu_seqlens_k")
     if kv_dtype != q_dtype:
         raise _native.Error(f"sdpa: prefill needs q, k and v in one dtype, got q {q_dtype} and k {kv_dtype}. "
                             "Fix: convert them to one dtype")

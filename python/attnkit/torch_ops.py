@@ -38,32 +38,33 @@ def _sdpa_out_shape(q: torch.Tensor, seq_major: bool) -> torch.Tensor:
 @torch.library.custom_op(f"{_LIB}::sdpa", mutates_args=(), device_types=("cpu", "cuda"))
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Optional[torch.Tensor], causal: bool,
          scale: float, window: int, softcap: float, seq_major: bool,
-         sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+         sinks: Optional[torch.Tensor] = None, key_starts: Optional[torch.Tensor] = None) -> torch.Tensor:
     """attnkit.sdpa out of place: q [batch, heads, q_len, head_dim], k and v [batch, kv_heads,
-    kv_len, head_dim]; scale 0 means 1/sqrt(head_dim); sinks [heads] or None. Returns [batch,
-    heads, q_len, head_dim], laid out [batch, q_len, heads, head_dim] in memory when seq_major
-    (the layout models read)."""
+    kv_len, head_dim]; scale 0 means 1/sqrt(head_dim); sinks [heads] or None; key_starts int32
+    [batch] (left padding, q_len == 1 only) or None. Returns [batch, heads, q_len, head_dim],
+    laid out [batch, q_len, heads, head_dim] in memory when seq_major (the layout models read)."""
     out = _sdpa_out_shape(q, seq_major)
     _sdpa.sdpa(q, k, v, causal=causal, scale=scale or None, window=window, softcap=softcap, lengths=lengths,
-               out=out, sinks=sinks)
+               out=out, sinks=sinks, key_starts=key_starts)
     return out
 
 
 @sdpa.register_fake
-def _(q, k, v, lengths, causal, scale, window, softcap, seq_major, sinks=None):
+def _(q, k, v, lengths, causal, scale, window, softcap, seq_major, sinks=None, key_starts=None):
     return _sdpa_out_shape(q, seq_major)
 
 
 @torch.library.custom_op(f"{_LIB}::sdpa_out", mutates_args=("out",), device_types=("cpu", "cuda"))
 def sdpa_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Optional[torch.Tensor], out: torch.Tensor,
-             causal: bool, scale: float, window: int, softcap: float, sinks: Optional[torch.Tensor] = None) -> None:
+             causal: bool, scale: float, window: int, softcap: float, sinks: Optional[torch.Tensor] = None,
+             key_starts: Optional[torch.Tensor] = None) -> None:
     """attnkit.sdpa into `out` (any strided [batch, heads, q_len, head_dim] view, head_dim contiguous)."""
     _sdpa.sdpa(q, k, v, causal=causal, scale=scale or None, window=window, softcap=softcap, lengths=lengths,
-               out=out, sinks=sinks)
+               out=out, sinks=sinks, key_starts=key_starts)
 
 
 @sdpa_out.register_fake
-def _(q, k, v, lengths, out, causal, scale, window, softcap, sinks=None):
+def _(q, k, v, lengths, out, causal, scale, window, softcap, sinks=None, key_starts=None):
     return None
 
 
@@ -129,16 +130,17 @@ def _outputs(plan_number: int, q: torch.Tensor, return_lse: bool) -> tuple[torch
 
 @torch.library.custom_op(f"{_LIB}::decode", mutates_args=(), device_types=("cpu", "cuda"))
 def decode(plan: int, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, lengths: torch.Tensor,
-           return_lse: bool, k_scale: float = 1.0, v_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """attnkit.decode(plan, q, k_cache, v_cache, lengths, k_scale=, v_scale=)."""
+           return_lse: bool, k_scale: float = 1.0, v_scale: float = 1.0,
+           key_starts: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnkit.decode(plan, q, k_cache, v_cache, lengths, k_scale=, v_scale=, key_starts=)."""
     out, lse = _outputs(plan, q, return_lse)
     _ops.decode(_plan(plan), q, k_cache, v_cache, lengths, out=out, lse=lse if return_lse else None,
-                k_scale=k_scale, v_scale=v_scale)
+                k_scale=k_scale, v_scale=v_scale, key_starts=key_starts)
     return out, lse
 
 
 @decode.register_fake
-def _(plan, q, k_cache, v_cache, lengths, return_lse, k_scale=1.0, v_scale=1.0):
+def _(plan, q, k_cache, v_cache, lengths, return_lse, k_scale=1.0, v_scale=1.0, key_starts=None):
     return _outputs(plan, q, return_lse)
 
 

@@ -47,7 +47,7 @@ void bind_reference(nb::module_& m) {
   m.def(
       "reference_decode",
       [](const DecodePlan& plan, const InArray& q, const InArray& k_cache, const InArray& v_cache,
-         const InArray& lengths, const OptIn& sinks, float k_scale, float v_scale) {
+         const InArray& lengths, const OptIn& sinks, float k_scale, float v_scale, const OptIn& key_starts) {
         DecodeTensors t;
         t.q = view_of(q, "q");
         t.k_cache = input_view_of(k_cache, "k_cache", plan.problem.kv_dtype);
@@ -55,11 +55,13 @@ void bind_reference(nb::module_& m) {
         t.lengths = view_of(lengths, "lengths");
         t.sinks = view_of(sinks, "sinks");
         t.kv_scales = {k_scale, v_scale};
+        t.key_starts = view_of(key_starts, "key_starts");
         for (auto [v, name] : {std::pair{&t.q, "q"}, {&t.k_cache, "k_cache"}, {&t.v_cache, "v_cache"},
                                {&t.lengths, "lengths"}}) {
           require_host(*v, name);
         }
         if (!t.sinks.empty()) require_host(t.sinks, "sinks");
+        if (!t.key_starts.empty()) require_host(t.key_starts, "key_starts");
         reference::Result r;
         {
           nb::gil_scoped_release release;
@@ -68,7 +70,8 @@ void bind_reference(nb::module_& m) {
         return std::make_pair(numpy_f64(std::move(r.out), t.q, t.q.rank), numpy_f64(std::move(r.lse), t.q, t.q.rank - 1));
       },
       "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a, "sinks"_a.none() = nb::none(), "k_scale"_a = 1.0f,
-      "v_scale"_a = 1.0f, "The float64 golden of decode: (out, lse) as float64 numpy arrays.");
+      "v_scale"_a = 1.0f, "key_starts"_a.none() = nb::none(),
+      "The float64 golden of decode: (out, lse) as float64 numpy arrays.");
 
   m.def(
       "reference_prefill",

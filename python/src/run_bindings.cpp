@@ -56,7 +56,7 @@ void bind_runs(nb::module_& m) {
       "decode",
       [](const DecodePlan& plan, const InArray& q, const InArray& k_cache, const InArray& v_cache,
          const InArray& lengths, const OutArray& out, const OptOut& lse, const OptOut& workspace,
-         std::uintptr_t stream, const OptIn& sinks, float k_scale, float v_scale) {
+         std::uintptr_t stream, const OptIn& sinks, float k_scale, float v_scale, const OptIn& key_starts) {
         DecodeTensors t;
         t.q = view_of(q, "q");
         t.k_cache = input_view_of(k_cache, "k_cache", plan.problem.kv_dtype);
@@ -66,6 +66,7 @@ void bind_runs(nb::module_& m) {
         t.lse = view_of(lse, "lse");
         t.sinks = view_of(sinks, "sinks");
         t.kv_scales = {k_scale, v_scale};
+        t.key_starts = view_of(key_starts, "key_starts");
         const Workspace ws = workspace_of(workspace);
         nb::gil_scoped_release release;
         if (on_cuda(t.q)) {
@@ -75,7 +76,8 @@ void bind_runs(nb::module_& m) {
         }
       },
       "plan"_a, "q"_a, "k_cache"_a, "v_cache"_a, "lengths"_a, "out"_a, "lse"_a.none(), "workspace"_a.none(),
-      "stream"_a = 0, "sinks"_a.none() = nb::none(), "k_scale"_a = 1.0f, "v_scale"_a = 1.0f);
+      "stream"_a = 0, "sinks"_a.none() = nb::none(), "k_scale"_a = 1.0f, "v_scale"_a = 1.0f,
+      "key_starts"_a.none() = nb::none());
 
   m.def(
       "prefill",

@@ -45,11 +45,12 @@ def check_close(actual, golden, dtype: str, what: str = "out") -> None:
 
 
 def attention_f64(q, k, v, *, causal: bool, window: int = 0, scale: float = 0.0, softcap: float = 0.0,
-                  kv_valid=None, query_positions=None, sinks=None):
+                  kv_valid=None, query_positions=None, sinks=None, key_starts=None):
     """Plain float64 softmax attention in numpy. q [b, h, qn, d]; k, v [b, kvh, kn, d].
     Query row r sits at absolute position r + (n - qn) (bottom-right), n being the sequence's
     valid keys (kv_valid[b], default kn); key j is visible iff (not causal or j <= pos) and
-    (window == 0 or j > pos - window). sinks [h]: one more logit per head in each row's softmax,
+    (window == 0 or j > pos - window) and j >= key_starts[b] (left padding; default 0). sinks [h]:
+    one more logit per head in each row's softmax,
     with no value (gpt-oss). Returns (out [b, h, qn, d], lse [b, h, qn]); a row with no visible
     key gives zeros and -inf (the sink's logit with sinks)."""
     q = np.asarray(q, np.float64)
@@ -74,6 +75,8 @@ def attention_f64(q, k, v, *, causal: bool, window: int = 0, scale: float = 0.0,
             visible = visible & (j <= pos[:, None])
         if window > 0:
             visible = visible & (j > pos[:, None] - window)
+        if key_starts is not None:
+            visible = visible & (j >= int(key_starts[bi]))
         for hi in range(h):
             scores = np.where(visible, s[bi, hi], -np.inf)
             sink = -np.inf if sinks is None else float(sinks[hi])

@@ -277,6 +277,79 @@ def test_attention_sinks_through_merge_states(rng):
     check_close(merged_lse, expected_lse.reshape(rows), "f32", "lse")
 
 
+# ---------------------------------------------------------------- left padding (key_starts)
+
+def left_padded_caches(rng, dtype, batch, kv_heads, max_seq, head_dim, lengths, key_starts):
+    """(k, v) with NaN in every slot a sequence must not read (before its start, from its length
+    on), and clean copies with zeros there for the numpy float64 softmax."""
+    k = randn(rng, (batch, kv_heads, max_seq, head_dim), dtype)
+    v = randn(rng, (batch, kv_heads, max_seq, head_dim), dtype)
+    clean_k, clean_v = k.copy(), v.copy()
+    for b in range(batch):
+        for lo, hi in ((0, key_starts[b]), (lengths[b], max_seq)):
+            if hi > lo:
+                k[b, :, lo:hi], v[b, :, lo:hi] = np.nan, np.nan
+                clean_k[b, :, lo:hi], clean_v[b, :, lo:hi] = 0, 0
+    return k, v, clean_k, clean_v
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("family", [None, "scalar_online"])
+@pytest.mark.parametrize("window,with_sinks", [(0, False), (9, False), (0, True)])
+def test_decode_with_key_starts_reads_only_the_real_keys(rng, dtype, family, window, with_sinks):
+    """Left padding: sequence b's query sees keys [key_starts[b], lengths[b]) (within the window);
+    the padding and the unwritten tail are NaN, so reading one shows. A start at the length leaves
+    no key: zeros and LSE -inf (the sink's LSE with sinks)."""
+    batch, heads, kv_heads, head_dim, max_seq = 5, 6, 2, 32, 70
+    plan = attnkit.plan_decode(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim, max_seq=max_seq,
+                               kv_dtype=dtype, window=window, family=family)
+    lengths = np.array([70, 40, 33, 12, 20], np.int32)
+    key_starts = np.array([0, 17, 30, 12, int(rng.integers(0, 20))], np.int32)  # 12: no key left
+    q = randn(rng, (batch, heads, head_dim), dtype)
+    k, v, clean_k, clean_v = left_padded_caches(rng, dtype, batch, kv_heads, max_seq, head_dim, lengths, key_starts)
+    sinks = (2 * rng.standard_normal(heads)).astype(np.float32) if with_sinks else None
+    out = poisoned((batch, heads, head_dim), dtype)
+    lse = np.full((batch, heads), np.nan, np.float32)
+    attnkit.decode(plan, q, k, v, lengths, out=out, lse=lse, sinks=sinks, key_starts=key_starts)
+
+    mine, mine_lse = attention_f64(q[:, :, None], clean_k, clean_v, causal=True, window=window, kv_valid=lengths,
+                                   sinks=sinks, key_starts=key_starts)
+    check_close(out, mine[:, :, 0], dtype, "out vs numpy")
+    check_close(lse, mine_lse[:, :, 0], "f32", "lse vs numpy")
+    assert np.array_equal(out[3], np.zeros_like(out[3]))
+    golden, golden_lse = attnkit.reference_decode(plan, q, k, v, lengths, sinks=sinks, key_starts=key_starts.tolist())
+    check_close(golden, mine[:, :, 0], "f32", "golden vs numpy")
+    check_close(golden_lse, mine_lse[:, :, 0], "f32", "golden lse vs numpy")
+    # Zero starts are no padding at all.
+    zero = attnkit.decode(plan, q, clean_k, clean_v, lengths, sinks=sinks, key_starts=np.zeros(batch, np.int32))
+    check_close(zero, attnkit.decode(plan, q, clean_k, clean_v, lengths, sinks=sinks), dtype, "zero starts")
+
+
+def test_sdpa_decode_takes_key_starts_and_only_for_decode(rng):
+    q = randn(rng, (3, 4, 1, 16), "f32")
+    lengths, key_starts = np.array([30, 25, 9], np.int32), np.array([4, 0, 8], np.int32)
+    k, v, clean_k, clean_v = left_padded_caches(rng, "f32", 3, 2, 30, 16, lengths, key_starts)
+    out = np.full((3, 1, 4, 16), np.nan, np.float32).transpose(0, 2, 1, 3)
+    got = attnkit.sdpa(q, k, v, lengths=lengths, key_starts=key_starts, out=out, window=6)
+    assert got is out
+    expected, _ = attention_f64(q, clean_k, clean_v, causal=True, window=6, kv_valid=lengths, key_starts=key_starts)
+    check_close(out, expected, "f32")
+    with pytest.raises(attnkit.Error, match="Fix: .*attnkit.prefill with cu_seqlens"):
+        attnkit.sdpa(randn(rng, (3, 4, 2, 16), "f32"), clean_k, clean_v, causal=True, key_starts=key_starts)
+
+
+@pytest.mark.parametrize("bad", [[0, 31, 0], [-1, 0, 0], [0, 0], np.zeros(3, np.int64)],
+                         ids=["past-kv_len", "negative", "short", "int64"])
+def test_decode_rejects_bad_key_starts_with_a_fix(rng, bad):
+    plan = attnkit.plan_decode(batch=3, num_heads=4, kv_heads=2, head_dim=16, max_seq=30, kv_dtype="f32")
+    q = randn(rng, (3, 4, 16), "f32")
+    k = randn(rng, (3, 2, 30, 16), "f32")
+    out = poisoned((3, 4, 16), "f32")
+    with pytest.raises(attnkit.Error, match="key_starts.*Fix:"):
+        attnkit.decode(plan, q, k, k, [30, 30, 30], out=out, key_starts=bad)
+    assert np.isnan(out).all()  # a rejected call writes nothing
+
+
 # ---------------------------------------------------------------- sdpa convenience
 
 @pytest.mark.parametrize("q_len,kv_len,causal", [(1, 57, False), (13, 13, True), (6, 40, True), (9, 21, False)])

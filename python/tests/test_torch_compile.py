@@ -34,6 +34,9 @@ def test_operators_pass_opcheck(seed, ops):
         (ops.sdpa_out.default, (dq, k, v, lengths, torch.empty(2, 8, 1, 64), False, 0.0, 0, 0.0,
                                 torch.randn(8, generator=g))),
         (ops.sdpa_out.default, (q, k, v, None, torch.empty(2, 5, 8, 64).transpose(1, 2), True, 0.0, 0, 0.0)),
+        (ops.sdpa.default, (dq, k, v, lengths, False, 0.0, 0, 0.0, True, None, torch.tensor([2, 1], dtype=torch.int32))),
+        (ops.sdpa_out.default, (dq, k, v, None, torch.empty(2, 8, 1, 64), True, 0.0, 4, 0.0, torch.randn(8, generator=g),
+                                torch.tensor([0, 5], dtype=torch.int32))),
         (ops.apply_rope_.default, (torch.randn(3, 4, 64, generator=g), torch.tensor([0, 7, 4095], dtype=torch.int32),
                                    "interleaved", 500000.0, None, None)),
         (ops.append_kv_.default, (torch.zeros(2, 2, 9, 64), torch.zeros(2, 2, 9, 64), torch.randn(2, 2, 64, generator=g),
@@ -62,6 +65,29 @@ def test_sdpa_with_sinks_compiles_to_the_eager_result(seed):
     compiled = torch.compile(lambda q, k, v, s: attnkit.sdpa(q, k, v, causal=True, sinks=s), fullgraph=True)
     assert torch.equal(compiled(q, k, v, sinks), expected)
     assert not torch.allclose(expected, attnkit.sdpa(q, k, v, causal=True), atol=1e-3)
+
+
+def test_decode_with_key_starts_compiles_to_the_eager_result(seed):
+    """Left padding (key_starts) through attnkit.sdpa and attnkit.decode inside torch.compile
+    (fullgraph): the custom operators take it, and the result is the eager one, which differs
+    from the unpadded result."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(3, 8, 1, 32, generator=g), torch.randn(3, 2, 20, 32, generator=g), torch.randn(3, 2, 20, 32, generator=g)
+    lengths, key_starts = torch.tensor([20, 14, 9], dtype=torch.int32), torch.tensor([5, 0, 9], dtype=torch.int32)
+    expected = attnkit.sdpa(q, k, v, lengths=lengths, key_starts=key_starts)
+    compiled = torch.compile(lambda q, k, v, n, s: attnkit.sdpa(q, k, v, lengths=n, key_starts=s), fullgraph=True)
+    assert torch.equal(compiled(q, k, v, lengths, key_starts), expected)
+    assert not torch.allclose(expected, attnkit.sdpa(q, k, v, lengths=lengths), atol=1e-3)
+    assert torch.equal(expected[2], torch.zeros_like(expected[2]))  # a start at the length: no key
+
+    plan = attnkit.plan_decode(batch=3, num_heads=8, kv_heads=2, head_dim=32, max_seq=20, kv_dtype="f32")
+    rows = q[:, :, 0]
+    decode = torch.compile(lambda q, k, v, n, s: attnkit.decode(plan, q, k, v, n, key_starts=s, return_lse=True),
+                           fullgraph=True)
+    out, lse = decode(rows, k, v, lengths, key_starts)
+    eager_out, eager_lse = attnkit.decode(plan, rows, k, v, lengths, key_starts=key_starts, return_lse=True)
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
+    assert torch.equal(out, expected[:, :, 0])
 
 
 def decode_step(q, k_new, v_new, k_cache, v_cache, positions, prefix_out, prefix_lse):
@@ -116,6 +142,8 @@ def test_plan_operators_pass_opcheck(seed, ops):
     checks = [
         (ops.decode.default, (plan.number, q, k_cache, v_cache, lengths, True)),
         (ops.decode.default, (plan.number, q, k_cache, v_cache, lengths, False)),
+        (ops.decode.default, (plan.number, q, k_cache, v_cache, lengths, True, 1.0, 1.0,
+                              torch.tensor([7, 3], dtype=torch.int32))),
         (ops.prefill.default, (prefill_plan.number, torch.randn(1, 4, 7, 32, generator=g), torch.randn(1, 2, 9, 32, generator=g),
                                torch.randn(1, 2, 9, 32, generator=g), None, None, True, 1.0, 1.0, 1.0)),
         (ops.fused_rope_append_decode.default, (plan.number, q, kn, vn, k_cache, v_cache,

@@ -56,6 +56,29 @@ def test_torch_tensors_in_and_out_without_copies(seed):
     check_close(out.float().numpy(), golden, "bf16")
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_sdpa_decode_with_key_starts_on_torch_tensors(seed, dtype):
+    """Left-padded caches (key_starts) through attnkit.sdpa's decode on torch tensors: the padding
+    and the unwritten tail are NaN, so reading one shows; against the numpy float64 softmax."""
+    g = torch.Generator().manual_seed(seed)
+    td = TORCH_DTYPES[dtype]
+    q = torch.randn(4, 8, 1, 32, generator=g).to(td)
+    k, v = torch.randn(4, 2, 24, 32, generator=g).to(td), torch.randn(4, 2, 24, 32, generator=g).to(td)
+    lengths = torch.tensor([24, 24, 10, 7], dtype=torch.int32)
+    key_starts = torch.tensor([0, 11, 3, 7], dtype=torch.int32)
+    expected, _ = attention_f64(q.float().numpy(), k.float().numpy(), v.float().numpy(), causal=True,
+                                kv_valid=lengths.numpy(), key_starts=key_starts.numpy())
+    for b in range(4):
+        for cache in (k, v):
+            cache[b, :, :int(key_starts[b])] = float("nan")
+            cache[b, :, int(lengths[b]):] = float("nan")
+    out = attnkit.sdpa(q, k, v, lengths=lengths, key_starts=key_starts)
+    check_close(out.float().numpy(), expected, dtype)
+    assert torch.equal(out[3], torch.zeros_like(out[3]))  # no key left
+    with pytest.raises(attnkit.Error, match="key_starts.*Fix:"):  # int64 starts
+        attnkit.sdpa(q, k, v, lengths=lengths, key_starts=key_starts.long())
+
+
 def test_transformers_backend_generates_like_sdpa_on_cpu(seed):
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
