@@ -137,6 +137,32 @@ def _attend(q: Any, k: Any, v: Any, *, causal: bool, scale: float, window: int, 
     return prefill(plan, q, k, v, out=out, return_lse=return_lse, sinks=sinks)
 
 
+def ragged_prefill(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, *, max_q_len: int, max_kv_len: int,
+                   causal: bool = True, scale: Optional[float] = None, window: int = 0, softcap: float = 0.0,
+                   out: Any = None, sinks: Any = None) -> Any:
+    """attnkit.prefill of a ragged batch with a cached plan, as sdpa() plans: q [1, heads, total_q,
+    head_dim], k, v [1, kv_heads, total_k, head_dim] (head_dim contiguous), cu_seqlens_q /
+    cu_seqlens_k int32 [batch + 1] on q's device, max_q_len / max_kv_len the longest sequence's
+    rows and keys (the plan's bounds; one plan per bound pair). Returns out shaped like q."""
+    batch = int(cu_seqlens_q.shape[0]) - 1
+    _, heads, _, head_dim = q.shape
+    kv_heads = k.shape[1]
+    kind, index = _arrays.device_of(q)
+    dtype = _arrays.array_dtype(q)
+    o_dtype = _arrays.array_dtype(out) if out is not None else dtype
+    scale = 0.0 if scale is None else float(scale)
+    backend = "cuda" if kind == "cuda" else "cpu"
+    key = ("ragged_prefill", kind, index, batch, heads, kv_heads, head_dim, int(max_q_len), int(max_kv_len),
+           bool(causal), dtype, o_dtype, int(window), scale, float(softcap))
+    plan, _ = _cached(key, lambda: (plan_prefill(
+        batch=batch, num_heads=int(heads), kv_heads=int(kv_heads), head_dim=int(head_dim), q_len=max(int(max_q_len), 1),
+        kv_len=max(int(max_kv_len), 1), causal=bool(causal), dtype=dtype, out_dtype=o_dtype, window=int(window),
+        scale=scale, softcap=float(softcap), backend=backend, device=index if backend == "cuda" else None), None))
+    if sinks is not None:
+        sinks = _sinks_f32(sinks, q)
+    return prefill(plan, q, k, v, out=out, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, sinks=sinks)
+
+
 def _sinks_f32(sinks: Any, q: Any) -> Any:
     """sinks as the kernels take them: f32 [heads], contiguous, an array of q's kind on q's device."""
     heads = int(q.shape[1])

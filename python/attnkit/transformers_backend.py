@@ -5,29 +5,38 @@
 
 Importing this module registers the name "attnkit" in transformers' AttentionInterface (the
 attention call) and AttentionMaskInterface (sdpa's mask builder, which marks the masks that are
-only a causal window: no padding, the keys a query sees end at its own position, optionally
-within a sliding window). Prefill, decode, chunked prefill and speculative verification over a
-cache (dynamic or static), sliding-window layers included, then run on attnkit's CPU or CUDA
-kernels on torch's current stream; grouped-query attention runs without repeating K and V, and
-the output is written straight into the [batch, seq, heads, head_dim] layout the model reads.
+a causal window: the keys a query sees end at its own position, optionally within a sliding
+window, and start at its sequence's first real token where the batch is padded on the left, as
+generation pads it with padding_side="left"). Prefill, decode, chunked prefill and speculative
+verification over a cache (dynamic or static), sliding-window layers included, then run on
+attnkit's CPU or CUDA kernels on torch's current stream; grouped-query attention runs without
+repeating K and V, and the output is written straight into the [batch, seq, heads, head_dim]
+layout the model reads.
+
+Left padding: a decode step passes each sequence's first real key to the decode kernel
+(key_starts); a multi-row call (the prefill of a padded batch, a chunk over its cache) gathers
+the real query rows and keys of every sequence into one ragged attnkit prefill (cu_seqlens, as
+transformers' flash-attention integration unpads) and scatters the rows back, the padded rows
+as zeros. The gather indices are made once per forward, with the mask.
 
 Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
-reason: any other mask (padding, packing), attention dropout in training, autograd (attnkit has
-no backward), position bias, and dtypes other than float32/float16/bfloat16. Attention sinks
-(gpt-oss's `s_aux`) run on attnkit; where a call with sinks falls back, it runs the model's eager
+reason: any other mask (right padding, packing), attention dropout in training, autograd
+(attnkit has no backward), position bias, dtypes other than float32/float16/bfloat16, and any
+mask met while torch.compile traces (it cannot be checked there). Attention sinks (gpt-oss's
+`s_aux`) run on attnkit; where a call with sinks falls back, it runs the model's eager
 arithmetic (torch's sdpa would drop them).
 """
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ._sdpa import sdpa
+from ._sdpa import ragged_prefill, sdpa
 
 NAME = "attnkit"
 
@@ -40,7 +49,7 @@ attnkit_calls = 0  # calls that ran on attnkit
 def _fallback_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
                      dropout: float, kwargs: dict) -> Optional[str]:
     if attention_mask is not None:
-        return "an explicit attention mask that is not only a causal window (padding, packing)"
+        return "an explicit attention mask that is not a causal window with left padding (right padding, packing)"
     if dropout:
         return "attention dropout"
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
@@ -84,7 +93,7 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
     """transformers' attention signature: query [batch, heads, q_len, head_dim], key and value
     [batch, kv_heads, kv_len, head_dim]; returns ([batch, q_len, heads, head_dim], None)."""
     global attnkit_calls
-    # A mask that is only a causal window over its first `keys` columns is no mask to attnkit.
+    # A mask that is a causal window over its first `keys` columns (left-padded or not) is no mask to attnkit.
     causal_window = _causal_window(attention_mask) if attention_mask is not None else None
     if causal_window is not None and causal_window[0] > key.shape[2]:
         causal_window = None  # wider than the keys the layer passed: leave it to torch
@@ -101,11 +110,18 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
                                       is_causal=is_causal, **kwargs)
 
     batch, heads, q_len, head_dim = query.shape
+    softcap = kwargs.get("softcap") or 0.0
+    sinks = _sinks(kwargs)
+    key_starts = None
     if causal_window is not None:
         # Bottom-right causal over the mask's first `keys` columns (the rest are unwritten slots).
-        keys, window = causal_window
+        keys, window, key_starts, ragged = causal_window
         key, value = key[:, :, :keys], value[:, :, :keys]
         causal = q_len > 1
+        if ragged is not None and q_len > 1:  # left padding: the valid rows and keys, packed
+            out = _attend_ragged(query, key, value, ragged, scaling, int(window), float(softcap), sinks)
+            attnkit_calls += 1
+            return out, None
     else:
         causal = q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
         if causal and key.shape[2] > q_len:
@@ -114,62 +130,153 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
             key = key[:, :, :q_len]
             value = value[:, :, :q_len]
         window = kwargs.get("sliding_window") or 0
-    softcap = kwargs.get("softcap") or 0.0
-    sinks = _sinks(kwargs)
     out = torch.empty((batch, q_len, heads, head_dim), dtype=query.dtype, device=query.device)
     sdpa(query, key, value, causal=bool(causal), scale=scaling, window=int(window), softcap=float(softcap),
-         out=out.transpose(1, 2), sinks=sinks)
+         out=out.transpose(1, 2), sinks=sinks, key_starts=key_starts)
     attnkit_calls += 1
     return out, None
+
+
+def _attend_ragged(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ragged: "RaggedRows",
+                   scaling: Optional[float], window: int, softcap: float,
+                   sinks: Optional[torch.Tensor]) -> torch.Tensor:
+    """A left-padded batch's multi-row call (its prefill, or a chunk over its cache) as one ragged
+    attnkit prefill: the valid query rows and keys of every sequence gathered (one index each for
+    q, k, v), attended bottom-right causal per sequence, and scattered back into
+    [batch, q_len, heads, head_dim]; the padded rows, which see no key, are zeros."""
+    batch, heads, q_len, head_dim = query.shape
+    q = query[ragged.q_batch, :, ragged.q_row]  # [total_q, heads, head_dim]
+    k = key[ragged.k_batch, :, ragged.k_column]  # [total_k, kv_heads, head_dim]
+    v = value[ragged.k_batch, :, ragged.k_column]
+    packed = torch.empty_like(q)
+    ragged_prefill(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+                   ragged.cu_seqlens_q, ragged.cu_seqlens_k, max_q_len=ragged.max_q_len,
+                   max_kv_len=ragged.max_kv_len, causal=True, scale=scaling, window=window, softcap=softcap,
+                   out=packed.transpose(0, 1).unsqueeze(0), sinks=sinks)
+    out = query.new_zeros((batch, q_len, heads, head_dim))
+    out.view(batch * q_len, heads, head_dim).index_copy_(0, ragged.q_flat, packed)
+    return out
 
 
 _CAUSAL_WINDOW = "_attnkit_causal_window"  # set by attnkit_mask on the masks it recognised
 
 
-def causal_window_of(mask: torch.Tensor) -> Optional[tuple[int, int]]:
-    """(keys, window) when mask [batch, 1, q_len, kv_len] (bool, True = visible) is exactly the
-    mask of attnkit's bottom-right causal window over its first `keys` columns: row r sees the
-    columns (pos - window, pos] with pos = keys - q_len + r (window 0: all of [0, pos]) and no
-    column from `keys` on, in every batch row. Else None. This covers chunked prefill and
-    verification over cached keys, decode, and a static cache's unwritten slots."""
+class RaggedRows:
+    """Where the valid query rows and keys of a left-padded batch go in attnkit.prefill's ragged
+    layout (transformers' flash-attention `_upad_input`), made once per mask: sequence b's rows
+    r >= row_starts[b] (those at positions >= its first real key) and its keys [start_b, keys).
+    q_batch / q_row (int64 [total_q]) pick query rows, k_batch / k_column (int64 [total_k]) keys,
+    q_flat = q_batch * q_len + q_row puts the rows back into a [batch * q_len] output; cu_seqlens_q
+    / cu_seqlens_k int32 [batch + 1]; max_q_len / max_kv_len bound the plan."""
+
+    def __init__(self, starts: list[int], q_len: int, keys: int, device: torch.device):
+        first_position = keys - q_len  # of row 0
+        row_starts = [min(max(s - first_position, 0), q_len) for s in starts]
+        q_lens = [q_len - r for r in row_starts]
+        kv_lens = [max(keys - s, 0) for s in starts]
+        self.max_q_len, self.max_kv_len = max(q_lens), max(kv_lens)
+        self.total_q, self.total_k = sum(q_lens), sum(kv_lens)
+        batch = len(starts)
+
+        def packed(lens: list[int], firsts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+            which = torch.repeat_interleave(torch.arange(batch), torch.tensor(lens, dtype=torch.int64))
+            offsets = torch.tensor([0] + lens[:-1], dtype=torch.int64).cumsum(0)
+            index = torch.arange(len(which)) - offsets[which] + torch.tensor(firsts, dtype=torch.int64)[which]
+            return which, index
+
+        q_batch, q_row = packed(q_lens, row_starts)
+        k_batch, k_column = packed(kv_lens, [min(s, keys) for s in starts])
+        cu = [torch.tensor([0] + lens, dtype=torch.int64).cumsum(0).to(torch.int32) for lens in (q_lens, kv_lens)]
+        self.q_batch, self.q_row, self.k_batch, self.k_column = (
+            t.to(device) for t in (q_batch, q_row, k_batch, k_column))
+        self.q_flat = (q_batch * q_len + q_row).to(device)
+        self.cu_seqlens_q, self.cu_seqlens_k = (c.to(device) for c in cu)
+
+
+class CausalMask(NamedTuple):
+    """What causal_window_of read from a mask: keys (the columns in use), window (0: none), and
+    starts, each sequence's first real key (int32 [batch] on the mask's device; None without left
+    padding). ragged: where a padded multi-row call's rows and keys go (None unless q_len > 1 and
+    padded)."""
+    keys: int
+    window: int
+    starts: Optional[torch.Tensor] = None
+    ragged: Optional[RaggedRows] = None
+
+
+def causal_window_of(mask: torch.Tensor) -> Optional[CausalMask]:
+    """CausalMask(keys, window, starts) when mask [batch, 1, q_len, kv_len] (bool, True = visible) is
+    exactly the mask of attnkit's bottom-right causal window over its first `keys` columns, with
+    left padding: row r of sequence b sees column j iff starts[b] <= j <= pos and (window > 0)
+    j > pos - window, with pos = keys - q_len + r, and no column from `keys` on. Else None. This
+    covers chunked prefill and verification over cached keys, decode, a static cache's unwritten
+    slots, and batches that generation padded on the left (starts None where nothing is padded).
+    A query row before its sequence's first real key sees nothing (all False). The window is the
+    model's where the mask shows it; where padding hides every key it would hide, the window
+    reported may be any that hides no visible key (the same mask)."""
     if mask.dim() != 4 or mask.dtype != torch.bool or mask.shape[1] != 1:
         return None
-    q_len, kv_len = mask.shape[-2], mask.shape[-1]
-    last_row = mask[0, 0, -1]
-    visible = last_row.nonzero()
-    if visible.numel() == 0:
+    batch, _, q_len, kv_len = mask.shape
+    if batch == 0 or q_len == 0 or kv_len == 0:
         return None
-    keys = int(visible[-1]) + 1
-    count = int(last_row.sum())
+    rows = mask[:, 0]  # [batch, q_len, kv_len]
+    last_row = rows[:, -1]
+    columns = torch.arange(kv_len, device=mask.device)
+    # Per sequence: the last row's last and first visible column, and the first visible column of
+    # any row; one copy to the host for all three.
+    stats = torch.stack([torch.where(last_row, columns, -1).amax(-1), torch.where(last_row, columns, kv_len).amin(-1),
+                         torch.where(rows.any(dim=1), columns, kv_len).amin(-1)]).tolist()
+    lasts, firsts, earliest = stats
+    seen = [b for b in range(batch) if lasts[b] >= 0]
+    if not seen or any(lasts[b] != lasts[seen[0]] for b in seen):
+        return None
+    keys = lasts[seen[0]] + 1
     if keys < q_len:
         return None
-    window = 0 if count == keys else count
-    pos = torch.arange(q_len, device=mask.device)[:, None] + (keys - q_len)
-    columns = torch.arange(kv_len, device=mask.device)[None, :]
-    expected = columns <= pos
-    if window:
-        expected &= columns > pos - window
-    return (keys, window) if bool((mask == expected).all()) else None
+    first_position = keys - q_len
+    pos = torch.arange(q_len, device=mask.device)[:, None] + first_position
+    causal = columns[None, :] <= pos
+    # The window the last rows show (their first column where no padding cuts deeper), else none.
+    narrowest = min(firsts[b] for b in seen)
+    for window in dict.fromkeys([keys - narrowest if narrowest > 0 else 0, 0]):
+        lowest = first_position - window + 1 if window else 0  # the first row's first key by the window
+        starts = [min(e, keys) if e > lowest else 0 for e in earliest]
+        expected = causal & (columns[None, :] > pos - window) if window else causal
+        if any(starts):
+            start_tensor = torch.tensor(starts, dtype=torch.int32, device=mask.device)
+            expected = expected[None] & (columns[None, None, :] >= start_tensor[:, None, None])
+            if bool((rows == expected).all()):
+                ragged = RaggedRows(starts, q_len, keys, mask.device) if q_len > 1 else None
+                return CausalMask(keys, window, start_tensor, ragged)
+        elif bool((rows == expected).all()):
+            return CausalMask(keys, window)
+    return None
 
 
 def attnkit_mask(*args: Any, **kwargs: Any) -> Optional[torch.Tensor]:
-    """sdpa's mask builder, which also marks the mask with its (keys, window) when it is only a causal
-    window (no padding), or with False: the attention call then runs attnkit's causal kernels over those keys
-    instead of falling back (chunked prefill and speculative verification over a cache, a static
-    cache's decode steps, the sliding layers of Mistral, Qwen2, Gemma and gpt-oss). A fallback
-    still gets the mask itself. Not while compiling (no Python attributes on traced tensors)."""
+    """sdpa's mask builder, which also marks the mask with what causal_window_of found (its keys,
+    window and left padding), or with False: the attention call then runs attnkit's causal kernels
+    over those keys instead of falling back (chunked prefill and speculative verification over a
+    cache, a static cache's decode steps, the sliding layers of Mistral, Qwen2, Gemma and gpt-oss,
+    left-padded batches). A fallback still gets the mask itself. Not while compiling (no Python
+    attributes on traced tensors)."""
     mask = sdpa_mask(*args, **kwargs)
     if mask is not None and not torch.compiler.is_compiling():
         setattr(mask, _CAUSAL_WINDOW, causal_window_of(mask) or False)  # one check for all the layers
     return mask
 
 
-def _causal_window(mask: torch.Tensor) -> Optional[tuple[int, int]]:
-    """The mask's (keys, window) as attnkit_mask found it, or found now for a mask that did not
-    come from it (generate's static-cache decode builds its own); None if it is not one."""
+def _causal_window(mask: torch.Tensor) -> Optional[CausalMask]:
+    """What attnkit_mask found on the mask, or found now (and kept on it for the other layers) for a
+    mask that did not come from it (generate's static-cache decode builds its own); None if it is
+    not one."""
     found = getattr(mask, _CAUSAL_WINDOW, None)
     if found is None and not torch.compiler.is_compiling():
-        found = causal_window_of(mask)
+        found = causal_window_of(mask) or False
+        try:
+            setattr(mask, _CAUSAL_WINDOW, found)
+        except (AttributeError, RuntimeError):
+            pass
     return found or None
 
 

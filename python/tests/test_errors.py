@@ -200,6 +200,11 @@ CASES = [
     Case("decode", "none_cache", "k_cache is None", lambda w: decode(w, k_cache=None)),
     Case("decode", "length_beyond_plan", "outside", lambda w: decode(w, lengths=[9, 5])),
     Case("decode", "lse_not_f32", "lse", lambda w: decode(w, lse=np.zeros((2, 4), np.float16))),
+    Case("decode", "key_start_beyond_plan", "key_starts[1]=9 is outside", lambda w: decode(w, key_starts=[0, 9])),
+    Case("decode", "key_start_negative", "key_starts[0]=-1 is outside", lambda w: decode(w, key_starts=[-1, 0])),
+    Case("decode", "key_starts_int64", "key_starts", lambda w: decode(w, key_starts=np.zeros(2, np.int64))),
+    Case("decode", "key_starts_device_mix", "key_starts is on cuda:0 but q is on cpu",
+         lambda w: decode(w, key_starts=FakeCudaArray((2,), np.int32))),
 
     # ---- prefill
     Case("prefill", "wrong_plan_kind", "expected a prefill plan", lambda w: prefill(w, plan=w.dplan)),
@@ -238,6 +243,8 @@ CASES = [
     Case("merge_states", "none_partials", "out_partial is None",
          lambda w: attnkit.merge_states(None, w.lse_partial, out=w.merged)),
     Case("sdpa", "rank_3", "rank 4", lambda w: attnkit.sdpa(w.q, w.k_cache[:, :, 0], w.v_cache[:, :, 0])),
+    Case("sdpa", "key_starts_with_several_rows", "key_starts (left padding) is for decode",
+         lambda w: attnkit.sdpa(w.q4, w.k4, w.v4, causal=True, key_starts=[0, 2], out=w.out4)),
 
     # ---- paged_decode
     Case("paged_decode", "wrong_plan_kind", "expected a paged_decode plan", lambda w: paged_decode(w, plan=w.eplan)),

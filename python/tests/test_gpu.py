@@ -209,6 +209,63 @@ def test_a_compiled_decode_step_replays_in_a_cuda_graph(seed, call):
     check_close(out.float().cpu().numpy(), expected.cpu().numpy(), "bf16")
 
 
+@pytest.mark.parametrize("window", [0, 300])
+def test_decode_with_key_starts_on_cuda_matches_float64(seed, window):
+    """Left-padded caches on the CUDA decode (split-KV with long keys): sequence b reads keys
+    [key_starts[b], lengths[b]) only; the padding and the tail are NaN, so reading one shows. A
+    start at the length leaves no key (zeros, LSE -inf); a start past it is clamped on the device."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    batch, heads, kv_heads, head_dim, max_seq = 5, 16, 2, 128, 3000
+    q = torch.randn(batch, heads, head_dim, device="cuda", generator=g).bfloat16()
+    k = torch.randn(batch, kv_heads, max_seq, head_dim, device="cuda", generator=g).bfloat16()
+    v = torch.randn(batch, kv_heads, max_seq, head_dim, device="cuda", generator=g).bfloat16()
+    lengths = torch.tensor([3000, 2500, 700, 40, 90], dtype=torch.int32, device="cuda")
+    key_starts = torch.tensor([0, 1999, 650, 40, 0], dtype=torch.int32, device="cuda")
+    expected, expected_lse = attention_f64(q[:, :, None].float().cpu().numpy(), k.float().cpu().numpy(),
+                                           v.float().cpu().numpy(), causal=True, window=window,
+                                           kv_valid=lengths.cpu().numpy(), key_starts=key_starts.cpu().numpy())
+    for b, (start, length) in enumerate(zip(key_starts.tolist(), lengths.tolist())):
+        for cache in (k, v):
+            cache[b, :, :start] = float("nan")
+            cache[b, :, length:] = float("nan")
+    plan = attnkit.plan_decode(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim, max_seq=max_seq,
+                               kv_dtype="bf16", window=window, backend="cuda")
+    out, lse = attnkit.decode(plan, q, k, v, lengths, key_starts=key_starts, return_lse=True)
+    torch.cuda.synchronize()
+    check_close(out.float().cpu().numpy(), expected[:, :, 0], "bf16")
+    check_close(lse.cpu().numpy(), expected_lse[:, :, 0], "f32", "lse")
+    assert torch.equal(out[3], torch.zeros_like(out[3]))
+    sdpa_out = attnkit.sdpa(q[:, :, None], k, v, lengths=lengths, key_starts=key_starts, window=window)
+    assert torch.equal(sdpa_out[:, :, 0], out)
+
+
+def test_tiny_llama_generates_a_left_padded_batch_on_cuda_like_eager(seed):
+    """A left-padded batch of prompts of different lengths on CUDA: the ragged prefill and the
+    decode steps with key_starts run on attnkit (no fallback), with eager's greedy tokens."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import CountAttnkitCalls, tiny_llama
+
+    model = tiny_llama(torch.float32, "cuda", seed)
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, 1000, (3, 40), generator=g)
+    mask = torch.ones_like(prompt)
+    for b, n in enumerate([40, 23, 3]):
+        prompt[b, :40 - n], mask[b, :40 - n] = 0, 0
+    prompt, mask = prompt.cuda(), mask.cuda()
+    runs = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), CountAttnkitCalls() as counted:
+            runs[impl] = model.generate(prompt, attention_mask=mask, max_new_tokens=24, min_new_tokens=24,
+                                        do_sample=False, pad_token_id=0, output_logits=True,
+                                        return_dict_in_generate=True)
+    assert not counted.fallbacks and counted.calls == 2 * 24, (counted.calls, counted.fallbacks)
+    assert torch.equal(runs["attnkit"].sequences, runs["eager"].sequences)
+    torch.testing.assert_close(torch.stack(runs["attnkit"].logits), torch.stack(runs["eager"].logits),
+                               rtol=1e-3, atol=1e-3)
+
+
 def test_errors_on_cuda_carry_a_fix():
     plan = attnkit.plan_decode(batch=1, num_heads=4, kv_heads=2, head_dim=64, max_seq=16, kv_dtype="bf16")  # CPU plan
     q = torch.zeros(1, 4, 64, dtype=torch.bfloat16, device="cuda")

@@ -195,32 +195,142 @@ def test_transformers_backend_runs_sliding_window_layers_natively(seed):
 
 def test_causal_window_of_recognises_only_causal_windows():
     """The masks the transformers backend runs natively: bottom-right causal over the first `keys`
-    columns, optionally windowed, the same in every batch row; anything else is None."""
+    columns, optionally windowed, optionally left-padded per sequence; anything else is None."""
     pytest.importorskip("transformers")
     from attnkit.transformers_backend import causal_window_of
 
-    def causal(q_len, keys, columns, window=0, batch=2):
+    def causal(q_len, keys, columns, window=0, batch=2, starts=None):
         pos = torch.arange(q_len)[:, None] + (keys - q_len)
         cols = torch.arange(columns)[None, :]
         mask = (cols <= pos) & ((cols > pos - window) if window else True)
-        return mask.expand(batch, 1, q_len, columns).clone()
+        mask = mask.expand(batch, 1, q_len, columns).clone()
+        for b, start in enumerate(starts or []):
+            mask[b, :, :, :start] = False
+        return mask
 
-    assert causal_window_of(causal(5, 12, 12)) == (12, 0)  # a chunk of 5 queries over 7 cached keys
-    assert causal_window_of(causal(5, 12, 12, window=4)) == (12, 4)
-    assert causal_window_of(causal(5, 12, 12, window=20)) == (12, 0)  # a window wider than every row's keys
-    assert causal_window_of(causal(3, 9, 16)) == (9, 0)  # a static cache: slots 9..15 not written yet
-    assert causal_window_of(causal(1, 9, 16, window=4)) == (9, 4)  # decode
-    assert causal_window_of(causal(7, 7, 7)) == (7, 0)
-    padded = causal(5, 12, 12)
-    padded[1, :, :, :2] = False  # left padding in one sequence
-    assert causal_window_of(padded) is None
+    def found(mask):
+        layout = causal_window_of(mask)
+        if layout is None:
+            return None
+        return layout.keys, layout.window, None if layout.starts is None else layout.starts.tolist()
+
+    assert found(causal(5, 12, 12)) == (12, 0, None)  # a chunk of 5 queries over 7 cached keys
+    assert found(causal(5, 12, 12, window=4)) == (12, 4, None)
+    assert found(causal(5, 12, 12, window=20)) == (12, 0, None)  # a window wider than every row's keys
+    assert found(causal(3, 9, 16)) == (9, 0, None)  # a static cache: slots 9..15 not written yet
+    assert found(causal(1, 9, 16, window=4)) == (9, 4, None)  # decode
+    assert found(causal(7, 7, 7)) == (7, 0, None)
+    # Left padding (generation with padding_side="left"), with and without a window and a cache.
+    assert found(causal(5, 12, 12, starts=[0, 2])) == (12, 0, [0, 2])
+    assert found(causal(12, 12, 12, batch=3, starts=[0, 2, 9])) == (12, 0, [0, 2, 9])
+    assert found(causal(12, 12, 12, window=4, batch=3, starts=[0, 2, 9])) == (12, 4, [0, 2, 9])
+    assert found(causal(1, 9, 16, window=4, batch=3, starts=[0, 3, 7])) == (9, 4, [0, 0, 7])  # 3: behind the window
+    assert found(causal(1, 9, 16, starts=[4, 0])) == (9, 0, [4, 0])
+    # A sequence that is all padding so far: its rows see nothing (all False), its start is `keys`.
+    all_padding = causal(6, 6, 6, batch=3, starts=[0, 2, 6])
+    assert found(all_padding) == (6, 0, [0, 2, 6])
+    layout = causal_window_of(all_padding)
+    assert layout.ragged is not None and layout.ragged.cu_seqlens_q.tolist() == [0, 6, 10, 10]
+    assert layout.ragged.cu_seqlens_k.tolist() == [0, 6, 10, 10]
+    assert layout.ragged.q_flat.tolist() == list(range(6)) + [8, 9, 10, 11]
+    fixed = all_padding.clone()
+    fixed[2] = True  # older torch's "fix" of rows that see nothing: not this mask, left to torch
+    assert causal_window_of(fixed) is None
     flipped = causal(5, 12, 12, window=4)
     flipped[0, 0, 2, 3] = ~flipped[0, 0, 2, 3]
     assert causal_window_of(flipped) is None
+    holed = causal(5, 12, 12, starts=[0, 3])
+    holed[1, :, :, 5] = False  # a hole after the start (packing, a dropped token): not left padding
+    assert causal_window_of(holed) is None
+    right = causal(5, 12, 12)
+    right[1, :, :, 9:] = False  # right padding
+    assert causal_window_of(right) is None
     assert causal_window_of(torch.ones(2, 1, 5, 12, dtype=torch.bool)) is None  # not causal
     assert causal_window_of(causal(5, 4, 12)) is None  # fewer keys than queries
     assert causal_window_of(torch.zeros(2, 1, 5, 12, dtype=torch.bool)) is None
     assert causal_window_of(causal(5, 12, 12).float()) is None  # additive masks are left to torch
+
+
+def left_padded_prompts(seed, lengths, width):
+    """A batch of prompts of the given lengths padded on the left to `width` with token 0 (as a
+    tokenizer with padding_side="left" does), and its attention mask."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, 1000, (len(lengths), width), generator=g)
+    mask = torch.ones_like(prompt)
+    for b, n in enumerate(lengths):
+        prompt[b, :width - n] = 0
+        mask[b, :width - n] = 0
+    return prompt, mask
+
+
+def test_transformers_backend_generates_left_padded_batches_natively(seed):
+    """Batched generation of prompts of different lengths padded on the left (what transformers
+    does with padding_side="left"): every call runs on attnkit (the prefill as one ragged prefill
+    of the real rows and keys, the decode steps with key_starts), with eager's greedy tokens and
+    logits; a Llama and a sliding-window Mistral (window 8, shorter than the prompts), with a
+    dynamic and a static cache. One prompt is only 2 tokens long: its sequence's first rows see
+    nothing in the prefill."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import CountAttnkitCalls, tiny_llama
+    from transformers import MistralConfig, MistralForCausalLM
+
+    mistral = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                            max_position_embeddings=256)
+    torch.manual_seed(seed)
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": MistralForCausalLM(mistral).eval()}
+    prompt, mask = left_padded_prompts(seed, [20, 13, 2, 17], 20)
+    new_tokens = 10
+    for name, model in models.items():
+        for cache in (None, "static"):
+            runs = {}
+            for impl in ("eager", "attnkit"):
+                model.set_attn_implementation(impl)
+                with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+                    warnings.simplefilter("ignore")
+                    runs[impl] = model.generate(prompt, attention_mask=mask, max_new_tokens=new_tokens,
+                                                min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                                                cache_implementation=cache, output_logits=True,
+                                                return_dict_in_generate=True)
+            what = (name, cache)
+            assert not counted.fallbacks, (what, counted.fallbacks)
+            assert counted.calls == 2 * new_tokens, (what, counted.calls)  # 2 layers x (prefill + 9 decode steps)
+            assert torch.equal(runs["attnkit"].sequences, runs["eager"].sequences), what
+            torch.testing.assert_close(torch.stack(runs["attnkit"].logits), torch.stack(runs["eager"].logits),
+                                       rtol=1e-4, atol=1e-4, msg=lambda m: f"{what}: {m}")
+
+
+def test_transformers_backend_runs_left_padded_chunks_over_a_cache_natively(seed):
+    """A left-padded batch prefilled in two chunks, the second over the first's cache: each chunk
+    is one ragged prefill (in the first, one sequence is still all padding: no row of it sees a
+    key). The logits of the real tokens are eager's; the padded rows, which see nothing, are not
+    compared (eager's softmax over no key is not a number anyone reads)."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import CountAttnkitCalls, tiny_llama
+    from transformers import MistralConfig, MistralForCausalLM
+
+    mistral = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                            max_position_embeddings=256)
+    torch.manual_seed(seed)
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": MistralForCausalLM(mistral).eval()}
+    prompt, mask = left_padded_prompts(seed, [24, 17, 6], 24)
+    for name, model in models.items():
+        logits = {}
+        for impl in ("eager", "attnkit"):
+            model.set_attn_implementation(impl)
+            with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+                warnings.simplefilter("ignore")
+                first = model(prompt[:, :14], attention_mask=mask[:, :14], use_cache=True)
+                second = model(prompt[:, 14:], attention_mask=mask, past_key_values=first.past_key_values,
+                               use_cache=True)
+                logits[impl] = torch.cat([first.logits, second.logits], dim=1)
+            if impl == "attnkit":
+                assert counted.calls == 2 * 2 and not counted.fallbacks, (name, counted.fallbacks)
+        real = mask.bool()
+        torch.testing.assert_close(logits["attnkit"][real], logits["eager"][real], rtol=1e-4, atol=1e-4)
 
 
 def test_transformers_backend_runs_chunked_prefill_and_static_caches_natively(seed):
@@ -276,9 +386,10 @@ def test_transformers_backend_runs_chunked_prefill_and_static_caches_natively(se
 
 
 def test_transformers_backend_runs_a_tiny_gpt_oss_like_eager(seed):
-    """gpt-oss: attention sinks and alternating sliding / full layers. Unpadded, every call runs on
-    attnkit (sinks and windows); left-padded, the calls fall back with the sinks kept (the model's
-    eager arithmetic, since torch's sdpa would drop them). Both as eager."""
+    """gpt-oss: attention sinks and alternating sliding / full layers. Unpadded and left-padded,
+    every call runs on attnkit (sinks, windows, left padding); right-padded, the calls fall back
+    with the sinks kept (the model's eager arithmetic, since torch's sdpa would drop them). Each
+    as eager."""
     pytest.importorskip("transformers")
     try:
         from transformers import GptOssConfig, GptOssForCausalLM
@@ -302,11 +413,25 @@ def test_transformers_backend_runs_a_tiny_gpt_oss_like_eager(seed):
     assert torch.equal(tokens, eager_tokens)
 
     mask = torch.ones_like(prompt)
-    mask[1, :5] = 0  # left padding: a real mask, so the calls fall back
-    (logits, tokens, _, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt, mask)
-    assert fallbacks > 0
-    torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
+    mask[1, :5] = 0  # left padding: attnkit's
+    (logits, tokens, calls, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt, mask)
+    assert calls == 2 * (1 + 1 + 7) and fallbacks == 0
+    real = mask.bool()  # the padded rows see no key: eager's output there is not compared
+    torch.testing.assert_close(logits[real], eager_logits[real], rtol=1e-4, atol=1e-4)
     assert torch.equal(tokens, eager_tokens)
+
+    forward_mask = torch.ones_like(prompt)
+    forward_mask[1, -5:] = 0  # right padding: a real mask, so the calls fall back
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        eager_logits = model(prompt, attention_mask=forward_mask).logits
+    model.set_attn_implementation("attnkit")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = sum(attnkit.transformers_backend.fallback_counts.values())
+        logits = model(prompt, attention_mask=forward_mask).logits
+        assert sum(attnkit.transformers_backend.fallback_counts.values()) - before == 2
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
 
 
 def test_transformers_backend_falls_back_on_padding(seed):
@@ -317,7 +442,7 @@ def test_transformers_backend_falls_back_on_padding(seed):
     model = tiny_llama(torch.float32, "cpu", seed)
     prompt = torch.randint(0, 1000, (2, 9), generator=torch.Generator().manual_seed(seed))
     mask = torch.ones_like(prompt)
-    mask[1, :3] = 0  # left padding: a real mask, which attnkit leaves to sdpa
+    mask[1, -3:] = 0  # right padding: a real mask, which attnkit leaves to sdpa (left padding it runs)
     model.set_attn_implementation("sdpa")
     with torch.no_grad():
         expected = model(prompt, attention_mask=mask).logits
