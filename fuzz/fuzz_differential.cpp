@@ -1,7 +1,7 @@
 // libFuzzer target: the CPU kernels (scalar online, and the fast families on every instruction
 // set this CPU has) on tiny random problems against the float64 golden, with the tolerances of
 // DESIGN.md. The fuzzer picks the shape, options, family, threads, ISA, layout (padded strides),
-// lengths, magnitudes, attention sinks and the seed of the values; outputs are poisoned with NaN
+// lengths, left padding, magnitudes, attention sinks and the seed of the values; outputs are poisoned with NaN
 // first, so an element left unwritten is a finding too.
 #include <cmath>
 #include <cstdlib>
@@ -163,11 +163,17 @@ void fuzz_decode(FuzzedDataProvider& in) {
   poison(out);
   testing::poison(lse);
   HostTensor sinks(DType::kF32, {H});
-  const DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view, maybe_sinks(in, sinks, rng)};
+  DecodeTensors t{q.view, k.view, v.view, lengths.view, out.view, lse.view, maybe_sinks(in, sinks, rng)};
+  HostTensor starts(DType::kI32, {B});  // left padding, read last so older corpus inputs keep their meaning
+  if (in.ConsumeBool()) {
+    for (std::int64_t b = 0; b < B; ++b) starts.i32()[b] = in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(p.kv_len));
+    t.key_starts = starts.view;
+  }
   std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
   cpu::decode(plan, t, Workspace{workspace.data(), workspace.size()});
   const reference::Result golden = reference::decode(p, t);
-  const std::string what = std::string("decode ") + (scalar ? "scalar" : "fast") + (t.sinks.empty() ? "" : " sinks");
+  const std::string what = std::string("decode ") + (scalar ? "scalar" : "fast") + (t.sinks.empty() ? "" : " sinks") +
+                           (t.key_starts.empty() ? "" : " left-padded");
   check(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
 }

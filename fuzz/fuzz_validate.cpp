@@ -246,6 +246,7 @@ void fuzz_decode(FuzzedDataProvider& in, Arena& arena, std::mt19937& rng) {
   t.out = make_view(in, arena, rng, {{B, H, D}, p.out_dtype});
   t.lse = maybe_absent(in, arena, rng, {{B, H}, DType::kF32});
   const Workspace ws = workspace_for(in, arena, plan.evidence.workspace_bytes);
+  t.key_starts = maybe_absent(in, arena, rng, {{B}, DType::kI32, true, p.kv_len});  // left padding
   check_call(arena, [&] { validate_decode(plan.problem, t, DeviceKind::kCpu); }, [&] { cpu::decode(plan, t, ws); });
 }
 

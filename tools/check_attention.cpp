@@ -26,6 +26,7 @@ struct DecodeShape {
   float softcap;
   bool empty_sequence;  // last sequence has length 0: zeros and LSE -inf, never NaN
   bool sinks = false;   // attention-sink logits (gpt-oss) per head
+  bool left_padded = false;  // key_starts: each sequence's first real key, padding NaN before it
 };
 
 struct PrefillShape {
@@ -44,6 +45,7 @@ std::string describe(const DecodeShape& s) {
   if (s.softcap > 0) text += " cap" + std::to_string(static_cast<int>(s.softcap));
   if (s.empty_sequence) text += " +empty";
   if (s.sinks) text += " +sinks";
+  if (s.left_padded) text += " +leftpad";
   return text;
 }
 
@@ -62,6 +64,7 @@ std::vector<DecodeShape> decode_shapes(bool quick) {
       {3, 8, 2, 128, 333, 400, 0, 0.0f, false},
       {2, 12, 4, 64, 1000, 1024, 100, 30.0f, false},
       {3, 16, 4, 128, 900, 900, 0, 0.0f, true, true},
+      {3, 8, 2, 128, 333, 400, 0, 0.0f, false, false, true},
   };
   if (!quick) {
     shapes.push_back({4, 16, 16, 72, 77, 80, 0, 0.0f, true});
@@ -126,6 +129,22 @@ void poison_past_lengths(HostTensor& cache, const std::int32_t* lengths, std::in
   }
 }
 
+// Left padding: sequence 0 starts a third of the way in, the others anywhere in [0, length]
+// (a start at the length leaves no key); NaN in every slot before a start.
+void fill_starts_and_poison(HostTensor& starts, const HostTensor& lengths, HostTensor& k, HostTensor& v,
+                            std::int64_t kv_heads, std::int64_t max_seq, std::int64_t head_dim, std::mt19937_64& rng) {
+  const auto batch = static_cast<std::int64_t>(starts.numel());
+  const std::int32_t* len = reinterpret_cast<const std::int32_t*>(lengths.bytes.data());
+  for (std::int64_t b = 0; b < batch; ++b) {
+    starts.i32()[b] = b == 0 ? len[b] / 3 : std::uniform_int_distribution<std::int32_t>(0, len[b])(rng);
+    for (std::int64_t h = 0; h < kv_heads; ++h) {
+      const std::size_t row0 = static_cast<std::size_t>((b * kv_heads + h) * max_seq);
+      poison_range(k, row0 * head_dim, (row0 + starts.i32()[b]) * head_dim);
+      poison_range(v, row0 * head_dim, (row0 + starts.i32()[b]) * head_dim);
+    }
+  }
+}
+
 // `dtype` is the cache's; q and out follow it, bf16 for an e4m3 cache.
 void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFamily family) {
   const DType io_dtype = is_fp8(dtype) ? DType::kBF16 : dtype;
@@ -168,14 +187,18 @@ void check_decode(CheckContext& ctx, const DecodeShape& s, DType dtype, KernelFa
     testing::poison(out);
     testing::poison(lse);
     HostTensor sinks = testing::random_sinks(s.sinks ? s.heads : 0, ctx.rng);
+    HostTensor starts(DType::kI32, {s.left_padded ? s.batch : 0});
+    if (s.left_padded) fill_starts_and_poison(starts, lengths, k, v, s.kv_heads, s.max_seq, s.head_dim, ctx.rng);
     DecodeTensors host{q.view, k.view, v.view, lengths.view, out.view, lse.view};
     if (s.sinks) host.sinks = sinks.view;
+    if (s.left_padded) host.key_starts = starts.view;
     host.kv_scales = scales;
     const reference::Result golden = reference::decode(p, host);
 
     Staging stage(ctx.cuda);
     DecodeTensors t{stage.put(q), stage.put(k), stage.put(v), stage.put(lengths), stage.put(out), stage.put(lse)};
     if (s.sinks) t.sinks = stage.put(sinks);
+    if (s.left_padded) t.key_starts = stage.put(starts);
     t.kv_scales = scales;
     const Workspace ws = stage.workspace(plan.evidence.workspace_bytes);
     if (ctx.cuda) {
