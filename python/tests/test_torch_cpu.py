@@ -168,7 +168,7 @@ def run_like_eager(model, prompt, attention_mask=None, new_tokens=8):
             warnings.simplefilter("ignore")
             logits = model(prompt, attention_mask=attention_mask).logits
             tokens = model.generate(prompt, attention_mask=attention_mask, max_new_tokens=new_tokens,
-                                    do_sample=False, pad_token_id=0)
+                                    min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)  # past an EOS
         runs[impl] = (logits, tokens, backend.attnkit_calls - calls,
                       sum(backend.fallback_counts.values()) - fallbacks)
     return runs["attnkit"], runs["eager"]
@@ -186,7 +186,7 @@ def test_transformers_backend_runs_sliding_window_layers_natively(seed):
                         max_position_embeddings=256)
     torch.manual_seed(seed)
     model = MistralForCausalLM(cfg).eval()
-    prompt = torch.randint(0, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))
+    prompt = torch.randint(1, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))  # no pad token 0
     (logits, tokens, calls, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt)
     assert calls == 2 * (1 + 1 + 7) and fallbacks == 0  # 2 layers x (forward, prefill, 7 decode steps)
     torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
