@@ -24,6 +24,9 @@ struct Case {
   // paged-decode: the pool's page size and layout (each sequence's pages drawn in a random order).
   std::int64_t page_size = 16;
   PageLayout page_layout = PageLayout::kHND;
+  // decode: every sequence's first left_pad keys are padding (DecodeTensors::key_starts), so the
+  // kernel reads kv_len - left_pad keys; the row's bytes are those of the real keys.
+  std::int64_t left_pad = 0;
 };
 
 // The output dtype of a prefill case: its input dtype, except e4m3 (input-only), which writes bf16
@@ -36,6 +39,8 @@ constexpr DType decode_query_dtype(DType kv) { return is_fp8(kv) ? DType::kBF16 
 // The problem a case describes, as its planner takes it (case_problems.cpp). Paged decode: every
 // sequence's kv_len keys in pages of page_size, the pool exactly batch x ceil(kv_len / page_size).
 DecodeProblem decode_problem(const Case& c);
+// The same decode over only its real keys (kv_len - left_pad): what a left-padded case reads.
+DecodeProblem real_keys_problem(const Case& c);
 PagedDecodeProblem paged_decode_problem(const Case& c);
 PrefillProblem prefill_problem(const Case& c);
 

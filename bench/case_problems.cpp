@@ -1,5 +1,7 @@
 // A benchmark case as the problem its planner takes: one definition for the CLI's flag validation
 // and every driver (CPU and CUDA), so what is validated is what is timed.
+#include <algorithm>
+
 #include "bench.hpp"
 
 namespace attnkit::bench {
@@ -14,6 +16,12 @@ DecodeProblem decode_problem(const Case& c) {
   p.kv_dtype = c.dtype;
   p.q_dtype = p.out_dtype = decode_query_dtype(c.dtype);
   p.options.window = c.window;
+  return p;
+}
+
+DecodeProblem real_keys_problem(const Case& c) {
+  DecodeProblem p = decode_problem(c);
+  p.max_seq = p.kv_len = std::max<std::int64_t>(1, c.kv_len - c.left_pad);
   return p;
 }
 

@@ -68,6 +68,7 @@ std::string describe(const Case& c) {
   if (c.op == "paged-decode") text += " page" + std::to_string(c.page_size) + " " + to_string(c.page_layout);
   if (c.op == "prefill" && c.causal) text += " causal";
   if (c.window > 0) text += " w" + std::to_string(c.window);
+  if (c.left_pad > 0) text += " pad" + std::to_string(c.left_pad);
   return text;
 }
 
@@ -129,6 +130,10 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   const DecodeProblem p = decode_problem(c);
   const DecodePlan plan = options.family ? plan_decode(p, target, *options.family) : plan_decode(p, target);
   fill_from_plan(row, plan);
+  if (c.left_pad > 0) {  // a left-padded case reads only its real keys: the bytes a plan of those would move
+    const DecodePlan read = plan_decode(real_keys_problem(c), target);
+    row.bytes = static_cast<double>(read.evidence.traffic.global_read_bytes + read.evidence.traffic.global_write_bytes);
+  }
 
   const std::int64_t cache_bytes = 2 * c.batch * c.kv_heads * c.kv_len * c.head_dim * static_cast<std::int64_t>(dtype_size(c.dtype));
   const int copies = copies_for(cache_bytes, target.cache_bytes);
@@ -150,8 +155,11 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
       std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
     }
   }
-  Buffer lengths(DType::kI32, {c.batch});
-  for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
+  Buffer lengths(DType::kI32, {c.batch}), starts(DType::kI32, {c.batch});
+  for (std::int64_t b = 0; b < c.batch; ++b) {
+    reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
+    reinterpret_cast<std::int32_t*>(starts.bytes.data())[b] = static_cast<std::int32_t>(c.left_pad);
+  }
   std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
   Buffer sinks(DType::kF32, {c.num_heads});
@@ -162,6 +170,7 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   time_repetitions(row, options, copies, [&](int i) {
     DecodeTensors t{q[i].view, k[i].view, v[i].view, lengths.view, out[i].view, {}, sink_logits};
     t.kv_scales = scales;
+    if (c.left_pad > 0) t.key_starts = starts.view;
     cpu::decode(plan, t, ws);
   }, beside);
 }

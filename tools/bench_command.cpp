@@ -44,12 +44,13 @@ struct BenchFlags {
   std::string layout = "hnd";
   bool json = false;
   bool sinks = false;
+  std::int64_t left_pad = 0;
   CLI::Option* model_opt = nullptr;
 };
 
 bool is_sweep(const BenchFlags& f) {
   return f.op != "all" || !f.batches.empty() || !f.kv_lens.empty() || !f.dtypes.empty() || f.q_len > 0 ||
-         f.window >= 0 || f.no_causal || f.heads > 0 || f.kv_heads > 0 || f.head_dim > 0;
+         f.window >= 0 || f.no_causal || f.heads > 0 || f.kv_heads > 0 || f.head_dim > 0 || f.left_pad > 0;
 }
 
 // The model's shape, then any explicit --heads/--kv-heads/--head-dim/--window over it.
@@ -89,6 +90,7 @@ std::vector<bench::Case> make_cases(const BenchFlags& f) {
           c.dtype = parse_dtype(dtype);
           c.page_size = f.page_size;
           c.page_layout = f.layout == "nhd" ? PageLayout::kNHD : PageLayout::kHND;
+          c.left_pad = op == "decode" ? f.left_pad : 0;
           apply_model(c, model, f);
           cases.push_back(c);
         }
@@ -118,6 +120,7 @@ std::string case_shape(const bench::Case& c) {
   if (c.op == "prefill") text += c.causal ? " causal" : " full";
   if (c.window > 0) text += " w" + std::to_string(c.window);
   if (c.op == "paged-decode") text += " page" + std::to_string(c.page_size) + " " + to_string(c.page_layout);
+  if (c.left_pad > 0) text += " pad" + std::to_string(c.left_pad);
   return text;
 }
 
@@ -192,6 +195,7 @@ nlohmann::json row_json(const bench::Row& r) {
     j["read_probe_beside"] = r.read_probe_beside;
     j["pct_of_probe_beside"] = r.pct_of_probe_beside;
   }
+  if (r.c.left_pad > 0) j["left_pad"] = r.c.left_pad;
   if (r.c.op == "paged-decode") {
     j["page_size"] = r.c.page_size;
     j["page_layout"] = to_string(r.c.page_layout);
@@ -221,7 +225,13 @@ void validate_flags(const BenchFlags& f, const std::string& backend, const std::
       fail("attnkit bench --op paged-decode", "--family applies to decode and prefill (paged decode has one family)",
            "drop --family");
   }
+  if (f.left_pad < 0 || (f.left_pad > 0 && f.op != "decode"))
+    fail("attnkit bench", "--left-pad " + std::to_string(f.left_pad) + (f.left_pad < 0 ? " is negative" : " with --op " + f.op),
+         "pass --op decode --left-pad N with 0 <= N < every --kv-len (left-padded caches are a decode option)");
   for (const bench::Case& c : cases) {
+    if (c.left_pad >= c.kv_len)
+      fail("attnkit bench", "--left-pad " + std::to_string(c.left_pad) + " leaves no key of --kv-len " + std::to_string(c.kv_len),
+           "pass a padding below every --kv-len");
     if (c.op == "paged-decode") {
       bench::paged_decode_problem(c).validate();  // e4m3: an e4m3 pool, q and out bf16
     } else if (c.op == "decode") {
@@ -330,6 +340,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   cmd->add_option("--layout", f->layout, "paged-decode: page layout hnd or nhd")
       ->check(CLI::IsMember({"hnd", "nhd"}))
       ->capture_default_str();
+  cmd->add_option("--left-pad", f->left_pad,
+                  "decode: every sequence's first N keys are left padding (key_starts), so N fewer keys are read; "
+                  "bytes and ceilings count the real keys (peers: none)");
   cmd->add_flag("--sinks", f->sinks, "attnkit's calls take attention-sink logits (gpt-oss), to time their cost; peers run without");
   cmd->add_flag("--json", f->json, "one JSON document: commit, device, command, rows");
   cmd->callback([f, command_line, &exit_code] { run_bench(*f, command_line, exit_code); });

@@ -66,7 +66,9 @@ Row base_row(const Case& c, const DecodePlan& plan, double ceiling) {
   r.backend = "cuda";
   r.impl = "attnkit";
   r.family = to_string(plan.partition.family);
-  r.bytes = static_cast<double>(plan.evidence.traffic.global_read_bytes + plan.evidence.traffic.global_write_bytes);
+  // A left-padded case reads only its real keys: the bytes a plan of those would move.
+  const DecodePlan& read = c.left_pad > 0 ? plan_decode(real_keys_problem(c), plan.target) : plan;
+  r.bytes = static_cast<double>(read.evidence.traffic.global_read_bytes + read.evidence.traffic.global_write_bytes);
   r.flops = static_cast<double>(plan.evidence.matmul_flops);
   r.ceiling_name = "read-bandwidth";
   r.ceiling_value = ceiling;
@@ -131,6 +133,11 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
     check(cudaDeviceSynchronize(), "fill");
     DeviceBuffer sinks(options.sinks ? p.num_heads * 4 : 0);
     if (options.sinks) fill(sinks.data, DType::kF32, p.num_heads, 24);
+    DeviceBuffer starts(c.left_pad > 0 ? p.batch * 4 : 0);
+    if (c.left_pad > 0) {
+      fill_i32<<<64, 256>>>(static_cast<std::int32_t*>(starts.data), p.batch, static_cast<std::int32_t>(c.left_pad));
+      check(cudaDeviceSynchronize(), "fill");
+    }
     DecodeTensors t{
         TensorView::contiguous(q.data, p.q_dtype, {p.batch, p.num_heads, p.head_dim}, DeviceKind::kCuda),
         TensorView::contiguous(k.data, p.kv_dtype, {p.batch, p.kv_heads, p.max_seq, p.head_dim}, DeviceKind::kCuda),
@@ -139,6 +146,7 @@ std::vector<Row> run_decode_cases(const std::vector<Case>& cases, const Options&
         TensorView::contiguous(out.data, p.out_dtype, {p.batch, p.num_heads, p.head_dim}, DeviceKind::kCuda),
         {}};
     if (options.sinks) t.sinks = TensorView::contiguous(sinks.data, DType::kF32, {p.num_heads}, DeviceKind::kCuda);
+    if (c.left_pad > 0) t.key_starts = TensorView::contiguous(starts.data, DType::kI32, {p.batch}, DeviceKind::kCuda);
     // An e4m3 cache's scales: not 1, so the timed path is a quantized cache's (speed does not depend on them).
     if (is_fp8(p.kv_dtype)) t.kv_scales = {0.5f, 0.25f};
     const Workspace workspace{ws.data, plan.evidence.workspace_bytes, DeviceKind::kCuda};
