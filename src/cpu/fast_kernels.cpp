@@ -127,8 +127,11 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       const std::int64_t b = unit / KH, kvh = unit % KH;
       const std::int64_t len = index_at(t.lengths, b);
       const KeyRange range = decode_keys(len, p.options.window, t.key_starts.empty() ? 0 : index_at(t.key_starts, b));
-      const std::int64_t begin = std::min(range.end, range.begin + split * keys_per_split);
-      const std::int64_t end = std::min(range.end, begin + keys_per_split);
+      // Left padding (unknown to the plan): the real keys over all the planned splits, so none idles.
+      const std::int64_t even = ((range.size() + splits - 1) / splits + tile - 1) / tile * tile;
+      const std::int64_t per_split = t.key_starts.empty() ? keys_per_split : std::clamp(even, tile, keys_per_split);
+      const std::int64_t begin = std::min(range.end, range.begin + split * per_split);
+      const std::int64_t end = std::min(range.end, begin + per_split);
       const std::int64_t first_row = b * H + kvh * G;
 
       DecodeTask task_args;
