@@ -31,6 +31,18 @@ def tiny_llama(dtype: torch.dtype, device: str, seed: int, head_dim: int = 64):
     return model.to(device).eval()
 
 
+def tiny_mistral(seed: int):
+    """A sliding-window model: Mistral, 2 layers, hidden 128, 4 query heads over 2 KV heads,
+    head_dim 32, window 8, vocabulary 1000, float32 on the CPU."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                        max_position_embeddings=256)
+    torch.manual_seed(seed)
+    return MistralForCausalLM(cfg).eval()
+
+
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 

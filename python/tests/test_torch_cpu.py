@@ -179,13 +179,9 @@ def test_transformers_backend_runs_sliding_window_layers_natively(seed):
     builder hands over no mask where it is only a causal window, so every call runs attnkit's
     window kernels, with eager's logits and tokens."""
     pytest.importorskip("transformers")
-    from transformers import MistralConfig, MistralForCausalLM
+    from llama_support import tiny_mistral
 
-    cfg = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
-                        max_position_embeddings=256)
-    torch.manual_seed(seed)
-    model = MistralForCausalLM(cfg).eval()
+    model = tiny_mistral(seed)
     prompt = torch.randint(1, 1000, (2, 20), generator=torch.Generator().manual_seed(seed))  # no pad token 0
     (logits, tokens, calls, fallbacks), (eager_logits, eager_tokens, _, _) = run_like_eager(model, prompt)
     assert calls == 2 * (1 + 1 + 7) and fallbacks == 0  # 2 layers x (forward, prefill, 7 decode steps)
@@ -272,14 +268,9 @@ def test_transformers_backend_generates_left_padded_batches_natively(seed):
     nothing in the prefill."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama
-    from transformers import MistralConfig, MistralForCausalLM
+    from llama_support import CountAttnkitCalls, tiny_llama, tiny_mistral
 
-    mistral = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
-                            max_position_embeddings=256)
-    torch.manual_seed(seed)
-    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": MistralForCausalLM(mistral).eval()}
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt, mask = left_padded_prompts(seed, [20, 13, 2, 17], 20)
     new_tokens = 10
     for name, model in models.items():
@@ -308,14 +299,9 @@ def test_transformers_backend_runs_left_padded_chunks_over_a_cache_natively(seed
     compared (eager's softmax over no key is not a number anyone reads)."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama
-    from transformers import MistralConfig, MistralForCausalLM
+    from llama_support import CountAttnkitCalls, tiny_llama, tiny_mistral
 
-    mistral = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
-                            max_position_embeddings=256)
-    torch.manual_seed(seed)
-    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": MistralForCausalLM(mistral).eval()}
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt, mask = left_padded_prompts(seed, [24, 17, 6], 24)
     for name, model in models.items():
         logits = {}
@@ -339,14 +325,9 @@ def test_transformers_backend_runs_chunked_prefill_and_static_caches_natively(se
     masks hide the unwritten slots), and a sliding-window model's chunks. Each as eager."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama
-    from transformers import MistralConfig, MistralForCausalLM
+    from llama_support import CountAttnkitCalls, tiny_llama, tiny_mistral
 
-    mistral = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
-                            max_position_embeddings=256)
-    torch.manual_seed(seed)
-    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": MistralForCausalLM(mistral).eval()}
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt = torch.randint(1, 1000, (2, 30), generator=torch.Generator().manual_seed(seed))  # no pad token 0
     for name, model in models.items():
         logits = {}

@@ -11,6 +11,7 @@
 #include "cpu/fast_isa.hpp"
 #include "cuda/prefill_shapes.hpp"
 #include "isa_scope.hpp"
+#include "support/far_positions.hpp"
 #include "support/sparse_rows.hpp"
 
 namespace attnkit::testing {
@@ -19,21 +20,12 @@ namespace {
 using cpu::simd::Isa;
 
 TEST(PrefillFarPositions, CausalAndWindowMasksStayExactPast2To24) {
-  constexpr std::int64_t kKvLen = (std::int64_t{1} << 25) + 77, kQLen = 37, kWindow = 50, kHeadDim = 64;
+  constexpr std::int64_t kKvLen = kFarKvLen, kQLen = 37, kWindow = 50, kHeadDim = 64;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (bool causal : {true, false}) {
       const std::uint64_t seed = fresh_seed();
       std::mt19937_64 rng(seed);
-      PrefillProblem p;
-      p.batch = 1;
-      p.num_heads = 4;
-      p.kv_heads = 1;
-      p.head_dim = kHeadDim;
-      p.q_len = kQLen;
-      p.kv_len = kKvLen;
-      p.causal = causal;
-      p.dtype = p.out_dtype = dtype;
-      p.options.window = kWindow;
+      const PrefillProblem p = far_positions_problem(dtype, causal, kQLen, kWindow, kHeadDim);
       // The first row's window starts at kv_len - q_len - window + 1; a margin of rows before it.
       const std::int64_t mapped_from = kKvLen - kQLen - kWindow - 256;
       SparseRows k(dtype, kKvLen, kHeadDim, mapped_from, rng), v(dtype, kKvLen, kHeadDim, mapped_from, rng);

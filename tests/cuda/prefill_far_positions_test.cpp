@@ -10,6 +10,7 @@
 
 #include "attnkit/attnkit.hpp"
 #include "cuda/prefill_shapes.hpp"
+#include "support/far_positions.hpp"
 #include "support/sparse_rows.hpp"
 
 namespace attnkit::testing {
@@ -55,21 +56,12 @@ TEST(PrefillFarPositionsCuda, CausalAndWindowMasksStayExactPast2To24) {
   if (!cuda::built() || cuda::device_count() == 0) {
     GTEST_SKIP() << "no CUDA device: the CUDA prefill kernels were compiled but not run here";
   }
-  constexpr std::int64_t kKvLen = (std::int64_t{1} << 25) + 77, kQLen = 300, kWindow = 200, kHeadDim = 64;
+  constexpr std::int64_t kKvLen = kFarKvLen, kQLen = 300, kWindow = 200, kHeadDim = 64;
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     for (bool causal : {true, false}) {
       const std::uint64_t seed = fresh_seed();
       std::mt19937_64 rng(seed);
-      PrefillProblem p;
-      p.batch = 1;
-      p.num_heads = 4;
-      p.kv_heads = 1;
-      p.head_dim = kHeadDim;
-      p.q_len = kQLen;
-      p.kv_len = kKvLen;
-      p.causal = causal;
-      p.dtype = p.out_dtype = dtype;
-      p.options.window = kWindow;
+      const PrefillProblem p = far_positions_problem(dtype, causal, kQLen, kWindow, kHeadDim);
       const std::int64_t mapped_from = kKvLen - kQLen - kWindow - 256;
       SparseRows k(dtype, kKvLen, kHeadDim, mapped_from, rng), v(dtype, kKvLen, kHeadDim, mapped_from, rng);
       HostTensor q(dtype, {1, 4, kQLen, kHeadDim}), out(dtype, {1, 4, kQLen, kHeadDim}), lse(DType::kF32, {1, 4, kQLen});
