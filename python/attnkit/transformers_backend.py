@@ -222,10 +222,14 @@ def causal_window_of(mask: torch.Tensor) -> Optional[CausalMask]:
     rows = mask[:, 0]  # [batch, q_len, kv_len]
     last_row = rows[:, -1]
     columns = torch.arange(kv_len, device=mask.device)
+
+    def first_visible(x: torch.Tensor) -> torch.Tensor:  # [batch, kv_len] -> first True column, or kv_len
+        return torch.where(x.any(-1), x.to(torch.uint8).argmax(-1), kv_len)  # argmax: the first maximum
+
     # Per sequence: the last row's last and first visible column, and the first visible column of
-    # any row; one copy to the host for all three.
-    stats = torch.stack([torch.where(last_row, columns, -1).amax(-1), torch.where(last_row, columns, kv_len).amin(-1),
-                         torch.where(rows.any(dim=1), columns, kv_len).amin(-1)]).tolist()
+    # any row; one copy to the host for all three (byte argmaxes: no [batch, kv_len] index tensors).
+    stats = torch.stack([kv_len - 1 - first_visible(last_row.flip(-1)), first_visible(last_row),
+                         first_visible(rows.any(dim=1))]).tolist()
     lasts, firsts, earliest = stats
     seen = [b for b in range(batch) if lasts[b] >= 0]
     if not seen or any(lasts[b] != lasts[seen[0]] for b in seen):
