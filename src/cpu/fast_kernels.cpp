@@ -129,7 +129,8 @@ void fast_decode(const DecodePlan& plan, const DecodeTensors& t, Workspace works
       const KeyRange range = decode_keys(len, p.options.window, t.key_starts.empty() ? 0 : index_at(t.key_starts, b));
       // Left padding (unknown to the plan): the real keys over all the planned splits, so none idles.
       const std::int64_t even = ((range.size() + splits - 1) / splits + tile - 1) / tile * tile;
-      const std::int64_t per_split = t.key_starts.empty() ? keys_per_split : std::clamp(even, tile, keys_per_split);
+      const std::int64_t per_split =
+          t.key_starts.empty() || splits == 1 ? keys_per_split : std::min(keys_per_split, std::max(even, tile));
       const std::int64_t begin = std::min(range.end, range.begin + split * per_split);
       const std::int64_t end = std::min(range.end, begin + per_split);
       const std::int64_t first_row = b * H + kvh * G;
