@@ -136,6 +136,7 @@ TEST(LeftPadding, ScalarAndFastDecodeMatchGolden) {
   windowed.options.window = 100;
   run_padded(windowed, {500, 500, 60}, {450, 10, 59}, 4);  // inside, before the window, one key
   run_padded(decode_problem(3, 4, 2, 64, 80, DType::kBF16), {80, 30, 12}, {79, 30, 0}, 2, true);  // sinks
+  run_padded(decode_problem(1, 2, 1, 64, 33, DType::kBF16), {33}, {5}, 2);  // one split, shorter than a tile
 }
 
 TEST(LeftPadding, BadStartsAreRejectedBeforeAnythingIsWritten) {
