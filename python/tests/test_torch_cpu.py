@@ -259,6 +259,26 @@ def left_padded_prompts(seed, lengths, width):
     return prompt, mask
 
 
+def two_chunk_logits(model, prompt, split, mask, name):
+    """{impl: logits} of `prompt` run in two chunks, the second over the first's cache (mask: the
+    batch's attention mask, or None), with eager and with attnkit; attnkit's 2 layers x 2 chunks
+    must all run on attnkit, none falling back."""
+    from llama_support import CountAttnkitCalls
+
+    logits = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+            warnings.simplefilter("ignore")
+            first = model(prompt[:, :split], attention_mask=None if mask is None else mask[:, :split], use_cache=True)
+            second = model(prompt[:, split:], attention_mask=mask, past_key_values=first.past_key_values,
+                           use_cache=True)
+            logits[impl] = torch.cat([first.logits, second.logits], dim=1)
+        if impl == "attnkit":
+            assert counted.calls == 2 * 2 and not counted.fallbacks, (name, counted.fallbacks)
+    return logits
+
+
 def test_transformers_backend_generates_left_padded_batches_natively(seed):
     """Batched generation of prompts of different lengths padded on the left (what transformers
     does with padding_side="left"): every call runs on attnkit (the prefill as one ragged prefill
@@ -299,22 +319,12 @@ def test_transformers_backend_runs_left_padded_chunks_over_a_cache_natively(seed
     compared (eager's softmax over no key is not a number anyone reads)."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama, tiny_mistral
+    from llama_support import tiny_llama, tiny_mistral
 
     models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt, mask = left_padded_prompts(seed, [24, 17, 6], 24)
     for name, model in models.items():
-        logits = {}
-        for impl in ("eager", "attnkit"):
-            model.set_attn_implementation(impl)
-            with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
-                warnings.simplefilter("ignore")
-                first = model(prompt[:, :14], attention_mask=mask[:, :14], use_cache=True)
-                second = model(prompt[:, 14:], attention_mask=mask, past_key_values=first.past_key_values,
-                               use_cache=True)
-                logits[impl] = torch.cat([first.logits, second.logits], dim=1)
-            if impl == "attnkit":
-                assert counted.calls == 2 * 2 and not counted.fallbacks, (name, counted.fallbacks)
+        logits = two_chunk_logits(model, prompt, 14, mask, name)
         real = mask.bool()
         torch.testing.assert_close(logits["attnkit"][real], logits["eager"][real], rtol=1e-4, atol=1e-4)
 
@@ -330,16 +340,7 @@ def test_transformers_backend_runs_chunked_prefill_and_static_caches_natively(se
     models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt = torch.randint(1, 1000, (2, 30), generator=torch.Generator().manual_seed(seed))  # no pad token 0
     for name, model in models.items():
-        logits = {}
-        for impl in ("eager", "attnkit"):
-            model.set_attn_implementation(impl)
-            with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
-                warnings.simplefilter("ignore")
-                first = model(prompt[:, :20], use_cache=True)
-                second = model(prompt[:, 20:], past_key_values=first.past_key_values, use_cache=True)
-                logits[impl] = torch.cat([first.logits, second.logits], dim=1)
-            if impl == "attnkit":
-                assert counted.calls == 2 * 2 and not counted.fallbacks, (name, counted.fallbacks)
+        logits = two_chunk_logits(model, prompt, 20, None, name)
         torch.testing.assert_close(logits["attnkit"], logits["eager"], rtol=1e-4, atol=1e-4)
 
     model = models["llama"]

@@ -12,7 +12,6 @@
 #include "cuda/prefill_shapes.hpp"
 #include "isa_scope.hpp"
 #include "support/far_positions.hpp"
-#include "support/sparse_rows.hpp"
 
 namespace attnkit::testing {
 namespace {
@@ -20,18 +19,14 @@ namespace {
 using cpu::simd::Isa;
 
 TEST(PrefillFarPositions, CausalAndWindowMasksStayExactPast2To24) {
-  constexpr std::int64_t kKvLen = kFarKvLen, kQLen = 37, kWindow = 50, kHeadDim = 64;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (bool causal : {true, false}) {
       const std::uint64_t seed = fresh_seed();
       std::mt19937_64 rng(seed);
-      const PrefillProblem p = far_positions_problem(dtype, causal, kQLen, kWindow, kHeadDim);
-      // The first row's window starts at kv_len - q_len - window + 1; a margin of rows before it.
-      const std::int64_t mapped_from = kKvLen - kQLen - kWindow - 256;
-      SparseRows k(dtype, kKvLen, kHeadDim, mapped_from, rng), v(dtype, kKvLen, kHeadDim, mapped_from, rng);
-      HostTensor q(dtype, {1, 4, kQLen, kHeadDim}), out(dtype, {1, 4, kQLen, kHeadDim}), lse(DType::kF32, {1, 4, kQLen});
-      fill_normal(q, rng, 1.0f);
-      const PrefillTensors t{q.view, k.view, v.view, out.view, lse.view, {}, {}};
+      FarPositionsCase c(dtype, causal, /*q_len=*/37, /*window=*/50, /*head_dim=*/64, rng);
+      const PrefillProblem& p = c.p;
+      HostTensor &out = c.out, &lse = c.lse;
+      const PrefillTensors t = c.tensors();
       const reference::Result golden = reference::prefill(p, t);
       const std::string what = std::string(dtype_name(dtype)) + (causal ? " causal" : " non-causal") +
                                " (ATTNKIT_TEST_SEED=" + std::to_string(seed) + ")";

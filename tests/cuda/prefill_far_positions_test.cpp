@@ -11,7 +11,6 @@
 #include "attnkit/attnkit.hpp"
 #include "cuda/prefill_shapes.hpp"
 #include "support/far_positions.hpp"
-#include "support/sparse_rows.hpp"
 
 namespace attnkit::testing {
 namespace {
@@ -56,19 +55,16 @@ TEST(PrefillFarPositionsCuda, CausalAndWindowMasksStayExactPast2To24) {
   if (!cuda::built() || cuda::device_count() == 0) {
     GTEST_SKIP() << "no CUDA device: the CUDA prefill kernels were compiled but not run here";
   }
-  constexpr std::int64_t kKvLen = kFarKvLen, kQLen = 300, kWindow = 200, kHeadDim = 64;
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     for (bool causal : {true, false}) {
       const std::uint64_t seed = fresh_seed();
       std::mt19937_64 rng(seed);
-      const PrefillProblem p = far_positions_problem(dtype, causal, kQLen, kWindow, kHeadDim);
-      const std::int64_t mapped_from = kKvLen - kQLen - kWindow - 256;
-      SparseRows k(dtype, kKvLen, kHeadDim, mapped_from, rng), v(dtype, kKvLen, kHeadDim, mapped_from, rng);
-      HostTensor q(dtype, {1, 4, kQLen, kHeadDim}), out(dtype, {1, 4, kQLen, kHeadDim}), lse(DType::kF32, {1, 4, kQLen});
-      fill_normal(q, rng, 1.0f);
-      const reference::Result golden = reference::prefill(p, PrefillTensors{q.view, k.view, v.view, out.view, lse.view, {}, {}});
-      DeviceRows dk(k), dv(v);
-      DeviceTensor dq(q);
+      FarPositionsCase c(dtype, causal, /*q_len=*/300, /*window=*/200, /*head_dim=*/64, rng);
+      const PrefillProblem& p = c.p;
+      HostTensor &out = c.out, &lse = c.lse;
+      const reference::Result golden = reference::prefill(p, c.tensors());
+      DeviceRows dk(c.k), dv(c.v);
+      DeviceTensor dq(c.q);
       const std::string what = std::string(dtype_name(dtype)) + (causal ? " causal" : " non-causal") +
                                " (ATTNKIT_TEST_SEED=" + std::to_string(seed) + ")";
       const Target gpu = cuda::target();
