@@ -6,25 +6,26 @@
 Importing this module registers the name "attnkit" in transformers' AttentionInterface (the
 attention call) and AttentionMaskInterface (sdpa's mask builder, which marks the masks that are
 a causal window: the keys a query sees end at its own position, optionally within a sliding
-window, and start at its sequence's first real token where the batch is padded on the left, as
-generation pads it with padding_side="left"). Prefill, decode, chunked prefill and speculative
+window, and lie within its sequence's real keys where the batch is padded, on the left as
+generation pads it with padding_side="left", on the right as a tokenizer's default padding leaves
+a batch scored or embedded without a cache). Prefill, decode, chunked prefill and speculative
 verification over a cache (dynamic or static), sliding-window layers included, then run on
 attnkit's CPU or CUDA kernels on torch's current stream; grouped-query attention runs without
 repeating K and V, and the output is written straight into the [batch, seq, heads, head_dim]
 layout the model reads.
 
-Left padding: a decode step passes each sequence's first real key to the decode kernel
-(key_starts); a multi-row call (the prefill of a padded batch, a chunk over its cache) gathers
-the real query rows and keys of every sequence into one ragged attnkit prefill (cu_seqlens, as
-transformers' flash-attention integration unpads) and scatters the rows back, the padded rows
-as zeros. The gather indices are made once per forward, with the mask.
+Padding: a left-padded decode step passes each sequence's first real key to the decode kernel
+(key_starts); any other padded call (the prefill of a left- or right-padded batch, a chunk over a
+left-padded cache) gathers the real query rows and keys of every sequence into one ragged attnkit
+prefill (cu_seqlens, as transformers' flash-attention integration unpads) and scatters the rows
+back, the padding rows as zeros. The gather indices are made once per forward, with the mask.
 
 Anything attnkit does not model falls back to torch's sdpa for that call, with one warning per
-reason: any other mask (right padding, packing), attention dropout in training, autograd
-(attnkit has no backward), position bias, dtypes other than float32/float16/bfloat16, and any
-mask met while torch.compile traces (it cannot be checked there). Attention sinks (gpt-oss's
-`s_aux`) run on attnkit; where a call with sinks falls back, it runs the model's eager
-arithmetic (torch's sdpa would drop them).
+reason: any other mask (packing, a hole in a sequence's real keys), attention dropout in
+training, autograd (attnkit has no backward), position bias, dtypes other than
+float32/float16/bfloat16, and any mask met while torch.compile traces (it cannot be checked
+there). Attention sinks (gpt-oss's `s_aux`) run on attnkit; where a call with sinks falls back,
+it runs the model's eager arithmetic (torch's sdpa would drop them).
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ attnkit_calls = 0  # calls that ran on attnkit
 def _fallback_reason(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
                      dropout: float, kwargs: dict) -> Optional[str]:
     if attention_mask is not None:
-        return "an explicit attention mask that is not a causal window with left padding (right padding, packing)"
+        return ("an explicit attention mask that is not a causal window over one run of real keys per sequence "
+                "(packing, a hole in the mask)")
     if dropout:
         return "attention dropout"
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
@@ -93,9 +95,9 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
     """transformers' attention signature: query [batch, heads, q_len, head_dim], key and value
     [batch, kv_heads, kv_len, head_dim]; returns ([batch, q_len, heads, head_dim], None)."""
     global attnkit_calls
-    # A mask that is a causal window over its first `keys` columns (left-padded or not) is no mask to attnkit.
+    # A mask that is a causal window over its first `keys` columns (padded or not) is no mask to attnkit.
     causal_window = _causal_window(attention_mask) if attention_mask is not None else None
-    if causal_window is not None and causal_window[0] > key.shape[2]:
+    if causal_window is not None and causal_window.keys > key.shape[2]:
         causal_window = None  # wider than the keys the layer passed: leave it to torch
     reason = _fallback_reason(query, key, value, attention_mask if causal_window is None else None, dropout, kwargs)
     if reason is not None:
@@ -115,11 +117,11 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
     key_starts = None
     if causal_window is not None:
         # Bottom-right causal over the mask's first `keys` columns (the rest are unwritten slots).
-        keys, window, key_starts, ragged = causal_window
+        keys, window, key_starts = causal_window.keys, causal_window.window, causal_window.starts
         key, value = key[:, :, :keys], value[:, :, :keys]
         causal = q_len > 1
-        if ragged is not None and q_len > 1:  # left padding: the valid rows and keys, packed
-            out = _attend_ragged(query, key, value, ragged, scaling, int(window), float(softcap), sinks)
+        if causal_window.ragged is not None:  # padding: the real rows and keys of every sequence, packed
+            out = _attend_ragged(query, key, value, causal_window.ragged, scaling, int(window), float(softcap), sinks)
             attnkit_calls += 1
             return out, None
     else:
@@ -140,10 +142,9 @@ def attnkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, key:
 def _attend_ragged(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ragged: "RaggedRows",
                    scaling: Optional[float], window: int, softcap: float,
                    sinks: Optional[torch.Tensor]) -> torch.Tensor:
-    """A left-padded batch's multi-row call (its prefill, or a chunk over its cache) as one ragged
-    attnkit prefill: the valid query rows and keys of every sequence gathered (one index each for
-    q, k, v), attended bottom-right causal per sequence, and scattered back into
-    [batch, q_len, heads, head_dim]; the padded rows, which see no key, are zeros."""
+    """A padded batch's call as one ragged attnkit prefill: the real query rows and keys of every
+    sequence gathered (one index each for q, k, v), attended bottom-right causal per sequence,
+    and scattered back into [batch, q_len, heads, head_dim]; the padding rows are zeros."""
     batch, heads, q_len, head_dim = query.shape
     q = query[ragged.q_batch, :, ragged.q_row]  # [total_q, heads, head_dim]
     k = key[ragged.k_batch, :, ragged.k_column]  # [total_k, kv_heads, head_dim]
@@ -162,108 +163,116 @@ _CAUSAL_WINDOW = "_attnkit_causal_window"  # set by attnkit_mask on the masks it
 
 
 class RaggedRows:
-    """Where the valid query rows and keys of a left-padded batch go in attnkit.prefill's ragged
-    layout (transformers' flash-attention `_upad_input`), made once per mask: sequence b's rows
-    r >= row_starts[b] (those at positions >= its first real key) and its keys [start_b, keys).
-    q_batch / q_row (int64 [total_q]) pick query rows, k_batch / k_column (int64 [total_k]) keys,
-    q_flat = q_batch * q_len + q_row puts the rows back into a [batch * q_len] output; cu_seqlens_q
-    / cu_seqlens_k int32 [batch + 1]; max_q_len / max_kv_len bound the plan."""
+    """Where the real query rows and keys of a padded batch go in attnkit.prefill's ragged layout
+    (transformers' flash-attention `_upad_input`), made once per mask from each sequence's real
+    keys [starts[b], ends[b]) (int64 [batch] on the CPU): those keys, and the query rows at those
+    positions (row r sits at keys - q_len + r). A sequence's real rows end at its last real key,
+    so the ragged prefill's bottom-right causal mask is the mask's. q_batch / q_row (int64
+    [total_q]) pick query rows, k_batch / k_column (int64 [total_k]) keys, q_flat = q_batch * q_len
+    + q_row puts the rows back into a [batch * q_len] output; cu_seqlens_q / cu_seqlens_k int32
+    [batch + 1]; max_q_len / max_kv_len bound the plan."""
 
-    def __init__(self, starts: list[int], q_len: int, keys: int, device: torch.device):
+    def __init__(self, starts: torch.Tensor, ends: torch.Tensor, q_len: int, keys: int, device: torch.device):
         first_position = keys - q_len  # of row 0
-        row_starts = [min(max(s - first_position, 0), q_len) for s in starts]
-        q_lens = [q_len - r for r in row_starts]
-        kv_lens = [max(keys - s, 0) for s in starts]
-        self.max_q_len, self.max_kv_len = max(q_lens), max(kv_lens)
-        self.total_q, self.total_k = sum(q_lens), sum(kv_lens)
-        batch = len(starts)
+        row_starts, row_ends = ((bound - first_position).clamp(0, q_len) for bound in (starts, ends))
+        q_lens, kv_lens = row_ends - row_starts, ends - starts
+        self.max_q_len, self.max_kv_len = int(q_lens.max()), int(kv_lens.max())
 
-        def packed(lens: list[int], firsts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-            which = torch.repeat_interleave(torch.arange(batch), torch.tensor(lens, dtype=torch.int64))
-            offsets = torch.tensor([0] + lens[:-1], dtype=torch.int64).cumsum(0)
-            index = torch.arange(len(which)) - offsets[which] + torch.tensor(firsts, dtype=torch.int64)[which]
-            return which, index
+        def packed(lens: torch.Tensor, firsts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """(sequence, index within it) of every packed entry, and cu_seqlens."""
+            cu = torch.cat([lens.new_zeros(1), lens.cumsum(0)])
+            which = torch.repeat_interleave(torch.arange(len(lens)), lens)
+            return which, torch.arange(int(cu[-1])) - cu[which] + firsts[which], cu.to(torch.int32)
 
-        q_batch, q_row = packed(q_lens, row_starts)
-        k_batch, k_column = packed(kv_lens, [min(s, keys) for s in starts])
-        cu = [torch.tensor([0] + lens, dtype=torch.int64).cumsum(0).to(torch.int32) for lens in (q_lens, kv_lens)]
-        self.q_batch, self.q_row, self.k_batch, self.k_column = (
-            t.to(device) for t in (q_batch, q_row, k_batch, k_column))
+        q_batch, q_row, cu_q = packed(q_lens, row_starts)
+        k_batch, k_column, cu_k = packed(kv_lens, starts)
+        self.q_batch, self.q_row, self.k_batch, self.k_column, self.cu_seqlens_q, self.cu_seqlens_k = (
+            t.to(device) for t in (q_batch, q_row, k_batch, k_column, cu_q, cu_k))
         self.q_flat = (q_batch * q_len + q_row).to(device)
-        self.cu_seqlens_q, self.cu_seqlens_k = (c.to(device) for c in cu)
 
 
 class CausalMask(NamedTuple):
-    """What causal_window_of read from a mask: keys (the columns in use), window (0: none), and
-    starts, each sequence's first real key (int32 [batch] on the mask's device; None without left
-    padding). ragged: where a padded multi-row call's rows and keys go (None unless q_len > 1 and
-    padded)."""
+    """What causal_window_of read from a mask: keys (the columns in use), window (0: none), each
+    sequence's real keys [starts[b], ends[b]) as int32 [batch] on the mask's device (starts None
+    without left padding, ends None without right padding), and ragged: where a padded call's
+    real rows and keys go (None where there is no padding, or for a left-padded decode step, which
+    passes starts to the decode kernel as key_starts)."""
     keys: int
     window: int
     starts: Optional[torch.Tensor] = None
+    ends: Optional[torch.Tensor] = None
     ragged: Optional[RaggedRows] = None
 
 
 def causal_window_of(mask: torch.Tensor) -> Optional[CausalMask]:
-    """CausalMask(keys, window, starts) when mask [batch, 1, q_len, kv_len] (bool, True = visible) is
-    exactly the mask of attnkit's bottom-right causal window over its first `keys` columns, with
-    left padding: row r of sequence b sees column j iff starts[b] <= j <= pos and (window > 0)
-    j > pos - window, with pos = keys - q_len + r, and no column from `keys` on. Else None. This
-    covers chunked prefill and verification over cached keys, decode, a static cache's unwritten
-    slots, and batches that generation padded on the left (starts None where nothing is padded).
-    A query row before its sequence's first real key sees nothing (all False). The window is the
-    model's where the mask shows it; where padding hides every key it would hide, the window
-    reported may be any that hides no visible key (the same mask)."""
+    """CausalMask(keys, window, starts, ends, ragged) when mask [batch, 1, q_len, kv_len] (bool,
+    True = visible) is exactly, in every real row, the mask of attnkit's bottom-right causal window
+    over its first `keys` columns, each sequence within its real keys [starts[b], ends[b]): row r
+    of sequence b sees column j iff starts[b] <= j < ends[b] and j <= pos and (window > 0)
+    j > pos - window, with pos = keys - q_len + r. Else None. This covers chunked prefill and
+    verification over cached keys, decode, a static cache's unwritten slots, and padded batches,
+    which transformers masks by hiding the padding keys: on the left (generation's) and on the
+    right (a forward pass over a tokenizer's default padding). A real row is one whose own key some
+    row sees; the others, the padding tokens', are not checked (transformers lets a row of right
+    padding see its sequence's real keys within its window) and attnkit writes them as zeros.
+    The window is the model's where the last real rows show it; where padding hides every key it
+    would hide, the window reported may be any that hides no visible key (the same mask)."""
     if mask.dim() != 4 or mask.dtype != torch.bool or mask.shape[1] != 1:
         return None
     batch, _, q_len, kv_len = mask.shape
     if batch == 0 or q_len == 0 or kv_len == 0:
         return None
-    rows = mask[:, 0]  # [batch, q_len, kv_len]
-    last_row = rows[:, -1]
-    columns = torch.arange(kv_len, device=mask.device)
-
-    def first_visible(x: torch.Tensor) -> torch.Tensor:  # [batch, kv_len] -> first True column, or kv_len
-        return torch.where(x.any(-1), x.to(torch.uint8).argmax(-1), kv_len)  # argmax: the first maximum
-
-    # Per sequence: the last row's last and first visible column, and the first visible column of
-    # any row; one copy to the host for all three (byte argmaxes: no [batch, kv_len] index tensors).
-    stats = torch.stack([kv_len - 1 - first_visible(last_row.flip(-1)), first_visible(last_row),
-                         first_visible(rows.any(dim=1))]).tolist()
-    lasts, firsts, earliest = stats
-    seen = [b for b in range(batch) if lasts[b] >= 0]
-    if not seen or any(lasts[b] != lasts[seen[0]] for b in seen):
+    # Each row's visible columns as a run [lo, hi) of n columns (a run iff n == hi - lo): byte
+    # argmaxes (the first maximum) and a sum, [batch, q_len] each; everything after works on these.
+    visible = mask[:, 0].view(torch.uint8)  # argmax takes no bool; the same bytes
+    n = visible.sum(-1, dtype=torch.int32)
+    lo = torch.where(n > 0, visible.argmax(-1), kv_len)
+    hi = torch.where(n > 0, kv_len - visible.flip(-1).argmax(-1), 0)
+    row_index = torch.arange(q_len, device=mask.device)
+    # No row sees past its own position and a real row sees it: row 0's position.
+    first_position = (hi - 1 - row_index).amax()
+    keys = first_position + q_len
+    positions = row_index + first_position
+    # Each sequence's real keys: the keys its rows see, [earliest, latest).
+    earliest, latest = lo.amin(-1), hi.amax(-1)
+    ends = torch.where(latest > 0, latest.clamp(max=keys), keys)
+    # The window: the widest last real row that starts after key 0 (cut by the window or by left
+    # padding), unless a row that starts at key 0, so is not cut, is wider (then that was padding).
+    last_real_lo = lo.gather(-1, (latest - 1 - first_position).clamp(0, q_len - 1)[:, None])[:, 0]
+    has_real_row = latest > first_position
+    cut = torch.where(has_real_row & (last_real_lo > 0), latest - last_real_lo, 0).amax()
+    uncut = torch.where(has_real_row & (last_real_lo == 0), latest, 0).amax()
+    window = torch.where(cut >= uncut, cut, 0)
+    window_start = torch.where(window > 0, positions - window + 1, 0)  # of each row
+    # A sequence's real keys start at the first key it shows, unless the window hides the keys before.
+    starts = torch.where(earliest > window_start[0], earliest.clamp(max=keys), 0)
+    # A real row (its position one of the real keys) sees exactly its causal window's real keys; the
+    # others are padding tokens' rows, not checked.
+    real = (positions >= starts[:, None]) & (positions < ends[:, None])
+    exact = (lo == torch.maximum(starts[:, None], window_start)) & (hi == positions + 1) & (n == hi - lo)
+    recognised = (exact | ~real).all() & (first_position >= 0) & (keys <= kv_len)
+    # The one copy to the host.
+    stats = torch.stack([starts, ends, *(x.expand(batch) for x in (first_position, window, recognised))]).cpu()
+    host_starts, host_ends, (first_position, window, recognised) = stats[0], stats[1], stats[2:, 0].tolist()
+    if not recognised:
         return None
-    keys = lasts[seen[0]] + 1
-    if keys < q_len:
-        return None
-    first_position = keys - q_len
-    pos = torch.arange(q_len, device=mask.device)[:, None] + first_position
-    causal = columns[None, :] <= pos
-    # The window the last rows show (their first column where no padding cuts deeper), else none.
-    narrowest = min(firsts[b] for b in seen)
-    for window in dict.fromkeys([keys - narrowest if narrowest > 0 else 0, 0]):
-        lowest = first_position - window + 1 if window else 0  # the first row's first key by the window
-        starts = [min(e, keys) if e > lowest else 0 for e in earliest]
-        expected = causal & (columns[None, :] > pos - window) if window else causal
-        if any(starts):
-            start_tensor = torch.tensor(starts, dtype=torch.int32, device=mask.device)
-            expected = expected[None] & (columns[None, None, :] >= start_tensor[:, None, None])
-            if bool((rows == expected).all()):
-                ragged = RaggedRows(starts, q_len, keys, mask.device) if q_len > 1 else None
-                return CausalMask(keys, window, start_tensor, ragged)
-        elif bool((rows == expected).all()):
-            return CausalMask(keys, window)
-    return None
+    keys = first_position + q_len
+    left_padded, right_padded = bool(host_starts.any()), bool((host_ends < keys).any())
+    if not (left_padded or right_padded):
+        return CausalMask(keys, window)
+    bounds = torch.stack([starts, ends]).to(torch.int32)
+    # A left-padded decode step runs with key_starts; any other padded call as a ragged prefill.
+    ragged = RaggedRows(host_starts, host_ends, q_len, keys, mask.device) if q_len > 1 or right_padded else None
+    return CausalMask(keys, window, bounds[0] if left_padded else None, bounds[1] if right_padded else None, ragged)
 
 
 def attnkit_mask(*args: Any, **kwargs: Any) -> Optional[torch.Tensor]:
     """sdpa's mask builder, which also marks the mask with what causal_window_of found (its keys,
-    window and left padding), or with False: the attention call then runs attnkit's causal kernels
+    window and padding), or with False: the attention call then runs attnkit's causal kernels
     over those keys instead of falling back (chunked prefill and speculative verification over a
     cache, a static cache's decode steps, the sliding layers of Mistral, Qwen2, Gemma and gpt-oss,
-    left-padded batches). A fallback still gets the mask itself. Not while compiling (no Python
-    attributes on traced tensors)."""
+    batches padded on the left or the right). A fallback still gets the mask itself. Not while
+    compiling (no Python attributes on traced tensors)."""
     mask = sdpa_mask(*args, **kwargs)
     if mask is not None and not torch.compiler.is_compiling():
         setattr(mask, _CAUSAL_WINDOW, causal_window_of(mask) or False)  # one check for all the layers

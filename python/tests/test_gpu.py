@@ -266,6 +266,32 @@ def test_tiny_llama_generates_a_left_padded_batch_on_cuda_like_eager(seed):
                                rtol=1e-3, atol=1e-3)
 
 
+def test_tiny_llama_runs_a_right_padded_forward_on_cuda_like_eager(seed):
+    """A forward pass without a cache over a right-padded batch on CUDA (prompts of 40, 23 and 1
+    tokens): one ragged prefill of the real rows and keys per layer on attnkit (no fallback), with
+    eager's logits for the real tokens and finite ones for the padding."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import CountAttnkitCalls, tiny_llama
+
+    model = tiny_llama(torch.float32, "cuda", seed)
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, 1000, (3, 40), generator=g)
+    mask = torch.ones_like(prompt)
+    for b, n in enumerate([40, 23, 1]):
+        prompt[b, n:], mask[b, n:] = 0, 0
+    prompt, mask = prompt.cuda(), mask.cuda()
+    logits = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), CountAttnkitCalls() as counted:
+            logits[impl] = model(prompt, attention_mask=mask, use_cache=False).logits
+    assert not counted.fallbacks and counted.calls == 2, (counted.calls, counted.fallbacks)
+    real = mask.bool()
+    torch.testing.assert_close(logits["attnkit"][real], logits["eager"][real], rtol=1e-3, atol=1e-3)
+    assert torch.isfinite(logits["attnkit"]).all()
+
+
 def test_errors_on_cuda_carry_a_fix():
     plan = attnkit.plan_decode(batch=1, num_heads=4, kv_heads=2, head_dim=64, max_seq=16, kv_dtype="bf16")  # CPU plan
     q = torch.zeros(1, 4, 64, dtype=torch.bfloat16, device="cuda")

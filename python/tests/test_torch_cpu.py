@@ -174,6 +174,20 @@ def run_like_eager(model, prompt, attention_mask=None, new_tokens=8):
     return runs["attnkit"], runs["eager"]
 
 
+def forward_like_eager(model, prompt, mask):
+    """(attnkit's logits, eager's logits, attnkit's CountAttnkitCalls) of one forward pass of
+    `model` without a cache, from the same weights."""
+    from llama_support import CountAttnkitCalls
+
+    logits = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+            warnings.simplefilter("ignore")
+            logits[impl] = model(prompt, attention_mask=mask, use_cache=False).logits
+    return logits["attnkit"], logits["eager"], counted
+
+
 def test_transformers_backend_runs_sliding_window_layers_natively(seed):
     """A sliding-window model (Mistral, window 8 over a 20-token prompt and 8 new tokens): the mask
     builder hands over no mask where it is only a causal window, so every call runs attnkit's
@@ -191,40 +205,47 @@ def test_transformers_backend_runs_sliding_window_layers_natively(seed):
 
 def test_causal_window_of_recognises_only_causal_windows():
     """The masks the transformers backend runs natively: bottom-right causal over the first `keys`
-    columns, optionally windowed, optionally left-padded per sequence; anything else is None."""
+    columns, optionally windowed, each sequence within one run of real keys [start, end) (left
+    padding, right padding, both); anything else is None. The rows of padding tokens (whose own
+    key is hidden) are not checked."""
     pytest.importorskip("transformers")
     from attnkit.transformers_backend import causal_window_of
 
-    def causal(q_len, keys, columns, window=0, batch=2, starts=None):
+    def causal(q_len, keys, columns, window=0, batch=2, starts=None, ends=None):
+        """transformers' mask: the causal window, less each sequence's padding keys (rows of padding included)."""
         pos = torch.arange(q_len)[:, None] + (keys - q_len)
         cols = torch.arange(columns)[None, :]
         mask = (cols <= pos) & ((cols > pos - window) if window else True)
         mask = mask.expand(batch, 1, q_len, columns).clone()
         for b, start in enumerate(starts or []):
             mask[b, :, :, :start] = False
+        for b, end in enumerate(ends or []):
+            mask[b, :, :, end:keys] = False
         return mask
 
     def found(mask):
         layout = causal_window_of(mask)
         if layout is None:
             return None
-        return layout.keys, layout.window, None if layout.starts is None else layout.starts.tolist()
+        return (layout.keys, layout.window, None if layout.starts is None else layout.starts.tolist(),
+                None if layout.ends is None else layout.ends.tolist())
 
-    assert found(causal(5, 12, 12)) == (12, 0, None)  # a chunk of 5 queries over 7 cached keys
-    assert found(causal(5, 12, 12, window=4)) == (12, 4, None)
-    assert found(causal(5, 12, 12, window=20)) == (12, 0, None)  # a window wider than every row's keys
-    assert found(causal(3, 9, 16)) == (9, 0, None)  # a static cache: slots 9..15 not written yet
-    assert found(causal(1, 9, 16, window=4)) == (9, 4, None)  # decode
-    assert found(causal(7, 7, 7)) == (7, 0, None)
+    assert found(causal(5, 12, 12)) == (12, 0, None, None)  # a chunk of 5 queries over 7 cached keys
+    assert found(causal(5, 12, 12, window=4)) == (12, 4, None, None)
+    assert found(causal(5, 12, 12, window=20)) == (12, 0, None, None)  # a window wider than every row's keys
+    assert found(causal(3, 9, 16)) == (9, 0, None, None)  # a static cache: slots 9..15 not written yet
+    assert found(causal(1, 9, 16, window=4)) == (9, 4, None, None)  # decode
+    assert found(causal(7, 7, 7)) == (7, 0, None, None)
     # Left padding (generation with padding_side="left"), with and without a window and a cache.
-    assert found(causal(5, 12, 12, starts=[0, 2])) == (12, 0, [0, 2])
-    assert found(causal(12, 12, 12, batch=3, starts=[0, 2, 9])) == (12, 0, [0, 2, 9])
-    assert found(causal(12, 12, 12, window=4, batch=3, starts=[0, 2, 9])) == (12, 4, [0, 2, 9])
-    assert found(causal(1, 9, 16, window=4, batch=3, starts=[0, 3, 7])) == (9, 4, [0, 0, 7])  # 3: behind the window
-    assert found(causal(1, 9, 16, starts=[4, 0])) == (9, 0, [4, 0])
+    assert found(causal(5, 12, 12, starts=[0, 2])) == (12, 0, [0, 2], None)
+    assert found(causal(12, 12, 12, batch=3, starts=[0, 2, 9])) == (12, 0, [0, 2, 9], None)
+    assert found(causal(12, 12, 12, window=4, batch=3, starts=[0, 2, 9])) == (12, 4, [0, 2, 9], None)
+    # Sequence 1's start, 3, is behind the window: it reads as 0.
+    assert found(causal(1, 9, 16, window=4, batch=3, starts=[0, 3, 7])) == (9, 4, [0, 0, 7], None)
+    assert found(causal(1, 9, 16, starts=[4, 0])) == (9, 0, [4, 0], None)
     # A sequence that is all padding so far: its rows see nothing (all False), its start is `keys`.
     all_padding = causal(6, 6, 6, batch=3, starts=[0, 2, 6])
-    assert found(all_padding) == (6, 0, [0, 2, 6])
+    assert found(all_padding) == (6, 0, [0, 2, 6], None)
     layout = causal_window_of(all_padding)
     assert layout.ragged is not None and layout.ragged.cu_seqlens_q.tolist() == [0, 6, 10, 10]
     assert layout.ragged.cu_seqlens_k.tolist() == [0, 6, 10, 10]
@@ -232,31 +253,54 @@ def test_causal_window_of_recognises_only_causal_windows():
     fixed = all_padding.clone()
     fixed[2] = True  # older torch's "fix" of rows that see nothing: not this mask, left to torch
     assert causal_window_of(fixed) is None
+    # Right padding (a forward pass over a tokenizer's default padding): a row of padding sees its
+    # sequence's real keys within its window, or nothing where the window has passed them.
+    right = causal(10, 10, 10, batch=3, ends=[10, 6, 1])
+    assert found(right) == (10, 0, None, [10, 6, 1])
+    layout = causal_window_of(right)
+    assert layout.ragged.cu_seqlens_q.tolist() == layout.ragged.cu_seqlens_k.tolist() == [0, 10, 16, 17]
+    assert layout.ragged.q_flat.tolist() == list(range(16)) + [20]
+    # No full row, and the padding outruns the window: a real row shows it.
+    assert found(causal(10, 10, 10, window=3, ends=[4, 3])) == (10, 3, None, [4, 3])
+    assert found(causal(5, 12, 12, ends=[12, 9])) == (12, 0, None, [12, 9])  # a chunk over a cache
+    unchecked = right.clone()
+    unchecked[1, :, 6:] = False  # the rows of padding tokens are not checked: these now see nothing
+    assert found(unchecked) == (10, 0, None, [10, 6, 1])
+    decode = causal_window_of(causal(1, 9, 16, ends=[9, 5]))  # a decode row whose own key is padding
+    assert decode.ends.tolist() == [9, 5] and decode.ragged.cu_seqlens_q.tolist() == [0, 1, 1]
+    # Padding on both sides, and on different sides in one batch.
+    assert found(causal(8, 8, 8, window=3, batch=4, starts=[0, 2, 0, 1], ends=[8, 8, 5, 6])) == (
+        8, 3, [0, 2, 0, 1], [8, 8, 5, 6])
     flipped = causal(5, 12, 12, window=4)
     flipped[0, 0, 2, 3] = ~flipped[0, 0, 2, 3]
     assert causal_window_of(flipped) is None
     holed = causal(5, 12, 12, starts=[0, 3])
     holed[1, :, :, 5] = False  # a hole after the start (packing, a dropped token): not left padding
     assert causal_window_of(holed) is None
-    right = causal(5, 12, 12)
-    right[1, :, :, 9:] = False  # right padding
-    assert causal_window_of(right) is None
+    holed = causal(10, 10, 10, ends=[10, 7])
+    holed[1, :, :, 3] = False  # right padding with a hole: two runs of real keys
+    assert causal_window_of(holed) is None
     assert causal_window_of(torch.ones(2, 1, 5, 12, dtype=torch.bool)) is None  # not causal
     assert causal_window_of(causal(5, 4, 12)) is None  # fewer keys than queries
     assert causal_window_of(torch.zeros(2, 1, 5, 12, dtype=torch.bool)) is None
     assert causal_window_of(causal(5, 12, 12).float()) is None  # additive masks are left to torch
 
 
-def left_padded_prompts(seed, lengths, width):
-    """A batch of prompts of the given lengths padded on the left to `width` with token 0 (as a
-    tokenizer with padding_side="left" does), and its attention mask."""
+def padded_prompts(seed, real, width):
+    """A batch of prompts of `width` tokens, sequence b real on [start, end) = real[b] and padded
+    elsewhere with token 0 (on the left as a tokenizer with padding_side="left" does, on the right
+    as its default does), and its attention mask."""
     g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(1, 1000, (len(lengths), width), generator=g)
-    mask = torch.ones_like(prompt)
-    for b, n in enumerate(lengths):
-        prompt[b, :width - n] = 0
-        mask[b, :width - n] = 0
-    return prompt, mask
+    prompt = torch.randint(1, 1000, (len(real), width), generator=g)
+    mask = torch.zeros_like(prompt)
+    for b, (start, end) in enumerate(real):
+        mask[b, start:end] = 1
+    return prompt * mask, mask
+
+
+def left_padded_prompts(seed, lengths, width):
+    """padded_prompts with sequence b's lengths[b] real tokens last."""
+    return padded_prompts(seed, [(width - n, width) for n in lengths], width)
 
 
 def two_chunk_logits(model, prompt, split, mask, name):
@@ -403,20 +447,62 @@ def test_transformers_backend_runs_a_tiny_gpt_oss_like_eager(seed):
     assert torch.equal(tokens, eager_tokens)
 
     forward_mask = torch.ones_like(prompt)
-    forward_mask[1, -5:] = 0  # right padding: a real mask, so the calls fall back
-    model.set_attn_implementation("eager")
-    with torch.no_grad():
-        eager_logits = model(prompt, attention_mask=forward_mask).logits
-    model.set_attn_implementation("attnkit")
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        before = sum(attnkit.transformers_backend.fallback_counts.values())
-        logits = model(prompt, attention_mask=forward_mask).logits
-        assert sum(attnkit.transformers_backend.fallback_counts.values()) - before == 2
+    forward_mask[1, -5:] = 0  # right padding, a forward without a cache: attnkit's (sinks in the ragged prefill)
+    logits, eager_logits, counted = forward_like_eager(model, prompt, forward_mask)
+    assert counted.calls == 2 and not counted.fallbacks, counted.fallbacks
+    real = forward_mask.bool()
+    torch.testing.assert_close(logits[real], eager_logits[real], rtol=1e-4, atol=1e-4)
+
+    forward_mask[1, 3] = 0  # and a hole: a real mask, so the calls fall back, sinks kept
+    logits, eager_logits, counted = forward_like_eager(model, prompt, forward_mask)
+    assert counted.calls == 0 and sum(counted.fallbacks.values()) == 2, counted.fallbacks
     torch.testing.assert_close(logits, eager_logits, rtol=1e-4, atol=1e-4)
 
 
-def test_transformers_backend_falls_back_on_padding(seed):
+def test_transformers_backend_runs_right_padded_batches_natively(seed):
+    """A forward pass without a cache over a batch padded on the right (a tokenizer's default, as
+    scoring, evaluation and embedding run): every call runs on attnkit as one ragged prefill of
+    the real rows and keys, with eager's logits for the real tokens and finite ones for the
+    padding (written as zeros by attention; eager's rows of padding see the real keys). Prompts of
+    20, 13, 1 and 17 tokens in 20 (one full, one of a single token), and of 5, 11 and 1 in 24 (none
+    full, as pad_to_multiple_of leaves a batch: the padding outruns Mistral's window 8, so only the
+    real rows show it); a Llama and a sliding-window Mistral."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import tiny_llama, tiny_mistral
+
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
+    for name, model in models.items():
+        for lengths, width in (([20, 13, 1, 17], 20), ([5, 11, 1], 24)):
+            prompt, mask = padded_prompts(seed, [(0, n) for n in lengths], width)
+            logits, eager_logits, counted = forward_like_eager(model, prompt, mask)
+            what = (name, lengths)
+            assert counted.calls == 2 and not counted.fallbacks, (what, counted.fallbacks)
+            real = mask.bool()
+            torch.testing.assert_close(logits[real], eager_logits[real], rtol=1e-4, atol=1e-4,
+                                       msg=lambda m: f"{what}: {m}")
+            assert torch.isfinite(logits).all(), what
+
+
+def test_transformers_backend_runs_a_batch_padded_on_both_sides_natively(seed):
+    """One batch with a sequence unpadded, one padded on the left, one on the right and one on
+    both sides: each sequence's real keys are one run [start, end), so every call runs on attnkit
+    (one ragged prefill), with eager's logits for the real tokens; a Llama and a sliding-window
+    Mistral."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import tiny_llama, tiny_mistral
+
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
+    prompt, mask = padded_prompts(seed, [(0, 18), (6, 18), (0, 11), (3, 14)], 18)
+    for name, model in models.items():
+        logits, eager_logits, counted = forward_like_eager(model, prompt, mask)
+        assert counted.calls == 2 and not counted.fallbacks, (name, counted.fallbacks)
+        real = mask.bool()
+        torch.testing.assert_close(logits[real], eager_logits[real], rtol=1e-4, atol=1e-4)
+
+
+def test_transformers_backend_falls_back_on_a_mask_with_a_hole(seed):
     pytest.importorskip("transformers")
     import attnkit.transformers_backend as backend
     from llama_support import tiny_llama
@@ -424,7 +510,8 @@ def test_transformers_backend_falls_back_on_padding(seed):
     model = tiny_llama(torch.float32, "cpu", seed)
     prompt = torch.randint(0, 1000, (2, 9), generator=torch.Generator().manual_seed(seed))
     mask = torch.ones_like(prompt)
-    mask[1, -3:] = 0  # right padding: a real mask, which attnkit leaves to sdpa (left padding it runs)
+    mask[1, -3:] = 0  # right padding, which attnkit runs,
+    mask[1, 2] = 0  # and a hole: two runs of real keys, a real mask, which attnkit leaves to sdpa
     model.set_attn_implementation("sdpa")
     with torch.no_grad():
         expected = model(prompt, attention_mask=mask).logits
