@@ -43,6 +43,31 @@ def tiny_mistral(seed: int):
     return MistralForCausalLM(cfg).eval()
 
 
+def packed_batch(seed: int, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A packed batch, as transformers' DataCollatorWithFlattening makes one (a row per list of
+    document lengths, each row the same total): (input_ids, position_ids) [rows, total], the
+    documents' tokens back to back and the positions restarting at 0 with each document."""
+    g = torch.Generator().manual_seed(seed)
+    total = sum(rows[0])
+    assert all(sum(lengths) == total for lengths in rows), rows
+    ids = torch.randint(1, 1000, (len(rows), total), generator=g)
+    positions = torch.stack([torch.cat([torch.arange(n) for n in lengths]) for lengths in rows])
+    return ids, positions
+
+
+def documents_one_by_one(model, ids: torch.Tensor, rows: list[list[int]]) -> torch.Tensor:
+    """The logits [rows, total, vocab] of a packed batch's documents each run alone, unpacked,
+    through the model as it is set (no cache)."""
+    logits = torch.empty((*ids.shape, model.config.vocab_size), dtype=torch.float32, device=ids.device)
+    with torch.no_grad():
+        for b, lengths in enumerate(rows):
+            start = 0
+            for n in lengths:
+                logits[b, start:start + n] = model(ids[b:b + 1, start:start + n], use_cache=False).logits[0].float()
+                start += n
+    return logits
+
+
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 

@@ -292,6 +292,29 @@ def test_tiny_llama_runs_a_right_padded_forward_on_cuda_like_eager(seed):
     assert torch.isfinite(logits["attnkit"]).all()
 
 
+def test_tiny_llama_runs_a_packed_forward_on_cuda_like_eager(seed):
+    """A packed batch on CUDA (rows of documents of 7, 1 and 12 tokens, of 20, and of 1, 9, 9 and
+    1; position_ids restarting with each document; no cache): one ragged prefill of the documents
+    per layer on attnkit (no fallback), with eager's logits on the same packed input and with each
+    document run alone, unpacked."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import CountAttnkitCalls, documents_one_by_one, packed_batch, tiny_llama
+
+    model = tiny_llama(torch.float32, "cuda", seed)
+    rows = [[7, 1, 12], [20], [1, 9, 9, 1]]
+    ids, positions = (t.cuda() for t in packed_batch(seed, rows))
+    logits = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), CountAttnkitCalls() as counted:
+            logits[impl] = model(ids, position_ids=positions, use_cache=False).logits
+    assert not counted.fallbacks and counted.calls == 2, (counted.calls, counted.fallbacks)
+    torch.testing.assert_close(logits["attnkit"], logits["eager"], rtol=1e-3, atol=1e-3)
+    model.set_attn_implementation("eager")
+    torch.testing.assert_close(logits["attnkit"], documents_one_by_one(model, ids, rows), rtol=1e-3, atol=1e-3)
+
+
 def test_errors_on_cuda_carry_a_fix():
     plan = attnkit.plan_decode(batch=1, num_heads=4, kv_heads=2, head_dim=64, max_seq=16, kv_dtype="bf16")  # CPU plan
     q = torch.zeros(1, 4, 64, dtype=torch.bfloat16, device="cuda")

@@ -286,6 +286,73 @@ def test_causal_window_of_recognises_only_causal_windows():
     assert causal_window_of(causal(5, 12, 12).float()) is None  # additive masks are left to torch
 
 
+def test_causal_window_of_recognises_packed_documents():
+    """Packed masks (several documents in one row of the batch, each bottom-right causal within
+    itself, optionally windowed, as transformers builds them from position_ids that restart):
+    every document of every row becomes one ragged sequence, with or without padding around the
+    documents and over a cache; a row that sees into another document is not one (None)."""
+    pytest.importorskip("transformers")
+    from attnkit.transformers_backend import causal_window_of
+
+    def documents(spans, keys, q_len=None, columns=None, window=0):
+        """Batch row b holds the documents spans[b] = [(start, end), ...] of `keys` keys: a row of
+        a document sees its causal window within the document; a row of no document, nothing."""
+        q_len, columns = q_len or keys, columns or keys
+        pos = torch.arange(q_len)[:, None] + (keys - q_len)
+        cols = torch.arange(columns)[None, :]
+        mask = torch.zeros(len(spans), 1, q_len, columns, dtype=torch.bool)
+        for b, row in enumerate(spans):
+            for start, end in row:
+                mask[b, 0] |= ((pos >= start) & (pos < end) & (cols >= start) & (cols <= pos)
+                               & ((cols > pos - window) if window else True))
+        return mask
+
+    def spans(*lengths, at=0):
+        ends = torch.tensor(lengths).cumsum(0) + at
+        return [(int(end) - n, int(end)) for n, end in zip(lengths, ends)]
+
+    def found(mask):
+        layout = causal_window_of(mask)
+        if layout is None:
+            return None
+        ragged = layout.ragged
+        return (layout.keys, layout.window, None if layout.starts is None else layout.starts.tolist(),
+                None if layout.ends is None else layout.ends.tolist(),
+                None if ragged is None else (ragged.cu_seqlens_q.tolist(), ragged.cu_seqlens_k.tolist()))
+
+    packed = [spans(7, 1, 12), spans(20)]
+    cu = [0, 7, 8, 20, 40]
+    assert found(documents(packed, 20)) == (20, 0, None, None, (cu, cu))
+    layout = causal_window_of(documents(packed, 20))
+    assert layout.ragged.q_flat.tolist() == list(range(40)) and layout.ragged.max_q_len == 20
+    assert found(documents(packed, 20, window=4)) == (20, 4, None, None, (cu, cu))
+    # Mistral's window over documents all shorter than it: no row shows it, so none is reported (the same mask).
+    assert found(documents([spans(3, 5, 12)], 20, window=16)) == (20, 0, None, None, ([0, 3, 8, 20],) * 2)
+    # A document of one token at each end of a row, and every token its own document (the diagonal).
+    assert found(documents([spans(1, 9, 9, 1)], 20, window=8)) == (20, 8, None, None, ([0, 1, 10, 19, 20],) * 2)
+    assert found(documents([spans(*[1] * 6)], 6)) == (6, 0, None, None, (list(range(7)),) * 2)
+    # Packing with left padding (row 0), right padding (row 1, whose padding rows see the last
+    # document's keys, as transformers lets them: not checked) and a row of one document (row 2).
+    mask = documents([spans(3, 11, at=2), spans(4, 6), spans(16)], 16)
+    mask[1, 0, 10:, 4:10] = True
+    cu = [0, 3, 14, 18, 24, 40]
+    assert found(mask) == (16, 0, [2, 0, 0], [16, 10, 16], (cu, cu))
+    assert causal_window_of(mask).ragged.q_flat.tolist() == list(range(2, 26)) + list(range(32, 48))
+    # A chunk of 5 queries over 7 cached keys of a static cache (16 slots): row 0's document began
+    # in the cache, the next begins in the chunk; bottom-right causal within each.
+    mask = documents([spans(9, 3), spans(12)], 12, q_len=5, columns=16)
+    assert found(mask) == (12, 0, None, None, ([0, 2, 5, 10], [0, 9, 12, 24]))
+    assert causal_window_of(mask).ragged.q_flat.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    # Not a causal window over documents: a row that sees into the previous document (contiguous
+    # or not), a document's first row that also sees the previous one's last key, a document's
+    # row that misses its first key.
+    for b, row, columns in ((0, 9, slice(6, 8)), (0, 9, slice(3, 4)), (0, 7, slice(6, 7)), (1, 12, slice(11, 12)),
+                            (0, 10, slice(8, 9))):
+        corrupted = documents([spans(7, 1, 12), spans(11, 9)], 20, window=4 if row == 12 else 0)
+        corrupted[b, 0, row, columns] = ~corrupted[b, 0, row, columns]
+        assert causal_window_of(corrupted) is None, (b, row, columns)
+
+
 def padded_prompts(seed, real, width):
     """A batch of prompts of `width` tokens, sequence b real on [start, end) = real[b] and padded
     elsewhere with token 0 (on the left as a tokenizer with padding_side="left" does, on the right
@@ -500,6 +567,80 @@ def test_transformers_backend_runs_a_batch_padded_on_both_sides_natively(seed):
         assert counted.calls == 2 and not counted.fallbacks, (name, counted.fallbacks)
         real = mask.bool()
         torch.testing.assert_close(logits[real], eager_logits[real], rtol=1e-4, atol=1e-4)
+
+
+def packed_logits(model, ids, positions, mask=None):
+    """{impl: logits} of one forward pass without a cache over a packed batch (position_ids
+    restarting with each document; mask: a 4D mask given instead of transformers' own), with
+    eager and with attnkit; and attnkit's CountAttnkitCalls."""
+    from llama_support import CountAttnkitCalls
+
+    logits = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings(), CountAttnkitCalls() as counted:
+            warnings.simplefilter("ignore")
+            logits[impl] = model(ids, position_ids=positions, attention_mask=mask, use_cache=False).logits
+    return logits, counted
+
+
+def test_transformers_backend_runs_packed_batches_natively(seed):
+    """Packed batches (several documents in one row, position_ids restarting at 0 with each, as
+    DataCollatorWithFlattening makes them; transformers masks them block-diagonal causal without
+    a cache): every call runs on attnkit as one ragged prefill whose sequences are the documents,
+    with the logits of every token as eager's on the same packed input and as eager's with each
+    document run alone, unpacked. Rows of documents of 7, 1 and 12 tokens, of 20, and of 1, 9, 9
+    and 1; a Llama and a sliding-window Mistral (window 8, shorter than some documents)."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend  # noqa: F401
+    from llama_support import documents_one_by_one, packed_batch, tiny_llama, tiny_mistral
+
+    rows = [[7, 1, 12], [20], [1, 9, 9, 1]]
+    ids, positions = packed_batch(seed, rows)
+    models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
+    for name, model in models.items():
+        logits, counted = packed_logits(model, ids, positions)
+        assert counted.calls == 2 and not counted.fallbacks, (name, counted.fallbacks)
+        torch.testing.assert_close(logits["attnkit"], logits["eager"], rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"{name}, against eager packed: {m}")
+        model.set_attn_implementation("eager")
+        torch.testing.assert_close(logits["attnkit"], documents_one_by_one(model, ids, rows), rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"{name}, against each document alone: {m}")
+
+
+def test_transformers_backend_falls_back_on_a_packed_mask_with_a_corrupted_block(seed):
+    """A packed batch's block-diagonal causal mask given as a 4D bool mask (checked in the call,
+    not by the mask builder) runs on attnkit with the packed input's logits; with one row of a
+    document that also sees the previous document's last key it is no causal window over
+    documents, so every layer falls back to sdpa with that mask, counted with the reason, and
+    gives sdpa's logits exactly."""
+    pytest.importorskip("transformers")
+    import attnkit.transformers_backend as backend
+    from llama_support import packed_batch, tiny_llama
+
+    model = tiny_llama(torch.float32, "cpu", seed)
+    ids, positions = packed_batch(seed, [[7, 1, 12], [20]])
+    document = (torch.diff(positions, dim=-1, prepend=positions[:, :1] - 1) != 1).cumsum(-1)
+    causal = torch.ones(20, 20, dtype=torch.bool).tril()
+    mask = (causal & (document[:, :, None] == document[:, None, :]))[:, None]
+    packed, _ = packed_logits(model, ids, positions)
+    logits, counted = packed_logits(model, ids, positions, mask.clone())
+    assert counted.calls == 2 and not counted.fallbacks, counted.fallbacks
+    torch.testing.assert_close(logits["attnkit"], packed["eager"], rtol=1e-4, atol=1e-4)
+
+    mask[0, 0, 10, 7] = True  # row 10 (document 3's third token) sees document 2's token too
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        expected = model(ids, position_ids=positions, attention_mask=mask.clone(), use_cache=False).logits
+    model.set_attn_implementation("attnkit")
+    backend._warned.clear()
+    before = dict(backend.fallback_counts)
+    with torch.no_grad(), pytest.warns(UserWarning, match="explicit attention mask.*another document"):
+        got = model(ids, position_ids=positions, attention_mask=mask.clone(), use_cache=False).logits
+    counted = {k: v - before.get(k, 0) for k, v in backend.fallback_counts.items() if v != before.get(k, 0)}
+    assert list(counted.values()) == [model.config.num_hidden_layers], counted
+    assert "another document" in next(iter(counted))
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 def test_transformers_backend_falls_back_on_a_mask_with_a_hole(seed):
