@@ -254,7 +254,9 @@ def causal_window_of(mask: torch.Tensor) -> Optional[CausalMask]:
     # Each row's visible columns as a run [lo, hi) of n columns (a run iff n == hi - lo): byte
     # argmaxes (the first maximum) and a sum, [batch, q_len] each; everything after works on these.
     visible = mask[:, 0].view(torch.uint8)  # argmax takes no bool; the same bytes
-    n = visible.sum(-1, dtype=torch.int32)
+    # Counted in int16 where it holds every count: the widening sum to int32 took two thirds of the
+    # check on CPU masks (b4 x 2048 x 2048: ~20 of ~30 ms), int16 ~10 ms.
+    n = visible.sum(-1, dtype=torch.int16 if kv_len < 32768 else torch.int32).to(torch.int32)
     lo = torch.where(n > 0, visible.argmax(-1), kv_len)
     hi = torch.where(n > 0, kv_len - visible.flip(-1).argmax(-1), 0)
     row_index = torch.arange(q_len, device=mask.device)
