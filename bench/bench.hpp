@@ -15,13 +15,15 @@
 namespace attnkit::bench {
 
 struct Case {
-  std::string op = "decode";  // "decode", "paged-decode" or "prefill"
+  std::string op = "decode";  // "decode", "paged-decode", "extend" or "prefill"
   std::int64_t batch = 1, num_heads = 32, kv_heads = 8, head_dim = 128;
   std::int64_t q_len = 1, kv_len = 4096;
   bool causal = true;
   std::int64_t window = 0;
   DType dtype = DType::kBF16;  // storage dtype of q, k, v ((paged) decode: KV; q and out follow it, bf16 for e4m3)
-  // paged-decode: the pool's page size and layout (each sequence's pages drawn in a random order).
+  // extend: every sequence's last q_len of its kv_len keys are new query rows (a chunk of chunked
+  // prefill), the keys in a page pool as paged-decode's.
+  // paged-decode and extend: the pool's page size and layout (each sequence's pages drawn in a random order).
   std::int64_t page_size = 16;
   PageLayout page_layout = PageLayout::kHND;
   // decode: every sequence's first left_pad keys are padding (DecodeTensors::key_starts), so the
@@ -42,6 +44,8 @@ DecodeProblem decode_problem(const Case& c);
 // The same decode over only its real keys (kv_len - left_pad): what a left-padded case reads.
 DecodeProblem real_keys_problem(const Case& c);
 PagedDecodeProblem paged_decode_problem(const Case& c);
+// Extend: every sequence q_len new rows at the end of kv_len keys, the pool as paged decode's.
+ExtendProblem extend_problem(const Case& c);
 PrefillProblem prefill_problem(const Case& c);
 
 struct Row {

@@ -43,6 +43,22 @@ PagedDecodeProblem paged_decode_problem(const Case& c) {
   return p;
 }
 
+ExtendProblem extend_problem(const Case& c) {
+  const PagedDecodeProblem pool = paged_decode_problem(c);
+  ExtendProblem p;
+  p.batch = c.batch;
+  p.num_heads = c.num_heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.cache = pool.cache;
+  p.max_q_len = c.q_len;
+  p.kv_len = c.kv_len;
+  p.kv_dtype = c.dtype;
+  p.q_dtype = p.out_dtype = pool.q_dtype;
+  p.options.window = c.window;
+  return p;
+}
+
 PrefillProblem prefill_problem(const Case& c) {
   PrefillProblem p;
   p.batch = c.batch;

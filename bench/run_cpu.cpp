@@ -226,6 +226,60 @@ void run_paged_decode(Row& row, const Case& c, const Target& target, const Optio
   }, beside);
 }
 
+// Extend (a chunk of chunked prefill): every sequence's last q_len keys are new query rows against
+// its whole cache, in a pool dealt as paged decode's. Compute-bound from chunks of a few dozen rows.
+void run_extend(Row& row, const Case& c, const Target& target, const Options& options) {
+  const ExtendProblem p = extend_problem(c);
+  const ExtendPlan plan = plan_extend(p, target);
+  fill_from_plan(row, plan);
+
+  const std::int64_t pages = p.cache.num_pages, rows = c.batch * c.q_len;
+  auto pool = [&] {
+    return c.page_layout == PageLayout::kHND ? Buffer(c.dtype, {pages, c.kv_heads, c.page_size, c.head_dim}, options.huge_pages)
+                                             : Buffer(c.dtype, {pages, c.page_size, c.kv_heads, c.head_dim}, options.huge_pages);
+  };
+  const std::int64_t pool_bytes = 2 * pages * c.page_size * c.kv_heads * c.head_dim * static_cast<std::int64_t>(dtype_size(c.dtype));
+  const int copies = copies_for(pool_bytes, target.cache_bytes);
+  std::vector<Buffer> q, k, v, out;
+  for (int i = 0; i < copies; ++i) {
+    q.emplace_back(p.q_dtype, std::initializer_list<std::int64_t>{rows, c.num_heads, c.head_dim}, options.huge_pages);
+    k.push_back(pool());
+    v.push_back(pool());
+    out.emplace_back(p.out_dtype, std::initializer_list<std::int64_t>{rows, c.num_heads, c.head_dim}, options.huge_pages);
+    if (i == 0) {
+      fill_random(q[0], 11);
+      fill_random(k[0], 12);
+      fill_random(v[0], 13);
+    } else {
+      std::memcpy(q[i].bytes.data(), q[0].bytes.data(), q[0].bytes.size());
+      std::memcpy(k[i].bytes.data(), k[0].bytes.data(), k[0].bytes.size());
+      std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
+    }
+  }
+  std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
+  for (std::int64_t i = 0; i < pages; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(14));
+  Buffer table(DType::kI32, {c.batch, p.cache.max_pages_per_seq}), lengths(DType::kI32, {c.batch}),
+      offsets(DType::kI32, {c.batch + 1});
+  std::memcpy(table.bytes.data(), order.data(), order.size() * sizeof(std::int32_t));
+  auto* len = reinterpret_cast<std::int32_t*>(lengths.bytes.data());
+  auto* cu = reinterpret_cast<std::int32_t*>(offsets.bytes.data());
+  for (std::int64_t b = 0; b <= c.batch; ++b) {
+    if (b < c.batch) len[b] = static_cast<std::int32_t>(c.kv_len);
+    cu[b] = static_cast<std::int32_t>(b * c.q_len);
+  }
+  std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
+  const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
+  Buffer sinks(DType::kF32, {c.num_heads});
+  const TensorView sink_logits = sinks_view(options, sinks);
+  const KvScales scales = is_fp8(c.dtype) ? KvScales{0.5f, 0.25f} : KvScales{};  // as run_decode's
+  time_repetitions(row, options, copies, [&](int i) {
+    ExtendTensors t{q[i].view, offsets.view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}, sink_logits};
+    t.kv_scales = scales;
+    cpu::extend(plan, t, ws);
+  });
+}
+
 void run_prefill(Row& row, const Case& c, const Target& target, const Options& options) {
   const PrefillProblem p = prefill_problem(c);
   const PrefillPlan plan = options.family ? plan_prefill(p, target, *options.family) : plan_prefill(p, target);
@@ -289,7 +343,7 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
   // The probe that gave the ceiling, kept for the decode rows (allocated and touched before the
   // pause below, and held to the end, so no free lands inside a timed call).
   std::optional<ReadProbe> probe;
-  if (std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.op != "prefill"; }))
+  if (std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.op == "decode" || c.op == "paged-decode"; }))
     probe.emplace(read.slice, read.threads, read.huge_pages);
   const ProbeBeside beside{probe ? &*probe : nullptr, read.pattern};
   // The read probe has just freed gigabytes. Where a VM hands freed memory back to its host
@@ -314,12 +368,15 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
     row.impl = "attnkit";
     row.timing = "wall";
     try {
-      if (!(c.op == "decode" || c.op == "paged-decode" || c.op == "prefill"))
-        fail("bench::run_cpu", "unknown op '" + c.op + "'", "use op \"decode\", \"paged-decode\" or \"prefill\"");
+      if (!(c.op == "decode" || c.op == "paged-decode" || c.op == "extend" || c.op == "prefill"))
+        fail("bench::run_cpu", "unknown op '" + c.op + "'",
+             "use op \"decode\", \"paged-decode\", \"extend\" or \"prefill\"");
       if (c.op == "decode") {
         run_decode(row, c, target, options, beside);
       } else if (c.op == "paged-decode") {
         run_paged_decode(row, c, target, options, beside);
+      } else if (c.op == "extend") {
+        run_extend(row, c, target, options);
       } else {
         run_prefill(row, c, target, options);
       }
@@ -331,8 +388,11 @@ std::vector<Row> run_cpu(const std::vector<Case>& cases, const Options& options)
     }
     row.achieved_bytes_per_s = row.bytes / row.median_s;
     row.achieved_flops_per_s = row.flops / row.median_s;
-    // Decode is bound by reading the cache, prefill by arithmetic: each is judged by its own limit.
-    if (c.op != "prefill") {
+    // Decode is bound by reading the cache, prefill by arithmetic, extend by whichever the plan's
+    // bytes and FLOPs say: each is judged by its own limit.
+    const bool compute_bound =
+        c.op == "prefill" || (c.op == "extend" && row.flops / fma.value > row.bytes / read_ceiling);
+    if (!compute_bound) {
       row.ceiling_name = "read-bandwidth";
       row.ceiling_value = read_ceiling;
       row.pct_of_ceiling = 100.0 * row.achieved_bytes_per_s / read_ceiling;

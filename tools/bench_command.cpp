@@ -62,6 +62,8 @@ void apply_model(bench::Case& c, const ModelPreset& m, const BenchFlags& f) {
 }
 
 // The defaults (bench::default_cases), or the cross product of the sweep flags.
+constexpr std::int64_t kDefaultExtendRows = 256;  // --op extend without --q-len: a chunk of 256 new rows
+
 std::vector<bench::Case> make_cases(const BenchFlags& f) {
   const ModelPreset& model = find_model_preset(f.model);
   std::vector<bench::Case> cases;
@@ -74,7 +76,7 @@ std::vector<bench::Case> make_cases(const BenchFlags& f) {
   }
   std::vector<std::string> ops = f.op == "all" ? std::vector<std::string>{"decode", "prefill"} : std::vector<std::string>{f.op};
   for (const std::string& op : ops) {
-    const bool decode = op != "prefill";
+    const bool decode = op != "prefill";  // decode, paged decode and extend: decode-like batches and caches
     const std::vector<std::int64_t> batches = !f.batches.empty() ? f.batches : decode ? std::vector<std::int64_t>{1, 8} : std::vector<std::int64_t>{1};
     const std::vector<std::int64_t> kv_lens = !f.kv_lens.empty() ? f.kv_lens : std::vector<std::int64_t>{decode ? 4096 : 1024};
     const std::vector<std::string> dtypes = !f.dtypes.empty() ? f.dtypes : std::vector<std::string>{"bf16"};
@@ -85,7 +87,7 @@ std::vector<bench::Case> make_cases(const BenchFlags& f) {
           c.op = op;
           c.batch = batch;
           c.kv_len = kv_len;
-          c.q_len = decode ? 1 : (f.q_len > 0 ? f.q_len : kv_len);
+          c.q_len = op == "extend" ? (f.q_len > 0 ? f.q_len : kDefaultExtendRows) : decode ? 1 : (f.q_len > 0 ? f.q_len : kv_len);
           c.causal = decode || !f.no_causal;
           c.dtype = parse_dtype(dtype);
           c.page_size = f.page_size;
@@ -115,11 +117,11 @@ std::string si(double value, const char* unit) {
 std::string case_shape(const bench::Case& c) {
   std::string text = "b" + std::to_string(c.batch) + " h" + std::to_string(c.num_heads) + "/" + std::to_string(c.kv_heads) +
                      " d" + std::to_string(c.head_dim);
-  if (c.op == "prefill") text += " q" + std::to_string(c.q_len);
+  if (c.op == "prefill" || c.op == "extend") text += " q" + std::to_string(c.q_len);
   text += " kv" + std::to_string(c.kv_len);
   if (c.op == "prefill") text += c.causal ? " causal" : " full";
   if (c.window > 0) text += " w" + std::to_string(c.window);
-  if (c.op == "paged-decode") text += " page" + std::to_string(c.page_size) + " " + to_string(c.page_layout);
+  if (c.op == "paged-decode" || c.op == "extend") text += " page" + std::to_string(c.page_size) + " " + to_string(c.page_layout);
   if (c.left_pad > 0) text += " pad" + std::to_string(c.left_pad);
   return text;
 }
@@ -162,8 +164,9 @@ void print_table(const std::vector<bench::Row>& rows, const std::string& device,
                   std::string(dtype_name(r.c.dtype)).c_str(), r.skipped.c_str());
       continue;
     }
-    const bool decode = r.c.op != "prefill";
-    const std::string achieved = decode ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
+    // In the unit of the row's ceiling: bytes for the read-bound rows, FLOPs for the others.
+    const bool read_bound = r.ceiling_name == "read-bandwidth";
+    const std::string achieved = read_bound ? si(r.achieved_bytes_per_s, "B/s") : si(r.achieved_flops_per_s, "FLOP/s");
     char probe[16] = "";
     if (beside) {
       if (r.read_probe_beside > 0) std::snprintf(probe, sizeof probe, " %6.1f%%", r.pct_of_probe_beside);
@@ -196,7 +199,7 @@ nlohmann::json row_json(const bench::Row& r) {
     j["pct_of_probe_beside"] = r.pct_of_probe_beside;
   }
   if (r.c.left_pad > 0) j["left_pad"] = r.c.left_pad;
-  if (r.c.op == "paged-decode") {
+  if (r.c.op == "paged-decode" || r.c.op == "extend") {
     j["page_size"] = r.c.page_size;
     j["page_layout"] = to_string(r.c.page_layout);
   }
@@ -217,13 +220,15 @@ void validate_flags(const BenchFlags& f, const std::string& backend, const std::
   if (f.warmup < 0)
     fail("attnkit bench", "--warmup " + std::to_string(f.warmup) + " is negative", "pass --warmup N with N >= 0");
   if (f.ceiling_mib < 0) fail("attnkit bench", "--ceiling-mib is negative", "pass a size in MiB, or leave it out");
-  if (f.op == "paged-decode") {
+  if (f.op == "paged-decode" || f.op == "extend") {
+    const std::string cmd = "attnkit bench --op " + f.op;
     if (backend == "cuda")
-      fail("attnkit bench --op paged-decode", "the CUDA paged decode has its own benchmark program",
-           "run attnkit_paged_bench (scripts/device-paged.sh; paged beside contiguous and PyTorch), or pass --backend cpu");
+      fail(cmd, "the CUDA paged decode and extend have their own benchmark programs",
+           f.op == "extend" ? std::string("pass --backend cpu (the CUDA extend is timed by the device scripts)")
+                            : std::string("run attnkit_paged_bench (scripts/device-paged.sh; paged beside contiguous and "
+                                          "PyTorch), or pass --backend cpu"));
     if (!f.family.empty())
-      fail("attnkit bench --op paged-decode", "--family applies to decode and prefill (paged decode has one family)",
-           "drop --family");
+      fail(cmd, "--family applies to decode and prefill", "drop --family");
   }
   if (f.left_pad < 0 || (f.left_pad > 0 && f.op != "decode"))
     fail("attnkit bench", "--left-pad " + std::to_string(f.left_pad) + (f.left_pad < 0 ? " is negative" : " with --op " + f.op),
@@ -234,6 +239,8 @@ void validate_flags(const BenchFlags& f, const std::string& backend, const std::
            "pass a padding below every --kv-len");
     if (c.op == "paged-decode") {
       bench::paged_decode_problem(c).validate();  // e4m3: an e4m3 pool, q and out bf16
+    } else if (c.op == "extend") {
+      bench::extend_problem(c).validate();  // --q-len above --kv-len: an Error with its fix
     } else if (c.op == "decode") {
       bench::decode_problem(c).validate();  // e4m3: an e4m3 cache, q and out bf16
     } else {
@@ -307,8 +314,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   CLI::App* cmd = app.add_subcommand("bench", "Time attnkit's kernels against ceilings measured in the same run");
   cmd->add_option("--backend", f->backend, "cpu or cuda (default: cuda when built and a device is visible)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--op", f->op, "decode, paged-decode (CPU), prefill or all (decode and prefill)")
-      ->check(CLI::IsMember({"decode", "paged-decode", "prefill", "all"}))
+  cmd->add_option("--op", f->op, "decode, paged-decode (CPU), extend (CPU), prefill or all (decode and prefill)")
+      ->check(CLI::IsMember({"decode", "paged-decode", "extend", "prefill", "all"}))
       ->capture_default_str();
   f->model_opt = cmd->add_option("--model", f->model, "shape preset: " + model_preset_names())->capture_default_str();
   cmd->add_option("--batch", f->batches, "batch sizes, comma-separated (default: decode 1,8; prefill 1)")->delimiter(',');
@@ -321,7 +328,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
   cmd->add_option("--heads", f->heads, "query heads (default: the model's)");
   cmd->add_option("--kv-heads", f->kv_heads, "KV heads (default: the model's)");
   cmd->add_option("--head-dim", f->head_dim, "head dimension (default: the model's)");
-  cmd->add_option("--q-len", f->q_len, "prefill query rows (default: = kv-len)");
+  cmd->add_option("--q-len", f->q_len,
+                  "prefill query rows (default: = kv-len); extend: new rows per sequence, the last of its --kv-len "
+                  "keys (default: 256)");
   cmd->add_option("--window", f->window, "sliding window (default: the model's)");
   cmd->add_flag("--no-causal", f->no_causal, "prefill without the causal mask");
   cmd->add_option("--family", f->family, "force a kernel family: scalar, tiled, split-kv, wgmma (Hopper prefill)")
@@ -335,9 +344,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line, int& exit
                   "4k (the allocator's pages); the read ceiling is the best of both either way")
       ->check(CLI::IsMember({"huge", "4k"}))
       ->capture_default_str();
-  cmd->add_option("--page-size", f->page_size, "paged-decode: keys per page (pages dealt in a random order)")
+  cmd->add_option("--page-size", f->page_size, "paged-decode, extend: keys per page (pages dealt in a random order)")
       ->capture_default_str();
-  cmd->add_option("--layout", f->layout, "paged-decode: page layout hnd or nhd")
+  cmd->add_option("--layout", f->layout, "paged-decode, extend: page layout hnd or nhd")
       ->check(CLI::IsMember({"hnd", "nhd"}))
       ->capture_default_str();
   cmd->add_option("--left-pad", f->left_pad,
