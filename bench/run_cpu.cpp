@@ -175,52 +175,60 @@ void run_decode(Row& row, const Case& c, const Target& target, const Options& op
   }, beside);
 }
 
-// The decode problem on a page pool: each sequence's kv_len keys in pages of c.page_size, the pages
-// of all sequences dealt in one random order (a serving engine's pool after many admissions and
-// evictions), so the kernel gathers rows from scattered pages as it would in production.
-void run_paged_decode(Row& row, const Case& c, const Target& target, const Options& options, ProbeBeside beside) {
-  const PagedDecodeProblem p = paged_decode_problem(c);
-  const std::int64_t pages_per_seq = p.cache.max_pages_per_seq;
-  const PagedDecodePlan plan = plan_paged_decode(p, target);
-  fill_from_plan(row, plan);
+// The inputs of a paged case: `copies` of q / K pool / V pool / out (enough to spill the cache
+// between repetitions, all filled alike), each sequence's kv_len keys in pages of c.page_size, the
+// pages of all sequences dealt in one random order (a serving engine's pool after many admissions
+// and evictions), so the kernels gather rows from scattered pages as they would in production.
+struct PagedInputs {
+  int copies = 1;
+  std::vector<Buffer> q, k, v, out;
+  Buffer table, lengths;
+};
 
-  const std::int64_t pages = p.cache.num_pages;
+PagedInputs paged_inputs(const Case& c, const PagedCacheSpec& cache, std::int64_t q_rows, DType q_dtype, DType out_dtype,
+                         const Target& target, const Options& options) {
+  const std::int64_t pages = cache.num_pages;
   auto pool = [&] {
     return c.page_layout == PageLayout::kHND ? Buffer(c.dtype, {pages, c.kv_heads, c.page_size, c.head_dim}, options.huge_pages)
                                              : Buffer(c.dtype, {pages, c.page_size, c.kv_heads, c.head_dim}, options.huge_pages);
   };
   const std::int64_t pool_bytes = 2 * pages * c.page_size * c.kv_heads * c.head_dim * static_cast<std::int64_t>(dtype_size(c.dtype));
-  const int copies = copies_for(pool_bytes, target.cache_bytes);
-  std::vector<Buffer> q, k, v, out;
-  for (int i = 0; i < copies; ++i) {
-    q.emplace_back(p.q_dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim}, options.huge_pages);
-    k.push_back(pool());
-    v.push_back(pool());
-    out.emplace_back(p.out_dtype, std::initializer_list<std::int64_t>{c.batch, c.num_heads, c.head_dim},
-                     options.huge_pages);
+  PagedInputs in{copies_for(pool_bytes, target.cache_bytes), {}, {}, {}, {}, Buffer(DType::kI32, {c.batch, cache.max_pages_per_seq}),
+                 Buffer(DType::kI32, {c.batch})};
+  for (int i = 0; i < in.copies; ++i) {
+    in.q.emplace_back(q_dtype, std::initializer_list<std::int64_t>{q_rows, c.num_heads, c.head_dim}, options.huge_pages);
+    in.k.push_back(pool());
+    in.v.push_back(pool());
+    in.out.emplace_back(out_dtype, std::initializer_list<std::int64_t>{q_rows, c.num_heads, c.head_dim}, options.huge_pages);
     if (i == 0) {
-      fill_random(q[0], 7);
-      fill_random(k[0], 8);
-      fill_random(v[0], 9);
+      fill_random(in.q[0], 7);
+      fill_random(in.k[0], 8);
+      fill_random(in.v[0], 9);
     } else {
-      std::memcpy(q[i].bytes.data(), q[0].bytes.data(), q[0].bytes.size());
-      std::memcpy(k[i].bytes.data(), k[0].bytes.data(), k[0].bytes.size());
-      std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
+      std::memcpy(in.q[i].bytes.data(), in.q[0].bytes.data(), in.q[0].bytes.size());
+      std::memcpy(in.k[i].bytes.data(), in.k[0].bytes.data(), in.k[0].bytes.size());
+      std::memcpy(in.v[i].bytes.data(), in.v[0].bytes.data(), in.v[0].bytes.size());
     }
   }
   std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
   for (std::int64_t i = 0; i < pages; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
   std::shuffle(order.begin(), order.end(), std::mt19937(10));
-  Buffer table(DType::kI32, {c.batch, pages_per_seq});
-  std::memcpy(table.bytes.data(), order.data(), order.size() * sizeof(std::int32_t));
-  Buffer lengths(DType::kI32, {c.batch});
-  for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
+  std::memcpy(in.table.bytes.data(), order.data(), order.size() * sizeof(std::int32_t));
+  for (std::int64_t b = 0; b < c.batch; ++b) reinterpret_cast<std::int32_t*>(in.lengths.bytes.data())[b] = static_cast<std::int32_t>(c.kv_len);
+  return in;
+}
+
+void run_paged_decode(Row& row, const Case& c, const Target& target, const Options& options, ProbeBeside beside) {
+  const PagedDecodeProblem p = paged_decode_problem(c);
+  const PagedDecodePlan plan = plan_paged_decode(p, target);
+  fill_from_plan(row, plan);
+  PagedInputs in = paged_inputs(c, p.cache, c.batch, p.q_dtype, p.out_dtype, target, options);
   std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
   // An e4m3 pool's scales, as run_decode's (1 for other pools).
   const KvScales scales = is_fp8(c.dtype) ? KvScales{0.5f, 0.25f} : KvScales{};
-  time_repetitions(row, options, copies, [&](int i) {
-    PagedDecodeTensors t{q[i].view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}};
+  time_repetitions(row, options, in.copies, [&](int i) {
+    PagedDecodeTensors t{in.q[i].view, {in.k[i].view, in.v[i].view, in.table.view, in.lengths.view}, in.out[i].view, {}};
     t.kv_scales = scales;
     cpu::paged_decode(plan, t, ws);
   }, beside);
@@ -232,49 +240,18 @@ void run_extend(Row& row, const Case& c, const Target& target, const Options& op
   const ExtendProblem p = extend_problem(c);
   const ExtendPlan plan = plan_extend(p, target);
   fill_from_plan(row, plan);
-
-  const std::int64_t pages = p.cache.num_pages, rows = c.batch * c.q_len;
-  auto pool = [&] {
-    return c.page_layout == PageLayout::kHND ? Buffer(c.dtype, {pages, c.kv_heads, c.page_size, c.head_dim}, options.huge_pages)
-                                             : Buffer(c.dtype, {pages, c.page_size, c.kv_heads, c.head_dim}, options.huge_pages);
-  };
-  const std::int64_t pool_bytes = 2 * pages * c.page_size * c.kv_heads * c.head_dim * static_cast<std::int64_t>(dtype_size(c.dtype));
-  const int copies = copies_for(pool_bytes, target.cache_bytes);
-  std::vector<Buffer> q, k, v, out;
-  for (int i = 0; i < copies; ++i) {
-    q.emplace_back(p.q_dtype, std::initializer_list<std::int64_t>{rows, c.num_heads, c.head_dim}, options.huge_pages);
-    k.push_back(pool());
-    v.push_back(pool());
-    out.emplace_back(p.out_dtype, std::initializer_list<std::int64_t>{rows, c.num_heads, c.head_dim}, options.huge_pages);
-    if (i == 0) {
-      fill_random(q[0], 11);
-      fill_random(k[0], 12);
-      fill_random(v[0], 13);
-    } else {
-      std::memcpy(q[i].bytes.data(), q[0].bytes.data(), q[0].bytes.size());
-      std::memcpy(k[i].bytes.data(), k[0].bytes.data(), k[0].bytes.size());
-      std::memcpy(v[i].bytes.data(), v[0].bytes.data(), v[0].bytes.size());
-    }
-  }
-  std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
-  for (std::int64_t i = 0; i < pages; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-  std::shuffle(order.begin(), order.end(), std::mt19937(14));
-  Buffer table(DType::kI32, {c.batch, p.cache.max_pages_per_seq}), lengths(DType::kI32, {c.batch}),
-      offsets(DType::kI32, {c.batch + 1});
-  std::memcpy(table.bytes.data(), order.data(), order.size() * sizeof(std::int32_t));
-  auto* len = reinterpret_cast<std::int32_t*>(lengths.bytes.data());
+  PagedInputs in = paged_inputs(c, p.cache, c.batch * c.q_len, p.q_dtype, p.out_dtype, target, options);
+  Buffer offsets(DType::kI32, {c.batch + 1});
   auto* cu = reinterpret_cast<std::int32_t*>(offsets.bytes.data());
-  for (std::int64_t b = 0; b <= c.batch; ++b) {
-    if (b < c.batch) len[b] = static_cast<std::int32_t>(c.kv_len);
-    cu[b] = static_cast<std::int32_t>(b * c.q_len);
-  }
+  for (std::int64_t b = 0; b <= c.batch; ++b) cu[b] = static_cast<std::int32_t>(b * c.q_len);
   std::vector<std::uint8_t> scratch(plan.evidence.workspace_bytes);
   const Workspace ws{scratch.empty() ? nullptr : scratch.data(), scratch.size(), DeviceKind::kCpu};
   Buffer sinks(DType::kF32, {c.num_heads});
   const TensorView sink_logits = sinks_view(options, sinks);
   const KvScales scales = is_fp8(c.dtype) ? KvScales{0.5f, 0.25f} : KvScales{};  // as run_decode's
-  time_repetitions(row, options, copies, [&](int i) {
-    ExtendTensors t{q[i].view, offsets.view, {k[i].view, v[i].view, table.view, lengths.view}, out[i].view, {}, sink_logits};
+  time_repetitions(row, options, in.copies, [&](int i) {
+    ExtendTensors t{in.q[i].view, offsets.view, {in.k[i].view, in.v[i].view, in.table.view, in.lengths.view},
+                    in.out[i].view, {}, sink_logits};
     t.kv_scales = scales;
     cpu::extend(plan, t, ws);
   });
