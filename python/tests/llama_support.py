@@ -155,3 +155,20 @@ def check_teacher_forced(model, prompt: torch.Tensor, max_ratio: float = 1.25) -
                                          f"{peer_err:.3g}: more than {max_ratio}x")
     return {"steps": NEW_TOKENS, "attnkit_vs_f32": err, "sdpa_vs_f32": peer_err,
             "attnkit_vs_sdpa": rel_l2(mine, peer), "attnkit_calls": count.calls}
+
+
+def padded_prompts(seed, real, width):
+    """A batch of prompts of `width` tokens, sequence b real on [start, end) = real[b] and padded
+    elsewhere with token 0 (on the left as a tokenizer with padding_side="left" does, on the right
+    as its default does), and its attention mask."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, 1000, (len(real), width), generator=g)
+    mask = torch.zeros_like(prompt)
+    for b, (start, end) in enumerate(real):
+        mask[b, start:end] = 1
+    return prompt * mask, mask
+
+
+def left_padded_prompts(seed, lengths, width):
+    """padded_prompts with sequence b's lengths[b] real tokens last."""
+    return padded_prompts(seed, [(width - n, width) for n in lengths], width)

@@ -244,15 +244,10 @@ def test_tiny_llama_generates_a_left_padded_batch_on_cuda_like_eager(seed):
     decode steps with key_starts run on attnkit (no fallback), with eager's greedy tokens."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama
+    from llama_support import CountAttnkitCalls, left_padded_prompts, tiny_llama
 
     model = tiny_llama(torch.float32, "cuda", seed)
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(1, 1000, (3, 40), generator=g)
-    mask = torch.ones_like(prompt)
-    for b, n in enumerate([40, 23, 3]):
-        prompt[b, :40 - n], mask[b, :40 - n] = 0, 0
-    prompt, mask = prompt.cuda(), mask.cuda()
+    prompt, mask = (x.cuda() for x in left_padded_prompts(seed, [40, 23, 3], 40))
     runs = {}
     for impl in ("eager", "attnkit"):
         model.set_attn_implementation(impl)
@@ -272,15 +267,10 @@ def test_tiny_llama_runs_a_right_padded_forward_on_cuda_like_eager(seed):
     eager's logits for the real tokens and finite ones for the padding."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama
+    from llama_support import CountAttnkitCalls, padded_prompts, tiny_llama
 
     model = tiny_llama(torch.float32, "cuda", seed)
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(1, 1000, (3, 40), generator=g)
-    mask = torch.ones_like(prompt)
-    for b, n in enumerate([40, 23, 1]):
-        prompt[b, n:], mask[b, n:] = 0, 0
-    prompt, mask = prompt.cuda(), mask.cuda()
+    prompt, mask = (x.cuda() for x in padded_prompts(seed, [(0, n) for n in (40, 23, 1)], 40))
     logits = {}
     for impl in ("eager", "attnkit"):
         model.set_attn_implementation(impl)

@@ -353,23 +353,6 @@ def test_causal_window_of_recognises_packed_documents():
         assert causal_window_of(corrupted) is None, (b, row, columns)
 
 
-def padded_prompts(seed, real, width):
-    """A batch of prompts of `width` tokens, sequence b real on [start, end) = real[b] and padded
-    elsewhere with token 0 (on the left as a tokenizer with padding_side="left" does, on the right
-    as its default does), and its attention mask."""
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(1, 1000, (len(real), width), generator=g)
-    mask = torch.zeros_like(prompt)
-    for b, (start, end) in enumerate(real):
-        mask[b, start:end] = 1
-    return prompt * mask, mask
-
-
-def left_padded_prompts(seed, lengths, width):
-    """padded_prompts with sequence b's lengths[b] real tokens last."""
-    return padded_prompts(seed, [(width - n, width) for n in lengths], width)
-
-
 def two_chunk_logits(model, prompt, split, mask, name):
     """{impl: logits} of `prompt` run in two chunks, the second over the first's cache (mask: the
     batch's attention mask, or None), with eager and with attnkit; attnkit's 2 layers x 2 chunks
@@ -399,7 +382,7 @@ def test_transformers_backend_generates_left_padded_batches_natively(seed):
     nothing in the prefill."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import CountAttnkitCalls, tiny_llama, tiny_mistral
+    from llama_support import CountAttnkitCalls, left_padded_prompts, tiny_llama, tiny_mistral
 
     models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt, mask = left_padded_prompts(seed, [20, 13, 2, 17], 20)
@@ -430,7 +413,7 @@ def test_transformers_backend_runs_left_padded_chunks_over_a_cache_natively(seed
     compared (eager's softmax over no key is not a number anyone reads)."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import tiny_llama, tiny_mistral
+    from llama_support import left_padded_prompts, tiny_llama, tiny_mistral
 
     models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt, mask = left_padded_prompts(seed, [24, 17, 6], 24)
@@ -536,7 +519,7 @@ def test_transformers_backend_runs_right_padded_batches_natively(seed):
     real rows show it); a Llama and a sliding-window Mistral."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import tiny_llama, tiny_mistral
+    from llama_support import padded_prompts, tiny_llama, tiny_mistral
 
     models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     for name, model in models.items():
@@ -558,7 +541,7 @@ def test_transformers_backend_runs_a_batch_padded_on_both_sides_natively(seed):
     Mistral."""
     pytest.importorskip("transformers")
     import attnkit.transformers_backend  # noqa: F401
-    from llama_support import tiny_llama, tiny_mistral
+    from llama_support import padded_prompts, tiny_llama, tiny_mistral
 
     models = {"llama": tiny_llama(torch.float32, "cpu", seed), "mistral": tiny_mistral(seed)}
     prompt, mask = padded_prompts(seed, [(0, 18), (6, 18), (0, 11), (3, 14)], 18)
