@@ -31,6 +31,16 @@ __device__ __forceinline__ SequenceRange sequence_range(const DecodeParams& p, i
   return r;
 }
 
+// Keys per split of a plain decode's sequence: the plan's, except with left padding, whose real
+// keys (unknown when planning) are divided over all the planned splits, so a padded sequence keeps
+// every split busy; never more than the plan's (no split outgrows what the plan sized). Without
+// padding a split's first key is the plan's split * keys_per_split, known before the length is read.
+__device__ __forceinline__ int split_keys(const DecodeParams& p, const SequenceRange& r) {
+  if (p.key_starts == nullptr || p.splits <= 1) return p.keys_per_split;
+  const int per_split = (r.len - r.lo + p.splits - 1) / p.splits;
+  return min(p.keys_per_split, max(p.tile, (per_split + p.tile - 1) / p.tile * p.tile));
+}
+
 // Extend: sequence b's query tokens, read on the device and clamped to the tensor's rows and the
 // plan's max_q_len (a corrupt offset never reads or writes past q/out).
 struct ExtendRows {

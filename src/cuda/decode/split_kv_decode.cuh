@@ -400,15 +400,16 @@ __global__ void __launch_bounds__(kMaxThreads) __maxnreg__(Engine::kRegisters) s
   };
 
   const int visible = range.len - range.lo;
-  const int active_splits = (visible + p.keys_per_split - 1) / p.keys_per_split;
+  const int keys_per_split = kExtend ? p.keys_per_split : split_keys(p, range);
+  const int active_splits = (visible + keys_per_split - 1) / keys_per_split;
   if (p.splits > 1 && split >= active_splits) {  // the merge writes empty and invalid rows
     if (producer_lane) drop_issued(0);
     if (cluster_merge) merge_in_cluster(active_splits);
     return;
   }
   ATTNKIT_DECODE_STAMP(1);
-  const int k_begin = range.lo + split * p.keys_per_split;
-  const int k_end = min(range.len, k_begin + p.keys_per_split);
+  const int k_begin = range.lo + split * keys_per_split;
+  const int k_end = min(range.len, k_begin + keys_per_split);
   const int new_pos = (p.fused && range.valid) ? range.len - 1 : -1;
   const bool owns_new = new_pos >= k_begin && new_pos < k_end;  // only this block appends it
   const int cache_end = owns_new ? new_pos : k_end;              // keys read from the cache

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
   const int b = static_cast<int>(row / p.num_heads), h = static_cast<int>(row % p.num_heads);
   const std::int64_t rows_total = static_cast<std::int64_t>(p.batch) * p.num_heads;
   const SequenceRange range = sequence_range(p, b);
-  const int active = (range.len - range.lo + p.keys_per_split - 1) / p.keys_per_split;
+  const int keys_per_split = split_keys(p, range);
+  const int active = (range.len - range.lo + keys_per_split - 1) / keys_per_split;
 
   cuda_common::grid_dependency_wait();  // the decode grid's states are written and visible
   const MergedRow merged = with_sink(merge_weights(p.partial_lse, rows_total, row, active, weights), p.sinks, h);
