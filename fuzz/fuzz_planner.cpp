@@ -162,10 +162,13 @@ void fuzz_serving(FuzzedDataProvider& in) {
     ExtendProblem e;
     e.batch = batch, e.num_heads = heads, e.kv_heads = kv_heads, e.head_dim = head_dim, e.kv_len = kv_len;
     e.cache = cache_value(in);
-    e.max_q_len = size_value(in, 64);
-    if (in.ConsumeBool()) e.max_total_q = size_value(in, 512);
+    e.max_q_len = size_value(in, in.ConsumeBool() ? 64 : 4096);  // short (decode kernel) and long (Hopper) chunks
+    if (in.ConsumeBool()) e.max_total_q = size_value(in, 8192);
     e.kv_dtype = kv, e.q_dtype = q, e.out_dtype = out, e.options = options;
-    const ExtendPlan plan = plan_extend(e, target_value(in));
+    const bool request = in.ConsumeBool();
+    const auto family = static_cast<KernelFamily>(in.ConsumeIntegralInRange<int>(0, 4));
+    const Target target = target_value(in);
+    const ExtendPlan plan = request ? plan_extend(e, target, family) : plan_extend(e, target);
     check_partition(plan.partition, "plan_extend");
     check_evidence(plan.evidence, "plan_extend");
     check_bounds(plan, "plan_extend");

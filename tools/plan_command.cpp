@@ -66,8 +66,8 @@ void run_plan(const PlanFlags& f) {
     fail("attnkit plan", "--seq-len belongs to --seed-scalar/--seed-tiled",
          "use --kv-len (and --q-len) for decode/prefill plans, or add --seed-scalar");
   const std::optional<KernelFamily> family = parse_family(f.target.family);
-  if (family && f.shape.op != "decode" && f.shape.op != "prefill")
-    fail("attnkit plan", "--family applies to --op decode and prefill", "drop --family for --op " + f.shape.op);
+  if (family && f.shape.op != "decode" && f.shape.op != "prefill" && f.shape.op != "extend")
+    fail("attnkit plan", "--family applies to --op decode, prefill and extend", "drop --family for --op " + f.shape.op);
   if (f.shape.op == "sharded-decode") {
     const ShardedDecodePlan plan = plan_sharded_decode(sharded_decode_problem(f.shape), sharded_targets(f.target, f.serving));
     print(to_table(plan), to_json(plan), f.json);
@@ -78,7 +78,8 @@ void run_plan(const PlanFlags& f) {
     const PagedDecodePlan plan = plan_paged_decode(paged_decode_problem(f.shape, f.serving), target);
     print(to_table(plan), to_json(plan), f.json);
   } else if (f.shape.op == "extend") {
-    const ExtendPlan plan = plan_extend(extend_problem(f.shape, f.serving), target);
+    const ExtendProblem problem = extend_problem(f.shape, f.serving);
+    const ExtendPlan plan = family ? plan_extend(problem, target, *family) : plan_extend(problem, target);
     print(to_table(plan), to_json(plan), f.json);
   } else if (f.shape.op == "decode") {
     const DecodeProblem problem = decode_problem(f.shape);

@@ -7,7 +7,9 @@
 // (paged.hpp) on them, and the kernels never read or write outside the pool (see docs/paged.md).
 //
 // Kernels: the split-KV decode body with page-table row addressing (paged decode; extend packs
-// (query row, head) pairs into its rows), a warp per (token, KV head) for the append; bad device
+// (query row, head) pairs into its rows), on Hopper the warp-specialized prefill kernel for extend
+// chunks of 128+ rows (K/V tiles as page boxes; the plan's family says which), a warp per (token,
+// KV head) for the append; bad device
 // indices are clamped or skipped, never followed outside the pool (docs/paged.md, "CUDA
 // implementation"). A build without CUDA throws an Error whose Fix names the CPU backend.
 #pragma once

@@ -185,6 +185,10 @@ struct ExtendPlan {
 
 PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Target& target);
 ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target);
+// The same with the kernel family named (CUDA: split_kv_decode, the decode kernel at any chunk, or
+// warp_specialized_wgmma, long chunks on Hopper; CPU: cooperative_tiled); an Error with a Fix where
+// that family cannot run the problem.
+ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target, KernelFamily family);
 
 std::string to_table(const PagedDecodePlan& plan);
 std::string to_table(const ExtendPlan& plan);

@@ -220,11 +220,13 @@ def plan_extend(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, num
                 max_total_q: int = 0, layout: str = "HND", kv_dtype: Any = "bf16", q_dtype: Any = None,
                 out_dtype: Any = None, window: int = 0, scale: float = 0.0, softcap: float = 0.0,
                 backend: str = "cpu", threads: int = 0, target: TargetLike = None,
-                device: Optional[int] = None) -> Plan:
+                device: Optional[int] = None, family: Optional[str] = None) -> Plan:
     """Plan extend: q_len_b in 0..max_q_len new query rows per sequence (packed token-major, ragged
     through cu_seqlens_q), the last q_len_b keys of their sequence in the paged cache (causal,
     bottom-right aligned). max_total_q bounds the packed rows (0: batch * max_q_len). Cache,
-    kv_len, dtypes and target as for plan_paged_decode."""
+    kv_len, dtypes and target as for plan_paged_decode. family (None: the planner's choice) names
+    the kernel: on CUDA "split_kv_decode" (any chunk) or "warp_specialized_wgmma" (chunks of 128+
+    rows on Hopper, which the planner takes by itself where it fits)."""
     kv = _arrays.dtype_name(kv_dtype)
     # An e4m3 cache (torch.float8_e4m3fn) is read with its scales; q is not quantized: bf16 by default.
     q = ("bf16" if kv == "e4m3" else kv) if q_dtype is None else _arrays.dtype_name(q_dtype)
@@ -233,4 +235,5 @@ def plan_extend(*, batch: int, num_heads: int, kv_heads: int, head_dim: int, num
         "plan_extend", layout, num_pages, page_size, max_pages_per_seq, kv_len)
     tgt = _resolve_target(backend, target, threads, device)
     return Plan(_native.plan_extend(batch, num_heads, kv_heads, head_dim, layout, num_pages, page_size, width,
-                                    max_q_len, max_total_q, kv_len, kv, q, out, window, scale, softcap, tgt))
+                                    max_q_len, max_total_q, kv_len, kv, q, out, window, scale, softcap, tgt,
+                                    family))

@@ -44,6 +44,8 @@ Workspace workspace_of(const std::optional<OutArray>& array);
 
 // The page pool's description from its Python spelling ("HND" / "NHD", any case).
 PageLayout parse_layout(const std::string& name, const char* context);
+// A kernel family by its name (to_string's), or an Error listing the names.
+KernelFamily parse_family(const std::string& name, const char* context);
 PagedCacheSpec cache_spec_of(const std::string& layout, std::int64_t num_pages, std::int64_t page_size,
                              std::int64_t max_pages_per_seq, const char* context);
 

@@ -1,10 +1,12 @@
 // Plans of the serving layouts (paged.hpp): paged decode and extend. They print as the planner's
 // table and JSON (to_table / to_json of paged.hpp: shaped like the contiguous plans', plus the page
 // pool and the bounds the plan covers).
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cctype>
+#include <optional>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -101,7 +103,7 @@ void bind_paged_plans(nb::module_& m) {
          const std::string& layout, std::int64_t num_pages, std::int64_t page_size, std::int64_t max_pages_per_seq,
          std::int64_t max_q_len, std::int64_t max_total_q, std::int64_t kv_len, const std::string& kv_dtype,
          const std::string& q_dtype, const std::string& out_dtype, std::int64_t window, float scale, float softcap,
-         const Target& target) {
+         const Target& target, const std::optional<std::string>& family) {
         ExtendProblem p;
         p.batch = batch;
         p.num_heads = num_heads;
@@ -115,11 +117,11 @@ void bind_paged_plans(nb::module_& m) {
         p.q_dtype = parse_dtype(q_dtype);
         p.out_dtype = parse_dtype(out_dtype);
         p.options = options_of(window, scale, softcap);
-        return plan_extend(p, target);
+        return family ? plan_extend(p, target, parse_family(*family, "plan_extend")) : plan_extend(p, target);
       },
       "batch"_a, "num_heads"_a, "kv_heads"_a, "head_dim"_a, "layout"_a, "num_pages"_a, "page_size"_a,
       "max_pages_per_seq"_a, "max_q_len"_a, "max_total_q"_a, "kv_len"_a, "kv_dtype"_a, "q_dtype"_a, "out_dtype"_a,
-      "window"_a, "scale"_a, "softcap"_a, "target"_a);
+      "window"_a, "scale"_a, "softcap"_a, "target"_a, "family"_a.none());
 }
 
 }  // namespace attnkit::python

@@ -12,9 +12,6 @@
 #include "bindings.hpp"
 
 namespace attnkit::python {
-namespace {
-
-using namespace nb::literals;
 
 constexpr KernelFamily kFamilies[] = {KernelFamily::kScalarOnline, KernelFamily::kCooperativeTiled,
                                       KernelFamily::kSplitKvDecode, KernelFamily::kWarpSpecializedWgmma};
@@ -27,6 +24,10 @@ KernelFamily parse_family(const std::string& name, const char* context) {
   }
   fail(context, "unknown kernel family '" + name + "'", "use one of: " + known + " (or None to let the planner choose)");
 }
+
+namespace {
+
+using namespace nb::literals;
 
 AttentionOptions options_of(std::int64_t window, float scale, float softcap) {
   AttentionOptions o;

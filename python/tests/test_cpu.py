@@ -461,6 +461,13 @@ def test_errors_are_value_errors_with_a_fix(rng):
     assert hopper.family == "warp_specialized_wgmma"
     with pytest.raises(attnkit.Error, match="Fix:"):
         attnkit.plan_prefill(batch=1, num_heads=4, kv_heads=4, head_dim=64, q_len=8, family="warp_specialized_wgmma")
+    # Extend: long chunks take the Hopper kernel on an H200 by themselves; the family can be named.
+    chunk = dict(batch=2, num_heads=32, kv_heads=8, head_dim=128, num_pages=1024, max_q_len=512, kv_len=8192,
+                 target="h200")
+    assert attnkit.plan_extend(**chunk).family == "warp_specialized_wgmma"
+    assert attnkit.plan_extend(**chunk, family="split_kv_decode").family == "split_kv_decode"
+    with pytest.raises(attnkit.Error, match="Fix:.*max_q_len >= 128"):
+        attnkit.plan_extend(**{**chunk, "max_q_len": 16}, family="warp_specialized_wgmma")
     plan = attnkit.plan_decode(batch=1, num_heads=2, kv_heads=1, head_dim=16, max_seq=8, kv_dtype="f32")
     q = randn(rng, (1, 2, 16), "f32")
     k, v = randn(rng, (1, 1, 8, 16), "f32"), randn(rng, (1, 1, 8, 16), "f32")

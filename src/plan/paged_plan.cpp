@@ -24,6 +24,7 @@
 #include "attnkit/error.hpp"
 #include "attnkit/paged.hpp"
 #include "cuda/decode/decode_geometry.hpp"
+#include "cuda/prefill_hopper/page_boxes.hpp"
 #include "plan/checked_math.hpp"
 #include "plan/evidence.hpp"
 #include "plan/rules.hpp"
@@ -285,6 +286,37 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
   require_paged_shared_fits(p, e.head_dim, e.kv_dtype, target, "plan_extend");
 }
 
+// Long chunks on Hopper: the warp-specialized prefill kernel's Paged instances (a K / V tile as page
+// boxes, hopper_prefill.cuh), where the decode kernel's mma.sync rows would re-read each K / V tile per
+// 64 packed rows. Taken for f16 / bf16 pools with q in the pool's type, f16/bf16 or f32 out, no
+// soft-cap, chunks of at least kHopperExtendMinRows rows (a whole 128-row query tile per head;
+// shorter chunks pad it), and pages the producer's boxes fit. Returns false (nothing changed) where
+// it does not apply.
+constexpr std::int64_t kHopperExtendMinRows = 128;
+bool partition_hopper_extend(const ExtendProblem& e, const PrefillProblem& pre, const Target& target, WorkPartition& p,
+                             std::vector<std::string>& reasons) {
+  namespace hop = cuda_prefill_hopper;
+  const bool half = e.kv_dtype == DType::kF16 || e.kv_dtype == DType::kBF16;
+  if (!(target.cc_major == 9 && target.cc_minor == 0 && half && e.q_dtype == e.kv_dtype &&
+        (e.out_dtype == e.kv_dtype || e.out_dtype == DType::kF32) && e.options.softcap == 0.0f &&
+        e.max_q_len >= kHopperExtendMinRows && hop::hopper_page_box_rows(e.cache.page_size) > 0 &&
+        (e.head_dim == 64 || e.head_dim == 128 || e.head_dim == 256)))
+    return false;
+  WorkPartition hopper;
+  std::vector<std::string> why;
+  const KernelFamily wgmma = KernelFamily::kWarpSpecializedWgmma;
+  detail::partition_cuda_prefill(pre, target, &wgmma, hopper, why);
+  if (!(hop::hopper_pages_fit(e.cache.page_size, hopper.tile_size) && hopper.packed_heads <= 1)) return false;
+  p = hopper;
+  reasons.insert(reasons.end(), why.begin(), why.end());
+  reasons.push_back("cuda extend: chunks of up to " + std::to_string(e.max_q_len) +
+                    " rows on the Hopper prefill kernel; each K / V tile of " + std::to_string(p.tile_size) +
+                    " keys is loaded as " + std::to_string(p.tile_size / hop::hopper_page_box_rows(e.cache.page_size)) +
+                    " TMA boxes of " + std::to_string(hop::hopper_page_box_rows(e.cache.page_size)) +
+                    " keys inside a page, one producer lane each; query tiles past a sequence's q_len_b exit at once");
+  return true;
+}
+
 }  // namespace
 
 PagedDecodePlan plan_paged_decode(const PagedDecodeProblem& problem, const Target& target) {
@@ -370,7 +402,9 @@ PrefillProblem extend_as_prefill(const ExtendProblem& e) {
 }
 }  // namespace detail
 
-ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
+namespace {
+
+ExtendPlan plan_extend_as(const ExtendProblem& problem, const Target& target, const KernelFamily* requested) {
   const char* ctx = "plan_extend";
   problem.validate();
   PrefillProblem pre = detail::extend_as_prefill(problem);
@@ -384,6 +418,9 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
   plan.target = target;
   WorkPartition& p = plan.partition;
   if (target.backend == Backend::kCpu) {
+    if (requested != nullptr && *requested != KernelFamily::kCooperativeTiled)
+      fail(ctx, "extend on the CPU runs the cooperative_tiled family, not " + to_string(*requested),
+           "ask for cooperative_tiled or no family");
     detail::partition_cpu_prefill(pre, target, nullptr, p, plan.reasons);
     // Split keys when the row-block tasks cannot keep every thread busy (decode-like batches).
     const std::uint64_t threads = u(std::max(1, target.threads));
@@ -410,14 +447,28 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
                                             std::to_string(threads) + " threads), merged after"
                                       : "splits: 1: row-block tasks already keep the threads busy");
   } else {
-    partition_cuda_extend(problem, target, p, plan.reasons);
+    const bool want_hopper = requested == nullptr || *requested == KernelFamily::kWarpSpecializedWgmma;
+    const bool want_decode = requested == nullptr || *requested == KernelFamily::kSplitKvDecode;
+    if (!(want_hopper || want_decode))
+      fail(ctx, "extend on CUDA has no " + to_string(*requested) + " kernel",
+           "ask for split_kv_decode (any chunk) or warp_specialized_wgmma (long chunks on Hopper), or no family");
+    if (!(want_hopper && partition_hopper_extend(problem, pre, target, p, plan.reasons))) {
+      if (!want_decode)
+        fail(ctx, "the Hopper extend kernel does not take this problem",
+             "it needs an sm_90 target, f16 / bf16 pools with q of the pool's dtype, f16/bf16/f32 out, no soft-cap, "
+             "head_dim 64 / 128 / 256, max_q_len >= " + std::to_string(kHopperExtendMinRows) +
+             " and pages of a multiple of 8 keys; or ask for split_kv_decode");
+      partition_cuda_extend(problem, target, p, plan.reasons);
+    }
   }
-  const KernelFamily family =
-      target.backend == Backend::kCpu ? KernelFamily::kCooperativeTiled : KernelFamily::kSplitKvDecode;
+  const bool on_hopper = p.family == KernelFamily::kWarpSpecializedWgmma;
+  const KernelFamily family = target.backend == Backend::kCpu ? KernelFamily::kCooperativeTiled
+                              : on_hopper                      ? KernelFamily::kWarpSpecializedWgmma
+                                                               : KernelFamily::kSplitKvDecode;
   if (p.family != family)
     fail(ctx, "the rules chose " + to_string(p.family) + ", which has no extend kernel",
          "extend runs the " + to_string(family) + " family on this backend; fix the rules");
-  plan.evidence = target.backend == Backend::kCpu
+  plan.evidence = target.backend == Backend::kCpu || on_hopper
                       ? detail::compute_prefill_evidence(
                             pre, p, target, {dtype_size(problem.q_dtype), dtype_size(problem.kv_dtype)})
                       : detail::compute_decode_evidence(packed_decode(problem), p, target);
@@ -456,6 +507,16 @@ ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
                            plan.evidence.workspace_bytes};
   plan.reasons.push_back(bounds_line(plan.bounds));
   return plan;
+}
+
+}  // namespace
+
+ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target) {
+  return plan_extend_as(problem, target, nullptr);
+}
+
+ExtendPlan plan_extend(const ExtendProblem& problem, const Target& target, KernelFamily family) {
+  return plan_extend_as(problem, target, &family);
 }
 
 }  // namespace attnkit

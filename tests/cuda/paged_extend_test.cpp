@@ -3,9 +3,11 @@
 // sizes 1/16/32/64, GQA 1/4/8, windows, soft-cap, f32/f16/bf16, split and unsplit plans; padding
 // rows past cu_seqlens_q[batch] stay untouched; q_len = 1 equals paged decode. Then a serving step
 // (paged append + extend) captured once in a CUDA graph and replayed while lengths, offsets,
-// start positions and page tables change, checked against the golden after every replay.
+// start positions and page tables change, checked against the golden after every replay (on the
+// decode kernel, and with long chunks on the Hopper kernel).
 #include <gtest/gtest.h>
 
+#include "cuda/hopper_support.hpp"
 #include "paged_support.hpp"
 
 namespace attnkit::testing::paged_cuda {
@@ -136,16 +138,12 @@ TEST(ExtendCuda, OneTokenPerSequenceEqualsPagedDecode) {
 // A serving step captured once: append each sequence's new K/V rows into its pages, then extend its
 // new query rows over the whole sequence. Between replays only the contents of the device index
 // tensors, the new rows and the pool change (same pointers, same shapes).
-TEST(PagedGraphCuda, CaptureOnceReplayWithChangingLengthsOffsetsAndTables) {
-  ATTNKIT_SKIP_WITHOUT_GPU();
-  const std::int64_t B = 4, H = 8, KH = 2, D = 64, P = 16, width = 24, pool = 80, max_q = 6, rows_cap = 16;
+// Compositions: (final length, new tokens) per sequence, one list per replay.
+using Steps = std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>>;
+
+void capture_once_and_replay(std::int64_t max_q, std::int64_t rows_cap, const Steps& steps, KernelFamily family) {
+  const std::int64_t B = 4, H = 8, KH = 2, D = 64, P = 16, width = 24, pool = 80;
   const DType dtype = DType::kBF16;
-  // Compositions: (final length, new tokens) per sequence; new tokens cross page boundaries.
-  const std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> steps = {
-      {{20, 6}, {1, 1}, {300, 3}, {0, 0}},
-      {{17, 2}, {33, 6}, {64, 1}, {5, 5}},
-      {{0, 0}, {383, 4}, {16, 1}, {100, 6}},
-  };
   ExtendProblem problem;
   problem.batch = B;
   problem.num_heads = H;
@@ -157,6 +155,7 @@ TEST(PagedGraphCuda, CaptureOnceReplayWithChangingLengthsOffsetsAndTables) {
   problem.kv_len = width * P;
   problem.kv_dtype = problem.q_dtype = problem.out_dtype = dtype;
   const ExtendPlan plan = plan_extend(problem, cuda::target());
+  ASSERT_EQ(plan.partition.family, family);
 
   // Device buffers at their bound shapes, allocated once.
   HostTensor pool_k(dtype, {pool, P, KH, D}), pool_v(dtype, {pool, P, KH, D}), table(DType::kI32, {B, width});
@@ -257,6 +256,26 @@ TEST(PagedGraphCuda, CaptureOnceReplayWithChangingLengthsOffsetsAndTables) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(PagedGraphCuda, CaptureOnceReplayWithChangingLengthsOffsetsAndTables) {
+  ATTNKIT_SKIP_WITHOUT_GPU();
+  // New tokens cross page boundaries.
+  capture_once_and_replay(6, 16,
+                          {{{20, 6}, {1, 1}, {300, 3}, {0, 0}},
+                           {{17, 2}, {33, 6}, {64, 1}, {5, 5}},
+                           {{0, 0}, {383, 4}, {16, 1}, {100, 6}}},
+                          KernelFamily::kSplitKvDecode);
+}
+
+// The same on the Hopper kernel: chunks of up to 200 rows.
+TEST(PagedGraphCuda, CaptureOnceReplayLongChunksOnHopper) {
+  ATTNKIT_SKIP_WITHOUT_HOPPER("Hopper extend kernel");
+  capture_once_and_replay(200, 360,
+                          {{{383, 200}, {1, 1}, {300, 130}, {0, 0}},
+                           {{17, 2}, {333, 150}, {64, 1}, {200, 200}},
+                           {{0, 0}, {383, 4}, {16, 1}, {250, 180}}},
+                          KernelFamily::kWarpSpecializedWgmma);
 }
 
 }  // namespace

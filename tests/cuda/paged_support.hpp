@@ -84,13 +84,14 @@ inline void run_and_check_paged_decode(const PagedCase& c, const PagedDecodePlan
   expect_parity(out, golden.out, lse, golden.lse, s.dtype, note);
 }
 
-// One extend on the GPU with `pad_rows` rows past the last sequence's (they must stay poisoned).
+// One extend on the GPU with `pad_rows` rows past the last sequence's (they must stay poisoned); out
+// in the plan's out_dtype, the tolerance the storage dtype's.
 inline void run_and_check_extend(const PagedCase& c, const ExtendPlan& plan, const std::vector<std::int32_t>& q_lens,
                                  std::int64_t pad_rows, std::mt19937_64& rng, const std::string& note) {
   const auto& s = c.setup;
   HostTensor cu = offsets(q_lens);
   const std::int64_t rows = cu.i32()[s.batch], total = rows + pad_rows;
-  HostTensor q(s.dtype, {total, s.heads, s.head_dim}), out(s.dtype, {total, s.heads, s.head_dim});
+  HostTensor q(s.dtype, {total, s.heads, s.head_dim}), out(plan.problem.out_dtype, {total, s.heads, s.head_dim});
   HostTensor lse(DType::kF32, {total, s.heads});
   fill_normal(q, rng);
   poison(out);

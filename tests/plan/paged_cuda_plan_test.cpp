@@ -1,6 +1,7 @@
 // The CUDA rules for paged decode and extend (src/plan/paged_plan.cpp), from a known target with
 // no device: paged decode keeps the contiguous decode blocks and splits keys at least as finely; extend packs (query row, head)
-// pairs into the decode kernel's rows; both state the exact split-state workspace they use.
+// pairs into the decode kernel's rows, except chunks of 128+ rows over f16 / bf16 pools, which run on
+// the Hopper prefill kernel with page boxes; all state the exact split-state workspace they use.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,7 +127,7 @@ TEST(PagedCudaPlan, ExtendPacksQueryRowsAndHeadsIntoTheDecodeRows) {
     DType dtype;
   };
   for (const Case& c : {Case{32, 8, 1, 0, 4096, 0, DType::kBF16}, Case{32, 8, 4, 0, 4096, 0, DType::kBF16},
-                        Case{32, 8, 17, 40, 4096, 0, DType::kBF16}, Case{8, 8, 300, 0, 8192, 0, DType::kF16},
+                        Case{32, 8, 17, 40, 4096, 0, DType::kBF16}, Case{8, 8, 127, 0, 8192, 0, DType::kF16},
                         Case{16, 2, 6, 0, 2048, 128, DType::kF32}}) {
     ExtendProblem e;
     e.batch = 8;
@@ -164,6 +165,84 @@ TEST(PagedCudaPlan, ExtendPacksQueryRowsAndHeadsIntoTheDecodeRows) {
 
 // A window at or beyond kv_len covers every key: extend plans as without one (the widening by the
 // block's query rows overflowed for windows near 2^63 before: a planner-fuzzer finding).
+ExtendProblem long_chunk(std::int64_t max_q_len, std::int64_t page, DType dtype = DType::kBF16) {
+  ExtendProblem e;
+  e.batch = 2;
+  e.num_heads = 32;
+  e.kv_heads = 8;
+  e.head_dim = 128;
+  e.cache = {4096, page, 1024, PageLayout::kHND};
+  e.max_q_len = max_q_len;
+  e.kv_len = 8192;
+  e.kv_dtype = e.q_dtype = e.out_dtype = dtype;
+  return e;
+}
+
+TEST(PagedCudaPlan, LongExtendChunksRunOnTheHopperKernelWithPageBoxes) {
+  for (std::int64_t page : {8, 16, 24, 32, 256}) {
+    for (std::int64_t head_dim : {64, 128, 256}) {
+      ExtendProblem e = long_chunk(512, page);
+      e.head_dim = head_dim;
+      e.out_dtype = head_dim == 64 ? DType::kF32 : DType::kBF16;
+      const std::string note = "page " + std::to_string(page) + " d" + std::to_string(head_dim);
+      const ExtendPlan plan = plan_extend(e, known_target("h100"));
+      EXPECT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma) << note;
+      // The contiguous prefill of the same work plans the same tiles, and the same matrix work.
+      PrefillProblem pre;
+      pre.batch = e.batch, pre.num_heads = e.num_heads, pre.kv_heads = e.kv_heads, pre.head_dim = head_dim;
+      pre.q_len = e.max_q_len, pre.kv_len = e.kv_len, pre.causal = true, pre.dtype = e.kv_dtype,
+      pre.out_dtype = e.out_dtype;
+      const PrefillPlan prefill = plan_prefill(pre, known_target("h100"), KernelFamily::kWarpSpecializedWgmma);
+      EXPECT_EQ(plan.partition.tile_size, prefill.partition.tile_size) << note;
+      EXPECT_EQ(plan.partition.rows_per_block, prefill.partition.rows_per_block) << note;
+      EXPECT_EQ(plan.evidence.matmul_flops, prefill.evidence.matmul_flops) << note;
+      EXPECT_EQ(plan.bounds.workspace_bytes,
+                states(plan.partition.sequence_splits, static_cast<std::uint64_t>(e.total_q_bound()), 32, head_dim))
+          << note;
+      const bool boxes = std::any_of(plan.reasons.begin(), plan.reasons.end(),
+                                     [](const std::string& r) { return r.find("TMA boxes") != std::string::npos; });
+      EXPECT_TRUE(boxes) << note;
+    }
+  }
+}
+
+TEST(PagedCudaPlan, ExtendStaysOnTheDecodeKernelWhereTheHopperKernelDoesNotFit) {
+  auto family = [](const ExtendProblem& e) { return plan_extend(e, known_target("h200")).partition.family; };
+  const KernelFamily decode = KernelFamily::kSplitKvDecode;
+  EXPECT_EQ(family(long_chunk(127, 16)), decode);              // chunks under one 128-row query tile
+  EXPECT_EQ(family(long_chunk(512, 12)), decode);              // pages not a multiple of 8 keys
+  EXPECT_EQ(family(long_chunk(512, 16, DType::kF32)), decode);  // f32 pools
+  ExtendProblem capped = long_chunk(512, 16);
+  capped.options.softcap = 30.0f;
+  EXPECT_EQ(family(capped), decode);
+  ExtendProblem f32_q = long_chunk(512, 16);
+  f32_q.q_dtype = DType::kF32;
+  EXPECT_EQ(family(f32_q), decode);
+  ExtendProblem d96 = long_chunk(512, 16);
+  d96.head_dim = 96;
+  EXPECT_EQ(family(d96), decode);
+  EXPECT_EQ(family(long_chunk(128, 16)), KernelFamily::kWarpSpecializedWgmma);
+}
+
+TEST(PagedCudaPlan, ExtendTakesTheFamilyItIsAskedFor) {
+  const Target h200 = known_target("h200");
+  EXPECT_EQ(plan_extend(long_chunk(512, 16), h200, KernelFamily::kSplitKvDecode).partition.family,
+            KernelFamily::kSplitKvDecode);
+  EXPECT_EQ(plan_extend(long_chunk(512, 16), h200, KernelFamily::kWarpSpecializedWgmma).partition.family,
+            KernelFamily::kWarpSpecializedWgmma);
+  // Where the Hopper kernel cannot run it, asking for it is an error that names what it needs.
+  try {
+    plan_extend(long_chunk(64, 16), h200, KernelFamily::kWarpSpecializedWgmma);
+    ADD_FAILURE() << "a 64-row chunk was planned on the Hopper extend kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_q_len >= 128"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_extend(long_chunk(512, 16), h200, KernelFamily::kCooperativeTiled), Error);
+  EXPECT_THROW(plan_extend(long_chunk(512, 16), cpu_target(), KernelFamily::kSplitKvDecode), Error);
+  EXPECT_EQ(plan_extend(long_chunk(512, 16), cpu_target(), KernelFamily::kCooperativeTiled).partition.family,
+            KernelFamily::kCooperativeTiled);
+}
+
 TEST(PagedCudaPlan, ExtendWindowsBeyondTheSequenceAreNoWindow) {
   ExtendProblem e;
   e.batch = 4, e.num_heads = 32, e.kv_heads = 8, e.head_dim = 128, e.max_q_len = 8, e.kv_len = 4096;

@@ -19,13 +19,44 @@
 #include "cuda/prefill/prefill_params.cuh"
 #include "cuda/prefill/simt_tiled_prefill.cuh"
 #include "cuda/prefill/split_merge.cuh"
+#include "cuda/prefill/split_merge_launch.hpp"
 #include "cuda/prefill/tiled_prefill.cuh"
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_hopper/hopper_launch.hpp"
 
+namespace attnkit::cuda_prefill {
+namespace {
+
+template <class T>
+void launch_merge(const PrefillParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.q_len + cuda_prefill::kMergeWarpsPerBlock - 1) /
+                                        cuda_prefill::kMergeWarpsPerBlock),
+                  static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
+  cuda_prefill::split_merge_kernel<T><<<grid, cuda_prefill::kMergeWarpsPerBlock * 32, 0, stream>>>(p);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    fail("cuda::prefill", std::string("split_merge_kernel failed to launch: ") + cudaGetErrorString(err),
+         "check the device and the tensors' device pointers");
+}
+
+}  // namespace
+
+// The split merge after a kernel that split keys (f16 or bf16 out; nothing when unsplit).
+void merge_split_states(const PrefillParams& p, DType dtype, cudaStream_t stream) {
+  if (p.splits == 1) return;
+  if (dtype == DType::kF16) {
+    launch_merge<__half>(p, stream);
+  } else {
+    launch_merge<__nv_bfloat16>(p, stream);
+  }
+}
+
+}  // namespace attnkit::cuda_prefill
+
 namespace attnkit::cuda {
 namespace {
 
+using cuda_prefill::merge_split_states;
 using cuda_prefill::OutKind;
 using cuda_prefill::PrefillParams;
 constexpr const char* kContext = "cuda::prefill";
@@ -83,25 +114,6 @@ void launch_tiled(const PrefillParams& p, cudaStream_t stream, std::index_sequen
   if (!launched)
     fail(kContext, "no tiled kernel for head_dim=" + std::to_string(p.head_dim),
          "plan again: the planner only picks head dims listed in kTiledConfigs");
-}
-
-template <class T>
-void launch_merge(const PrefillParams& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.q_len + cuda_prefill::kMergeWarpsPerBlock - 1) /
-                                        cuda_prefill::kMergeWarpsPerBlock),
-                  static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
-  cuda_prefill::split_merge_kernel<T><<<grid, cuda_prefill::kMergeWarpsPerBlock * 32, 0, stream>>>(p);
-  check_launch("split_merge_kernel");
-}
-
-// The split merge after a kernel that split keys (f16 or bf16 out; nothing when unsplit).
-void merge_split_states(const PrefillParams& p, DType dtype, cudaStream_t stream) {
-  if (p.splits == 1) return;
-  if (dtype == DType::kF16) {
-    launch_merge<__half>(p, stream);
-  } else {
-    launch_merge<__nv_bfloat16>(p, stream);
-  }
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }

@@ -23,6 +23,11 @@ struct PrefillParams {
 
   const int* cu_seqlens_q;  // ragged batch offsets, or nullptr
   const int* cu_seqlens_k;
+  // Extend over a paged cache (Hopper kernel): sequence b's keys are kv_lengths[b] (its last q_len_b
+  // are the new rows), its rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q / out, clamped to q_rows
+  // and q_len; cu_seqlens_k is unused. nullptr: not an extend.
+  const int* kv_lengths;
+  int q_rows;
 
   int batch, num_heads, group_size, head_dim;
   int q_len, kv_len;  // per sequence (ragged: the longest, for the grid)
@@ -54,7 +59,17 @@ struct SequenceExtent {
 
 __device__ inline SequenceExtent sequence_extent(const PrefillParams& p, int b) {
   SequenceExtent e;
-  if (p.cu_seqlens_q != nullptr) {
+  if (p.kv_lengths != nullptr) {  // extend: device data, clamped so a corrupt value never reaches past q / out
+    const int q0 = p.cu_seqlens_q[b] < 0 ? 0 : (p.cu_seqlens_q[b] > p.q_rows ? p.q_rows : p.cu_seqlens_q[b]);
+    const int q1 = p.cu_seqlens_q[b + 1] < q0 ? q0 : (p.cu_seqlens_q[b + 1] > p.q_rows ? p.q_rows : p.cu_seqlens_q[b + 1]);
+    const int len = p.kv_lengths[b];
+    e.q_len = q1 - q0 < p.q_len ? q1 - q0 : p.q_len;
+    e.kv_len = len < 0 ? 0 : (len > p.kv_len ? p.kv_len : len);
+    e.q_start = q0;
+    e.k_start = 0;
+    e.q_base_batch = 0;
+    e.workspace_row0 = q0;
+  } else if (p.cu_seqlens_q != nullptr) {
     const int q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
     const int k0 = p.cu_seqlens_k[b], k1 = p.cu_seqlens_k[b + 1];
     e.q_len = q1 - q0;

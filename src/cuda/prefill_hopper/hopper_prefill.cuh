@@ -52,6 +52,7 @@
 #include "cuda/prefill_hopper/hopper_config.hpp"
 #include "cuda/prefill_hopper/hopper_primitives.cuh"
 #include "cuda/prefill_hopper/hopper_walk.hpp"
+#include "cuda/prefill_hopper/page_boxes.hpp"
 
 namespace attnkit::cuda_prefill_hopper {
 
@@ -104,6 +105,10 @@ struct HopperParams {
   int packed_rows;
   cuda_common::FastDivider packed_div;  // by packed_rows (1 when unpacked)
   std::uint32_t q_tile_bytes;           // bytes one Q tile's boxes bring
+  // Extend over a paged cache (the kernel's Paged instances): k_map / v_map describe the pools as
+  // (D, slot, KV head, page), and the producer warp loads each K / V tile as page boxes
+  // (page_boxes.hpp).
+  HopperPages pages;
 };
 
 // Whether a call's O tiles may be staged in shared memory and leave whole: 16-bit out of the input's
@@ -361,7 +366,7 @@ __device__ __forceinline__ void scores_to_a(const float (&s)[Bc / 2], std::uint3
   }
 }
 
-template <int D, int Bc, int Stages, HopperInput In, int Consumers, bool TensorSums>
+template <int D, int Bc, int Stages, HopperInput In, int Consumers, bool TensorSums, bool Paged = false>
 __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
     hopper_prefill_kernel(const __grid_constant__ HopperParams hp) {
   attnkit::detail::prefetch_sinks(hp.p.sinks, hp.p.num_heads);
@@ -390,6 +395,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   constexpr std::uint32_t kVSlotBytes = kTileBytes + (kOnesChunks ? kKvChunkBytes : 0);
   static_assert(D % kChunkElems == 0 && Bc % kKeysPerStep == 0, "tile sizes");
   static_assert(!kFp8 || Bc == 128, "an e4m3 V^T tile is one 128-byte swizzle row per head_dim row");
+  static_assert(!Paged || !kFp8, "paged pools run 16-bit inputs");
 
   extern __shared__ unsigned char shared_raw[];
   unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) & ~std::uintptr_t{1023});
@@ -456,8 +462,89 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   __syncthreads();
 
   if (warpgroup == 0) {
-    // ---- producer: one thread issues every TMA load ----------------------------------------
     regs_decrease<kProducerRegisters>();
+    if constexpr (Paged) {
+      // ---- producer (paged pools): warp 0, a lane per page box of each K / V tile ------------
+      if (threadIdx.x >= 32) return;
+      const int lane = static_cast<int>(threadIdx.x);
+      if (lane == 0) {
+        tma_prefetch_descriptor(&hp.q_map);
+        tma_prefetch_descriptor(&hp.k_map);
+        tma_prefetch_descriptor(&hp.v_map);
+      }
+      const HopperPages& pages = hp.pages;
+      const int boxes = Bc / pages.box_rows;
+      const std::uint32_t box_bytes = static_cast<std::uint32_t>(pages.box_rows) * 128u;  // one chunk's rows
+      std::uint32_t q_iter = 0, kv_iter = 0;
+      for (int step = 0; step < steps; ++step) {
+        const TileCoord t = block_tile(step);
+        if (t.bh < 0) continue;
+        const WorkTile w = work_tile<Bc, Br>(hp, t);
+        if (!w.active || w.tile_lo >= w.tile_hi) continue;
+        const int kvh = w.h / p.group_size;
+        if (lane == 0) {
+          mbar_wait(q_empty, (q_iter & 1) ^ 1);
+          mbar_arrive_expect_tx(q_full, hp.q_tile_bytes);
+#pragma unroll
+          for (int c = 0; c < Chunks; ++c) {
+            tma_load_4d(s_q + c * kQChunkBytes, &hp.q_map, q_full, c * kChunkElems, static_cast<int>(w.e.q_start + w.m0),
+                        w.h, 0);
+          }
+        }
+        ++q_iter;
+        const int* table_row = pages.table + static_cast<std::int64_t>(w.b) * pages.table_stride;
+        for (int j = w.tile_lo; j < w.tile_hi; ++j, ++kv_iter) {
+          const int stage = kv_iter % Stages;
+          const std::uint32_t phase = (kv_iter / Stages) & 1;
+          PageBox pb{pages.num_pages, 0, 0};
+          if (lane < boxes) pb = page_box(pages, j * Bc, lane, w.e.kv_len, [&](int i) { return table_row[i]; });
+          const std::uint32_t box_off = static_cast<std::uint32_t>(lane) * box_bytes;
+          mbar_wait(&k_empty[stage], phase ^ 1);
+          if (lane == 0) mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
+          __syncwarp();
+          if (lane < boxes) {  // a cut box's stale keys are masked, so K takes it whole
+#pragma unroll
+            for (int c = 0; c < Chunks; ++c) {
+              tma_load_4d(s_k + stage * kTileBytes + c * kKvChunkBytes + box_off, &hp.k_map, &k_full[stage],
+                          c * kChunkElems, pb.slot, kvh, pb.page);
+            }
+          }
+          mbar_wait(&v_empty[stage], phase ^ 1);
+          // The box the sequence's end cuts (at most one per tile): V's rows copied by hand, the
+          // stale ones as zeros, by the whole warp.
+          const bool cut = lane < boxes && pb.rows > 0 && pb.rows < pages.box_rows;
+          const unsigned cut_lanes = __ballot_sync(0xffffffffu, cut);
+          if (cut_lanes != 0) {
+            const int from = __ffs(cut_lanes) - 1;
+            const int c_page = __shfl_sync(0xffffffffu, pb.page, from), c_slot = __shfl_sync(0xffffffffu, pb.slot, from);
+            const int c_rows = __shfl_sync(0xffffffffu, pb.rows, from);
+            const auto* src = static_cast<const std::uint16_t*>(pages.v_pool) + c_page * pages.v_page_stride +
+                              kvh * pages.v_head_stride + c_slot * pages.v_row_stride;
+            unsigned char* dst = s_v + stage * kVSlotBytes + from * box_bytes;
+            constexpr int kUnitsPerRow = D / 8;  // 16-byte units
+            for (int i = lane; i < pages.box_rows * kUnitsPerRow; i += 32) {
+              const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
+              uint4 v = make_uint4(0, 0, 0, 0);
+              if (r < c_rows) v = *reinterpret_cast<const uint4*>(src + r * pages.v_row_stride + u * 8);
+              *reinterpret_cast<uint4*>(dst + (u / 8) * kKvChunkBytes + r * 128 + (((u % 8) ^ (r % 8)) * 16)) = v;
+            }
+            fence_proxy_async_shared();  // the stores before wgmma's reads through the barrier
+            __syncwarp();
+          }
+          if (lane == 0) mbar_arrive_expect_tx(&v_full[stage], kTileBytes - (cut_lanes != 0 ? box_bytes * Chunks : 0u));
+          __syncwarp();
+          if (lane < boxes && !cut) {
+#pragma unroll
+            for (int c = 0; c < Chunks; ++c) {
+              tma_load_4d(s_v + stage * kVSlotBytes + c * kKvChunkBytes + box_off, &hp.v_map, &v_full[stage],
+                          c * kChunkElems, pb.slot, kvh, pb.page);
+            }
+          }
+        }
+      }
+      return;
+    }
+    // ---- producer: one thread issues every TMA load ----------------------------------------
     if (threadIdx.x != 0) return;
     tma_prefetch_descriptor(&hp.q_map);
     tma_prefetch_descriptor(&hp.k_map);
