@@ -290,11 +290,14 @@ void partition_cuda_extend(const ExtendProblem& e, const Target& target, WorkPar
 // boxes, hopper_prefill.cuh), where the decode kernel's mma.sync rows would re-read each K / V tile per
 // 64 packed rows. Taken for f16 / bf16 pools with q in the pool's type, f16/bf16 or f32 out, no
 // soft-cap, chunks of at least kHopperExtendMinRows rows (a whole 128-row query tile per head;
-// shorter chunks pad it), and pages the producer's boxes fit. Returns false (nothing changed) where
-// it does not apply.
+// shorter chunks pad it), and pages the producer's boxes fit. Chosen by itself (`asked` false) only
+// where the packed rows the plan covers average at least half a tile per sequence: a mixed batch of
+// decode rows and one long chunk would pad every short sequence to a 128-row tile per head (a
+// 1-row query costs the Hopper kernel what 128 rows do), which the decode kernel does not. Returns
+// false (nothing changed) where it does not apply.
 constexpr std::int64_t kHopperExtendMinRows = 128;
-bool partition_hopper_extend(const ExtendProblem& e, const PrefillProblem& pre, const Target& target, WorkPartition& p,
-                             std::vector<std::string>& reasons) {
+bool partition_hopper_extend(const ExtendProblem& e, const PrefillProblem& pre, const Target& target, bool asked,
+                             WorkPartition& p, std::vector<std::string>& reasons) {
   namespace hop = cuda_prefill_hopper;
   const bool half = e.kv_dtype == DType::kF16 || e.kv_dtype == DType::kBF16;
   if (!(target.cc_major == 9 && target.cc_minor == 0 && half && e.q_dtype == e.kv_dtype &&
@@ -302,6 +305,14 @@ bool partition_hopper_extend(const ExtendProblem& e, const PrefillProblem& pre, 
         e.max_q_len >= kHopperExtendMinRows && hop::hopper_page_box_rows(e.cache.page_size) > 0 &&
         (e.head_dim == 64 || e.head_dim == 128 || e.head_dim == 256)))
     return false;
+  if (!asked && e.total_q_bound() < e.batch * (kHopperExtendMinRows / 2)) {
+    reasons.push_back("cuda extend: max_total_q " + std::to_string(e.total_q_bound()) + " averages under " +
+                      std::to_string(kHopperExtendMinRows / 2) + " rows per sequence, so the batch is mostly short "
+                      "rows: the decode kernel, not the Hopper prefill kernel, which would pad each sequence to a " +
+                      std::to_string(kHopperExtendMinRows) + "-row tile per head (run long chunks in a call of their "
+                      "own, or name the family)");
+    return false;
+  }
   WorkPartition hopper;
   std::vector<std::string> why;
   const KernelFamily wgmma = KernelFamily::kWarpSpecializedWgmma;
@@ -452,7 +463,7 @@ ExtendPlan plan_extend_as(const ExtendProblem& problem, const Target& target, co
     if (!(want_hopper || want_decode))
       fail(ctx, "extend on CUDA has no " + to_string(*requested) + " kernel",
            "ask for split_kv_decode (any chunk) or warp_specialized_wgmma (long chunks on Hopper), or no family");
-    if (!(want_hopper && partition_hopper_extend(problem, pre, target, p, plan.reasons))) {
+    if (!(want_hopper && partition_hopper_extend(problem, pre, target, requested != nullptr, p, plan.reasons))) {
       if (!want_decode)
         fail(ctx, "the Hopper extend kernel does not take this problem",
              "it needs an sm_90 target, f16 / bf16 pools with q of the pool's dtype, f16/bf16/f32 out, no soft-cap, "

@@ -222,6 +222,19 @@ TEST(PagedCudaPlan, ExtendStaysOnTheDecodeKernelWhereTheHopperKernelDoesNotFit) 
   d96.head_dim = 96;
   EXPECT_EQ(family(d96), decode);
   EXPECT_EQ(family(long_chunk(128, 16)), KernelFamily::kWarpSpecializedWgmma);
+  // A mixed batch: 64 sequences, one chunk of 512 rows and 63 decode rows (max_total_q 575). The
+  // Hopper kernel would pad each decode row to a 128-row tile per head: the decode kernel, unless asked.
+  ExtendProblem mixed = long_chunk(512, 16);
+  mixed.batch = 64;
+  mixed.max_total_q = 575;
+  const ExtendPlan mixed_plan = plan_extend(mixed, known_target("h200"));
+  EXPECT_EQ(mixed_plan.partition.family, decode);
+  EXPECT_TRUE(std::any_of(mixed_plan.reasons.begin(), mixed_plan.reasons.end(),
+                          [](const std::string& r) { return r.find("mostly short rows") != std::string::npos; }));
+  EXPECT_EQ(plan_extend(mixed, known_target("h200"), KernelFamily::kWarpSpecializedWgmma).partition.family,
+            KernelFamily::kWarpSpecializedWgmma);
+  mixed.max_total_q = 64 * 64;  // half a tile per sequence on average: long chunks dominate
+  EXPECT_EQ(family(mixed), KernelFamily::kWarpSpecializedWgmma);
 }
 
 TEST(PagedCudaPlan, ExtendTakesTheFamilyItIsAskedFor) {
