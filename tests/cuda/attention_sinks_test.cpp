@@ -226,37 +226,39 @@ TEST(AttentionSinksCuda, PagedDecodeAndExtend) {
                        "paged decode splits=" + std::to_string(plan.partition.sequence_splits) + " seed=" +
                            std::to_string(seed));
 
-  ExtendProblem ep;
-  ep.batch = B, ep.num_heads = H, ep.kv_heads = KH, ep.head_dim = D, ep.cache = spec, ep.kv_len = spec.capacity();
-  ep.max_q_len = 12;
-  ep.kv_dtype = ep.q_dtype = ep.out_dtype = DType::kBF16;
-  HostTensor cu(DType::kI32, {B + 1});
-  const std::int32_t q_lens[] = {1, 12, 5};
-  cu.i32()[0] = 0;
-  for (std::int64_t b = 0; b < B; ++b) cu.i32()[b + 1] = cu.i32()[b] + q_lens[b];
-  const std::int64_t rows = cu.i32()[B];
-  HostTensor eq(DType::kBF16, {rows, H, D}), eout(DType::kBF16, {rows, H, D}), ext_lse(DType::kF32, {rows, H});
-  fill_normal(eq, rng);
-  poison(eout);
-  poison(ext_lse);
-  const ExtendPlan eplan = plan_extend(ep, cuda::target());
-  {
-    DeviceTensor dq(eq), dcu(cu), dout(eout), dlse(ext_lse);
-    DeviceWorkspace ws(eplan.bounds.workspace_bytes, 0xFF);
-    ExtendTensors t{dq.view, dcu.view, dev_cache, dout.view, dlse.view};
-    t.sinks = ds.view;
-    cuda::extend(eplan, t, ws.view());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    dout.copy_to(eout);
-    dlse.copy_to(ext_lse);
+  // Extend with short chunks (the decode kernel) and, on Hopper, long ones (the prefill kernel).
+  for (const std::vector<std::int32_t>& q_lens : {std::vector<std::int32_t>{1, 12, 5}, std::vector<std::int32_t>{1, 200, 150}}) {
+    ExtendProblem ep;
+    ep.batch = B, ep.num_heads = H, ep.kv_heads = KH, ep.head_dim = D, ep.cache = spec, ep.kv_len = spec.capacity();
+    ep.max_q_len = *std::max_element(q_lens.begin(), q_lens.end());
+    ep.kv_dtype = ep.q_dtype = ep.out_dtype = DType::kBF16;
+    HostTensor cu(DType::kI32, {B + 1});
+    cu.i32()[0] = 0;
+    for (std::int64_t b = 0; b < B; ++b) cu.i32()[b + 1] = cu.i32()[b] + q_lens[static_cast<std::size_t>(b)];
+    const std::int64_t rows = cu.i32()[B];
+    HostTensor eq(DType::kBF16, {rows, H, D}), eout(DType::kBF16, {rows, H, D}), ext_lse(DType::kF32, {rows, H});
+    fill_normal(eq, rng);
+    poison(eout);
+    poison(ext_lse);
+    const ExtendPlan eplan = plan_extend(ep, cuda::target());
+    {
+      DeviceTensor dq(eq), dcu(cu), dout(eout), dlse(ext_lse);
+      DeviceWorkspace ws(eplan.bounds.workspace_bytes, 0xFF);
+      ExtendTensors t{dq.view, dcu.view, dev_cache, dout.view, dlse.view};
+      t.sinks = ds.view;
+      cuda::extend(eplan, t, ws.view());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      dout.copy_to(eout);
+      dlse.copy_to(ext_lse);
+    }
+    ExtendTensors het{eq.view, cu.view, host_cache, eout.view, ext_lse.view};
+    het.sinks = sinks.view;
+    ExtendTensors hen = het;
+    hen.sinks = {};
+    expect_sinks_applied(eout, ext_lse, reference::extend(ep, het), reference::extend(ep, hen), DType::kBF16,
+                         "extend max_q_len=" + std::to_string(ep.max_q_len) + " " + to_string(eplan.partition.family) +
+                             " splits=" + std::to_string(eplan.partition.sequence_splits) + " seed=" + std::to_string(seed));
   }
-  ExtendTensors het{eq.view, cu.view, host_cache, eout.view, ext_lse.view};
-  het.sinks = sinks.view;
-  ExtendTensors hen = het;
-  hen.sinks = {};
-  expect_sinks_applied(eout, ext_lse, reference::extend(ep, het), reference::extend(ep, hen), DType::kBF16,
-                       "extend splits=" + std::to_string(eplan.partition.sequence_splits) + " seed=" +
-                           std::to_string(seed));
 }
 
 TEST(AttentionSinksCuda, HostSinksAreRejectedBeforeAnyWrite) {
