@@ -28,6 +28,8 @@
 //          barriers, so each one's softmax runs under the others' matrix work; inside a
 //          warpgroup S of tile j+1 and P V of tile j are issued together (its softmax of tile j+1
 //          follows both: see the key loop).
+//          Paged instances (extend over a page pool, hopper_extend.cu): the producer is warp 0, a
+//          lane per page box of each K / V tile (page_boxes.hpp); everything else is the same.
 //          GQA: head h reads KV head h / group_size. Where a group's queries fit one tile (the
 //          plan's packed_heads, 16-bit inputs), the tile holds the group's heads x q_len rows (one
 //          Q box of q_len rows x group heads) and its work tile is the KV head's.
