@@ -2,7 +2,8 @@
 // f32, f16, bf16 and e4m3 (an e4m3 pool: bf16 q and out, one dequantization scale per pool, never
 // 1, as check_attention.cpp's e4m3 cache), both layouts, pages of 1 to 64 keys, against the
 // float64 golden (reference::paged_decode, which reads the same bytes times the same scales);
-// extend (ragged query rows, q_len 0 / 1 / up to 17 / == length) on the same shapes against
+// extend (ragged query rows, q_len 0 / 1 / up to 17 / == length, and chunks of up to 200 rows on the
+// longer shapes) on the same shapes against
 // reference::extend, padding rows left NaN; and
 // paged append (K, V or both, runs of new tokens that cross pages; into an e4m3 pool from f32, f16
 // or bf16 rows quantized with scales != 1), every pool byte compared with what the append must
@@ -227,10 +228,13 @@ void check_paged_decode(CheckContext& ctx, const PagedShape& s, DType dtype) {
 
 // Extend: ragged query rows per sequence (q_len 0 for an empty sequence, 1, up to max_q_len, and
 // q_len == length where the length allows: a whole prefill), the rows of sequence b the last q_len_b
-// of its keys (causal, bottom-right). Two packed rows past cu_seqlens_q[batch] must stay NaN.
-void check_extend(CheckContext& ctx, const PagedShape& s, DType dtype) {
+// of its keys (causal, bottom-right). Two packed rows past cu_seqlens_q[batch] must stay NaN. Chunks
+// of up to `chunk` rows: 17 (speculative verification, small chunks: the decode kernel on CUDA) or
+// kLongChunk (chunked prefill: the Hopper prefill kernel on Hopper GPUs).
+constexpr std::int64_t kLongChunk = 200;
+void check_extend(CheckContext& ctx, const PagedShape& s, DType dtype, std::int64_t chunk = 17) {
   const DType io_dtype = is_fp8(dtype) ? DType::kBF16 : dtype;
-  const std::int64_t max_q_len = std::min<std::int64_t>(17, s.kv_len);
+  const std::int64_t max_q_len = std::min<std::int64_t>(chunk, s.kv_len);
   CheckRow row;
   row.kernel = "extend";
   row.shape = describe(s) + " q<=" + std::to_string(max_q_len);
@@ -426,6 +430,13 @@ void check_paged(CheckContext& ctx) {
   }
   for (const PagedShape& s : paged_shapes(ctx.quick)) {
     for (DType dtype : pool_dtypes) check_extend(ctx, s, dtype);
+  }
+  // Long chunks over the shapes whose sequences hold them, in the 16-bit dtypes the Hopper kernel takes.
+  for (const PagedShape& s : paged_shapes(true)) {
+    if (s.kv_len < kLongChunk) continue;
+    for (DType dtype : storage) {
+      if (dtype == DType::kF16 || dtype == DType::kBF16) check_extend(ctx, s, dtype, kLongChunk);
+    }
   }
   for (DType dtype : storage) {
     check_paged_append(ctx, dtype, dtype, true, true, PageLayout::kHND, 16);
