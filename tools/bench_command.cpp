@@ -224,7 +224,8 @@ void validate_flags(const BenchFlags& f, const std::string& backend, const std::
     const std::string cmd = "attnkit bench --op " + f.op;
     if (backend == "cuda")
       fail(cmd, "the CUDA paged decode and extend have their own benchmark programs",
-           f.op == "extend" ? std::string("pass --backend cpu (the CUDA extend is timed by the device scripts)")
+           f.op == "extend" ? std::string("run attnkit_extend_bench (scripts/device-extend.sh; the Hopper kernel, the "
+                                          "decode kernel and contiguous prefill side by side), or pass --backend cpu")
                             : std::string("run attnkit_paged_bench (scripts/device-paged.sh; paged beside contiguous and "
                                           "PyTorch), or pass --backend cpu"));
     if (!f.family.empty())
@@ -253,6 +254,9 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
   const bool have_cuda = cuda::built() && cuda::device_count() > 0;
   std::string backend = f.backend;
   if (backend.empty()) backend = have_cuda ? "cuda" : "cpu";
+  // The flags first (their errors do not depend on the machine), then the device.
+  const std::vector<bench::Case> cases = make_cases(f);
+  validate_flags(f, backend, cases);
   if (backend == "cuda") {
     if (!cuda::built())
       fail("attnkit bench --backend cuda", "built without CUDA",
@@ -261,8 +265,6 @@ void run_bench(const BenchFlags& f, const std::string& command_line, int& exit_c
       fail("attnkit bench --backend cuda", "no CUDA device is visible",
            "run on a machine with an NVIDIA GPU, or pass --backend cpu");
   }
-  const std::vector<bench::Case> cases = make_cases(f);
-  validate_flags(f, backend, cases);
   bench::Options options;
   options.repetitions = f.reps > 0 ? f.reps : (backend == "cuda" ? kCudaRepetitions : kCpuRepetitions);
   options.warmup = f.warmup;
