@@ -21,6 +21,7 @@ struct LongChunk {
   DType dtype, out;
   std::int64_t window;
   std::vector<std::int32_t> lengths, q_lens;
+  bool lse = true;  // false: no LSE asked (d64's 192-row blocks then sum P on the tensor core)
 };
 
 void run_long_chunk(const LongChunk& v) {
@@ -49,7 +50,7 @@ void run_long_chunk(const LongChunk& v) {
                            " window=" + std::to_string(v.window) + " max_q_len=" + std::to_string(longest_q) +
                            " splits=" + std::to_string(plan.partition.sequence_splits);
   ASSERT_EQ(plan.partition.family, KernelFamily::kWarpSpecializedWgmma) << note;
-  run_and_check_extend(c, plan, v.q_lens, pad, rng, note);
+  run_and_check_extend(c, plan, v.q_lens, pad, rng, note + (v.lse ? "" : " no-lse"), v.lse);
 }
 
 TEST(ExtendHopperCuda, LongChunksMatchGoldenOnEveryLayoutPageAndHeadDim) {
@@ -69,6 +70,9 @@ TEST(ExtendHopperCuda, LongChunksMatchGoldenOnEveryLayoutPageAndHeadDim) {
            // One sequence, a long prefix: few query tiles, so the plan splits keys.
            LongChunk{hnd, 16, 8, 2, 128, bf16, bf16, 0, {9001}, {200}},
            LongChunk{nhd, 32, 16, 2, 128, f16, f32, 0, {12345, 3}, {130, 3}},
+           // No LSE: the instances that skip it (tensor-core row sums at d64).
+           LongChunk{hnd, 16, 8, 2, 64, bf16, bf16, 0, {3000, 700}, {1000, 700}, false},
+           LongChunk{nhd, 16, 8, 2, 128, f16, f16, 0, {3000, 700}, {1000, 700}, false},
        }) {
     run_long_chunk(v);
   }
