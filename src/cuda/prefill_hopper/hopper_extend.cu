@@ -123,6 +123,12 @@ void launch_hopper_extend(const ExtendPlan& plan, const ExtendTensors& t, Worksp
     fail(kContext, "v_pages " + t.cache.v_pages.describe() + " has strides that are not 16-byte multiples",
          "pass pools whose page, head and row strides are multiples of 8 elements");
 
+  // The epilogue stores pairs of elements (4 or 8 bytes) per lane.
+  bool paired = reinterpret_cast<std::uintptr_t>(t.out.data) % (2 * dtype_size(pr.out_dtype)) == 0;
+  for (int d = 0; d < 2; ++d) paired = paired && t.out.strides[d] % 2 == 0;
+  if (!paired)
+    fail(kContext, "out " + t.out.describe() + " is not aligned for paired stores",
+         "pass out with even row and head strides and a base aligned to two elements");
   if (rows == 0) return;  // nothing to compute (and no TMA map has a zero extent)
   // Every descriptor is made (and every tensor checked) before anything runs.
   const TensorView q4 = rows_as_heads(t.q), out4 = rows_as_heads(t.out);
