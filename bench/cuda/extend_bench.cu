@@ -1,12 +1,13 @@
 // Extend (chunked prefill over a paged cache) benchmark, one command:
 //   attnkit_extend_bench [--reps N] [--quick] > out.json      (a table on stderr)
 // Each point: `batch` sequences of `prefix` cached keys plus a chunk of `chunk` new rows (32 query /
-// 8 KV heads, head_dim 128, bf16, pages of 16 dealt in a random order), timed three ways in the same
-// run: cuda::extend as planned (the Hopper prefill kernel on page boxes for chunks of 128+ rows),
-// cuda::extend forced onto the split-KV decode kernel (plan_extend with split_kv_decode), and our
-// contiguous causal prefill of the same rows and keys (cuda::prefill, [batch, heads, keys, D]), the
-// pages' cost being the first against the third. The cuBLAS bf16 GEMM ceiling is measured in the
-// same run; rates are the plan's matrix FLOPs (4 x heads x visible pairs x head_dim) per second.
+// 8 KV heads, head_dim 128, bf16, pages of 16 dealt in a random order), timed in the same run as
+// planned (the Hopper prefill kernel on page boxes for chunks of 128+ rows), on the kernel the plan
+// did not pick (plan_extend with a family), and as our contiguous causal prefill of the same rows
+// and keys (cuda::prefill, [batch, heads, keys, D]; the pages' cost is the planned time against
+// it). A mixed point (one chunk beside decode rows) checks the planner's rule that keeps such
+// batches on the decode kernel. The cuBLAS bf16 GEMM ceiling is measured in the same run; rates are
+// the matrix FLOPs of the visible (row, key) pairs (4 x heads x pairs x head_dim) per second.
 // Protocol (DESIGN.md, bench/cuda/device_support.cuh): warm-up, 256 MiB L2 flush before every
 // repetition, CUDA events, medians.
 #include <cuda_runtime.h>
@@ -40,9 +41,12 @@ using json = nlohmann::json;
 
 void check(cudaError_t err, const char* what) { device::check(err, kContext, what); }
 
+// `batch` sequences of `prefix` cached keys and `chunk` new rows each, or (mixed) one such chunk and
+// batch - 1 decode rows (1 new row each): a serving step that mixes them.
 struct Point {
   std::int64_t batch, prefix, chunk;
   PageLayout layout = PageLayout::kHND;
+  bool mixed = false;
 };
 
 constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kPage = 16;
@@ -57,7 +61,16 @@ json run_point(const Point& pt, const Options& options, double gemm, void* flush
   const Target target = cuda::target();
   const std::int64_t B = pt.batch, H = kHeads, G = kKvHeads, D = kHeadDim, P = kPage;
   const std::int64_t len = pt.prefix + pt.chunk, pages_per_seq = (len + P - 1) / P, pages = B * pages_per_seq;
-  const std::int64_t rows = B * pt.chunk;
+  std::vector<std::int32_t> q_lens(static_cast<std::size_t>(B)), lengths(q_lens.size()), cu(q_lens.size() + 1, 0);
+  double pairs = 0;  // visible (row, key) pairs: the matrix work, exact for mixed batches too
+  for (std::size_t b = 0; b < q_lens.size(); ++b) {
+    const std::int64_t q = pt.mixed && b > 0 ? 1 : pt.chunk;
+    q_lens[b] = static_cast<std::int32_t>(q);
+    lengths[b] = static_cast<std::int32_t>(pt.prefix + q);
+    cu[b + 1] = cu[b] + q_lens[b];
+    pairs += static_cast<double>(q) * static_cast<double>(pt.prefix) + 0.5 * static_cast<double>(q) * static_cast<double>(q + 1);
+  }
+  const std::int64_t rows = cu.back();
   const auto dev = DeviceKind::kCuda;
   ExtendProblem ep;
   ep.batch = B;
@@ -67,14 +80,16 @@ json run_point(const Point& pt, const Options& options, double gemm, void* flush
   ep.cache = {pages, P, pages_per_seq, pt.layout};
   ep.max_q_len = pt.chunk;
   ep.kv_len = len;
+  ep.max_total_q = rows;
   ep.kv_dtype = ep.q_dtype = ep.out_dtype = kDtype;
   const ExtendPlan planned = plan_extend(ep, target);
   const ExtendPlan on_decode = plan_extend(ep, target, KernelFamily::kSplitKvDecode);
-  json row = {{"batch", B}, {"prefix", pt.prefix}, {"chunk", pt.chunk}, {"layout", to_string(pt.layout)},
+  const ExtendPlan on_hopper = plan_extend(ep, target, KernelFamily::kWarpSpecializedWgmma);
+  json row = {{"batch", B}, {"prefix", pt.prefix}, {"chunk", pt.chunk}, {"mixed", pt.mixed}, {"layout", to_string(pt.layout)},
               {"num_heads", H}, {"kv_heads", G}, {"head_dim", D}, {"dtype", dtype_name(kDtype)}, {"page_size", P},
               {"family", to_string(planned.partition.family)}, {"splits", planned.partition.sequence_splits},
               {"grid_blocks", planned.partition.grid_blocks}};
-  const double flops = static_cast<double>(planned.evidence.matmul_flops);
+  const double flops = 4.0 * H * D * pairs;
   row["matmul_flops"] = flops;
 
   // The pool with pages dealt at random, the table, lengths and the chunk's query offsets.
@@ -82,8 +97,6 @@ json run_point(const Point& pt, const Options& options, double gemm, void* flush
   std::iota(order.begin(), order.end(), 0);
   std::mt19937 rng(1234);
   std::shuffle(order.begin(), order.end(), rng);
-  std::vector<std::int32_t> lengths(static_cast<std::size_t>(B), static_cast<std::int32_t>(len)), cu(B + 1);
-  for (std::int64_t b = 0; b <= B; ++b) cu[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(b * pt.chunk);
   const std::size_t es = dtype_size(kDtype);
   const std::int64_t pool_elems = pages * G * P * D, q_elems = rows * H * D;
   Buffer k(pool_elems * es), v(pool_elems * es), q(q_elems * es), out(q_elems * es), d_table(order.size() * 4),
@@ -107,13 +120,16 @@ json run_point(const Point& pt, const Options& options, double gemm, void* flush
                         TensorView::contiguous(out.data, kDtype, {rows, H, D}, dev),
                         {}};
   for (const auto& [name, plan] : {std::pair<std::string, const ExtendPlan*>{"extend", &planned},
-                                   std::pair<std::string, const ExtendPlan*>{"extend_decode_kernel", &on_decode}}) {
+                                   std::pair<std::string, const ExtendPlan*>{"extend_decode_kernel", &on_decode},
+                                   std::pair<std::string, const ExtendPlan*>{"extend_hopper_kernel", &on_hopper}}) {
+    if (name != "extend" && plan->partition.family == planned.partition.family) continue;  // timed as "extend"
     Buffer ws(plan->bounds.workspace_bytes);
     const Workspace w{ws.data, plan->bounds.workspace_bytes, dev};
     const Timing tm = time_events(options, stream, flush, [&] { cuda::extend(*plan, t, w, stream); });
     row[name] = timing_json(tm, flops, gemm);
   }
 
+  if (pt.mixed) return row;  // no contiguous prefill does this work
   // Our contiguous causal prefill of the same rows and keys.
   PrefillProblem pp;
   pp.batch = B;
@@ -160,8 +176,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    std::vector<Point> points = {{1, 0, 2048}, {1, 16384, 2048}, {4, 16384, 2048}, {1, 4096, 128},
-                                 {8, 4096, 512}, {1, 16384, 2048, PageLayout::kNHD}};
+    std::vector<Point> points = {{1, 0, 2048},  {1, 16384, 2048}, {4, 16384, 2048}, {1, 4096, 128},
+                                 {8, 4096, 512}, {1, 16384, 2048, PageLayout::kNHD},
+                                 {64, 4096, 512, PageLayout::kHND, true}};
     if (quick) points = {{1, 4096, 512}, {1, 4096, 128}};
     void* flush = nullptr;
     device::check(cudaMalloc(&flush, device::kFlushBytes), "extend bench", "flush buffer");
@@ -170,18 +187,21 @@ int main(int argc, char** argv) {
     const double gemm = cuda_bf16_gemm_ceiling(options);
     json out = {{"device", cuda::target().name}, {"commit", std::getenv("ATTNKIT_COMMIT") ? std::getenv("ATTNKIT_COMMIT") : "unknown"}, {"command", "attnkit_extend_bench"},
                 {"gemm_bf16_flops", gemm}, {"points", json::array()}};
-    std::fprintf(stderr, "cuBLAS bf16 GEMM %.0f TFLOP/s\n%-34s %-24s %10s %10s %10s %9s %9s\n", gemm / 1e12, "point",
-                 "family (splits)", "extend_ms", "decode_ms", "prefill_ms", "TFLOP/s", "vs_pref");
+    std::fprintf(stderr, "cuBLAS bf16 GEMM %.0f TFLOP/s\n%-40s %-28s %10s %10s %10s %10s %9s %9s\n", gemm / 1e12,
+                 "point", "planned family (splits)", "planned_ms", "decode_ms", "hopper_ms", "prefill_ms", "TFLOP/s",
+                 "vs_pref");
     for (const Point& p : points) {
       const json row = run_point(p, options, gemm, flush, stream);
       out["points"].push_back(row);
       const std::string name = "b" + std::to_string(p.batch) + " prefix " + std::to_string(p.prefix) + " chunk " +
-                               std::to_string(p.chunk) + " " + to_string(p.layout);
-      const double e = row["extend"]["median_s"], d = row["extend_decode_kernel"]["median_s"],
-                   c = row["contiguous_prefill"]["median_s"];
-      std::fprintf(stderr, "%-34s %-24s %10.3f %10.3f %10.3f %9.1f %9.3f\n", name.c_str(),
+                               std::to_string(p.chunk) + (p.mixed ? " (+decode rows)" : "") + " " + to_string(p.layout);
+      auto ms = [&](const char* key) { return row.contains(key) ? row[key]["median_s"].get<double>() : 0.0; };
+      const double e = ms("extend"), c = ms("contiguous_prefill");
+      const bool on_hopper = row["family"] == to_string(KernelFamily::kWarpSpecializedWgmma);
+      std::fprintf(stderr, "%-40s %-28s %10.3f %10.3f %10.3f %10.3f %9.1f %9.3f\n", name.c_str(),
                    (row["family"].get<std::string>() + " (" + std::to_string(row["splits"].get<int>()) + ")").c_str(),
-                   e * 1e3, d * 1e3, c * 1e3, row["extend"]["tflops"].get<double>(), c / e);
+                   e * 1e3, (on_hopper ? ms("extend_decode_kernel") : e) * 1e3, (on_hopper ? e : ms("extend_hopper_kernel")) * 1e3,
+                   c * 1e3, row["extend"]["tflops"].get<double>(), c > 0 ? c / e : 0.0);
     }
     std::cout << out.dump(1) << "\n";
     cudaFree(flush);
