@@ -4,6 +4,8 @@ Llama generating 64 greedy tokens with attnkit as with sdpa. Marked gpu; skipped
 without torch, a CUDA device, or an attnkit built with CUDA."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -381,11 +383,12 @@ def test_paged_decode_on_cuda_matches_float64(seed, dtype, page_size):
     check_close(out.float().cpu().numpy(), expected.cpu().numpy(), dtype)
 
 
-def test_paged_append_then_extend_on_cuda_matches_float64(seed):
+# Short chunks (the decode kernel; 17 new tokens on an empty cache: a whole prefill across two pages)
+# and long ones (on Hopper the prefill kernel with page boxes; 256 on an empty cache).
+@pytest.mark.parametrize("prefix,q_lens,kv_len", [([40, 0, 97], [5, 17, 1], 120), ([300, 0, 97], [200, 256, 130], 512)])
+def test_paged_append_then_extend_on_cuda_matches_float64(seed, prefix, q_lens, kv_len):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    batch, heads, kv_heads, head_dim, page_size, kv_len = 3, 8, 2, 64, 16, 120
-    prefix = [40, 0, 97]
-    q_lens = [5, 17, 1]  # 17 new tokens on an empty cache: a whole prefill across two pages
+    batch, heads, kv_heads, head_dim, page_size = 3, 8, 2, 64, 16
     lengths = [p + n for p, n in zip(prefix, q_lens)]
     width = (kv_len + page_size - 1) // page_size
     k_pages, v_pages, table, k, v, num_pages = paged_pool(g, batch, kv_heads, head_dim, page_size, lengths, width,
@@ -397,12 +400,14 @@ def test_paged_append_then_extend_on_cuda_matches_float64(seed):
             v_pages[table[b, j // page_size], :, j % page_size] = float("nan")
     k_new = torch.cat([k[b, :, p:p + n].transpose(0, 1) for b, (p, n) in enumerate(zip(prefix, q_lens))])
     v_new = torch.cat([v[b, :, p:p + n].transpose(0, 1) for b, (p, n) in enumerate(zip(prefix, q_lens))])
-    cu = torch.tensor([0, 5, 22, 23], dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device="cuda")
     attnkit.paged_append_kv(k_pages, v_pages, k_new.contiguous(), v_new.contiguous(), table,
                             torch.tensor(prefix, dtype=torch.int32, device="cuda"), cu)
     plan = attnkit.plan_extend(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                               num_pages=num_pages, max_q_len=17, page_size=page_size, max_pages_per_seq=width,
-                               kv_len=kv_len, kv_dtype="bf16", backend="cuda")
+                               num_pages=num_pages, max_q_len=max(q_lens), page_size=page_size,
+                               max_pages_per_seq=width, kv_len=kv_len, kv_dtype="bf16", backend="cuda")
+    if max(q_lens) >= 128 and torch.cuda.get_device_capability() == (9, 0):
+        assert plan.family == "warp_specialized_wgmma"
     q = torch.randn(sum(q_lens), heads, head_dim, device="cuda", generator=g).bfloat16()
     out = attnkit.extend(plan, q, cu, k_pages, v_pages, table, torch.tensor(lengths, dtype=torch.int32, device="cuda"))
     torch.cuda.synchronize()
