@@ -34,10 +34,15 @@ namespace {
 
 constexpr std::uint64_t kI32Bytes = 4;
 constexpr std::uint64_t kWorkspaceAlignment = 256;
-// CPU gather chunk: K and V rows of one chunk (native dtype) stay within half of an assumed 1 MiB
-// L2, so the kernel body reads them from cache right after the gather.
+// CPU gather chunk of paged decode: K and V rows of one chunk (native dtype) stay within half of an
+// assumed 1 MiB L2, so the decode body reads them from cache right after the gather.
 constexpr std::uint64_t kAssumedL2Bytes = 1 << 20;
 constexpr std::uint64_t kMaxGatherKeys = 1024;
+// CPU extend: chunks of up to 4 MiB of K and V per thread. Each chunk is one prefill-body call whose
+// fixed costs (the row block's Q packed, its state finished and merged) an L2-sized chunk repeats
+// every 1024 keys: 6-10% of a 512-row chunk's time, measured; decode-like chunks (2 rows) read
+// alike either way (docs/perf-notes.md, "Extend on the CPU against contiguous prefill").
+constexpr std::uint64_t kExtendGatherBytes = 4 << 20;
 
 std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
@@ -62,6 +67,12 @@ std::uint32_t gather_keys_for(const Target& target, std::int64_t head_dim, DType
   std::uint64_t keys = std::min<std::uint64_t>(kAssumedL2Bytes / 2 / per_key, kMaxGatherKeys);
   keys = std::max<std::uint64_t>(tile, keys / tile * tile);
   return static_cast<std::uint32_t>(keys);
+}
+
+std::uint32_t extend_gather_keys_for(const Target& target, std::int64_t head_dim, DType kv_dtype, std::uint32_t tile) {
+  if (target.backend != Backend::kCpu) return 0;
+  const std::uint64_t per_key = 2 * u(head_dim) * dtype_size(kv_dtype);
+  return static_cast<std::uint32_t>(std::max<std::uint64_t>(tile, kExtendGatherBytes / per_key / tile * tile));
 }
 
 // CUDA: the split states the kernels write (splits x rows x (head_dim + 1) f32), or 0 unsplit.
@@ -499,7 +510,7 @@ ExtendPlan plan_extend_as(const ExtendProblem& problem, const Target& target, co
                                                     ctx, "split state bytes"),
                             ctx)
           : 0;
-  plan.gather_keys = gather_keys_for(target, problem.head_dim, pre.dtype, p.tile_size);
+  plan.gather_keys = extend_gather_keys_for(target, problem.head_dim, pre.dtype, p.tile_size);
   plan.reasons.push_back(cache_line(problem.cache));
   if (cpu_widens) {
     plan.reasons.push_back("kv: e4m3 pool widened to f16 (exact) as each chunk is gathered; the f16 prefill bodies "

@@ -122,6 +122,36 @@ TEST(Extend, EveryQueryLengthFrom1To17AgainstPrefixesWithWindowsSplitsAndDtypes)
   check_extend(c, plan, r, "split-KV extend" + seed_note(seed));
 }
 
+// The chunk merge: a plan's gather cut to one tile per kernel call, so every row block walks its keys
+// in many chunks and merges their states (the planner's chunks of up to 4 MiB hold these keys in one).
+TEST(Extend, OneTilePerGatherChunkMergesToTheGolden) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (std::int64_t window : {0, 50}) {
+      const std::uint64_t seed = fresh_seed();
+      std::mt19937_64 rng(seed);
+      PagedSetup s;
+      s.layout = window > 0 ? PageLayout::kNHD : PageLayout::kHND;
+      s.page_size = 16;
+      s.batch = 3;
+      s.heads = 8;
+      s.kv_heads = 2;
+      s.head_dim = 64;
+      s.dtype = dtype;
+      s.lengths = {700, 300, 129};
+      PagedCase c(s, rng);
+      auto problem = extend_problem(c, 40, 700);
+      problem.options.window = window;
+      ExtendPlan plan = plan_extend(problem, cpu_target(2));
+      plan.gather_keys = plan.partition.tile_size;
+      ASSERT_LT(plan.gather_keys, 300u);
+      const ExtendRun r = run_extend(c, plan, {40, 1, 33}, 1, rng);
+      check_extend(c, plan, r,
+                   std::string(dtype_name(dtype)) + " window=" + std::to_string(window) + " chunk=" +
+                       std::to_string(plan.gather_keys) + seed_note(seed));
+    }
+  }
+}
+
 TEST(Extend, SingleTokenQueriesEqualPagedDecode) {
   const std::uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
