@@ -51,11 +51,36 @@ void merge_split_states(const PrefillParams& p, DType dtype, cudaStream_t stream
   }
 }
 
+// The plan's key splits: their partial states go to the start of the caller's workspace
+// ([splits, heads, workspace_rows, head_dim] outputs, then [splits, heads, workspace_rows] LSEs).
+void bind_split_states(PrefillParams& p, const WorkPartition& part, std::int64_t num_heads, std::int64_t head_dim,
+                       Workspace workspace, const char* context) {
+  p.splits = static_cast<int>(part.sequence_splits);
+  p.tiles_per_split = static_cast<int>(part.tiles_per_split);
+  if (!(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch)))
+    fail(context,
+         "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
+         "plan again");
+  if (p.splits == 1) return;
+  const std::uint64_t rows = static_cast<std::uint64_t>(p.splits) * num_heads * p.workspace_rows;
+  const std::uint64_t needed = rows * (head_dim + 1) * sizeof(float);
+  validate_workspace(workspace, needed, DeviceKind::kCuda);
+  if (workspace.bytes < needed)
+    fail(context,
+         "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
+         "allocate plan.evidence.workspace_bytes of device memory");
+  if (reinterpret_cast<std::uintptr_t>(workspace.data) % 16 != 0)
+    fail(context, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
+  p.partial_out = static_cast<float*>(workspace.data);
+  p.partial_lse = p.partial_out + rows * head_dim;
+}
+
 }  // namespace attnkit::cuda_prefill
 
 namespace attnkit::cuda {
 namespace {
 
+using cuda_prefill::bind_split_states;
 using cuda_prefill::merge_split_states;
 using cuda_prefill::OutKind;
 using cuda_prefill::PrefillParams;
@@ -117,28 +142,6 @@ void launch_tiled(const PrefillParams& p, cudaStream_t stream, std::index_sequen
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
-
-// The plan's key splits: their partial states go to the start of the caller's workspace
-// ([splits, heads, workspace_rows, head_dim] outputs, then [splits, heads, workspace_rows] LSEs).
-void bind_split_states(PrefillParams& p, const WorkPartition& part, const PrefillProblem& pr, Workspace workspace) {
-  p.splits = static_cast<int>(part.sequence_splits);
-  p.tiles_per_split = static_cast<int>(part.tiles_per_split);
-  if (!(p.splits >= 1 && p.splits <= 65535 / std::max<int>(1, p.batch)))
-    fail(kContext,
-         "sequence_splits=" + std::to_string(p.splits) + " is out of range for batch " + std::to_string(p.batch),
-         "plan again with plan_prefill");
-  if (p.splits == 1) return;
-  const std::uint64_t rows = static_cast<std::uint64_t>(p.splits) * pr.num_heads * p.workspace_rows;
-  const std::uint64_t needed = rows * (pr.head_dim + 1) * sizeof(float);
-  validate_workspace(workspace, needed, DeviceKind::kCuda);
-  if (workspace.bytes < needed)
-    fail(kContext,
-         "workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " + std::to_string(needed),
-         "allocate plan.evidence.workspace_bytes of device memory");
-  if (!aligned16(workspace.data)) fail(kContext, "workspace is not 16-byte aligned", "pass a cudaMalloc'ed workspace");
-  p.partial_out = static_cast<float*>(workspace.data);
-  p.partial_lse = p.partial_out + rows * pr.head_dim;
-}
 
 }  // namespace
 
@@ -220,7 +223,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
                                                                                              pr.head_dim, pr.kv_len)),
                          DeviceKind::kCuda);
     } else {
-      bind_split_states(p, part, pr, workspace);
+      bind_split_states(p, part, pr.num_heads, pr.head_dim, workspace, kContext);
     }
     cuda_prefill_hopper::launch_hopper_prefill(p, t, pr.dtype, pr.out_dtype, *hc, part.grid_blocks,
                                                part.heads_per_tile_group, part.tiles_per_unit, part.tail_pairs,
@@ -268,7 +271,7 @@ void prefill(const PrefillPlan& plan, const PrefillTensors& t, Workspace workspa
            "pass out with even strides and an aligned base pointer");
   }
 
-  bind_split_states(p, part, pr, workspace);
+  bind_split_states(p, part, pr.num_heads, pr.head_dim, workspace, kContext);
 
   const auto configs = std::make_index_sequence<std::size(cuda_prefill::kTiledConfigs)>{};
   if (pr.dtype == DType::kF16) {

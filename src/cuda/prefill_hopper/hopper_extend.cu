@@ -74,19 +74,9 @@ void launch_hopper_extend(const ExtendPlan& plan, const ExtendTensors& t, Worksp
   p.scale = pr.effective_scale();
   p.out_kind = pr.out_dtype == DType::kF32 ? cuda_prefill::OutKind::kF32 : cuda_prefill::OutKind::kInput;
   p.workspace_rows = pr.total_q_bound();
-  p.splits = static_cast<int>(part.sequence_splits);
-  p.tiles_per_split = static_cast<int>(part.tiles_per_split);
-  if (p.splits > 1) {  // states [splits, heads, workspace_rows, D] then LSEs (the prefill's layout)
-    const std::uint64_t state_rows = static_cast<std::uint64_t>(p.splits) * pr.num_heads * p.workspace_rows;
-    const std::uint64_t needed = state_rows * (pr.head_dim + 1) * sizeof(float);
-    if (!(workspace.bytes >= needed && p.tiles_per_split > 0))
-      fail(kContext,
-           "the workspace holds " + std::to_string(workspace.bytes) + " bytes, the key splits need " +
-               std::to_string(needed),
-           "allocate plan.bounds.workspace_bytes of device memory");
-    p.partial_out = static_cast<float*>(workspace.data);
-    p.partial_lse = p.partial_out + state_rows * pr.head_dim;
-  }
+  cuda_prefill::bind_split_states(p, part, pr.num_heads, pr.head_dim, workspace, kContext);
+  if (p.splits > 1 && p.tiles_per_split <= 0)
+    fail(kContext, "the plan splits keys with no key tiles per split", "plan again with plan_extend");
 
   HopperParams hp{};
   hp.p = p;
