@@ -194,29 +194,27 @@ void paged_decode(const PagedDecodePlan& plan, const PagedDecodeTensors& t, Work
 void extend(const ExtendPlan& plan, const ExtendTensors& t, Workspace workspace, Stream stream) {
   const char* ctx = "cuda::extend";
   const ExtendProblem& pr = plan.problem;
-  if (plan.partition.family == KernelFamily::kWarpSpecializedWgmma) {  // long chunks on Hopper
+  const bool on_hopper = plan.partition.family == KernelFamily::kWarpSpecializedWgmma;  // long chunks on Hopper
+  const std::int64_t packed = pr.group_size() * pr.max_q_len;
+  if (on_hopper) {  // the launcher checks its tiles against the compiled instances
     if (!(plan.target.backend == Backend::kCuda))
       fail(ctx, "the plan was made for the " + to_string(plan.target.backend) + " backend",
            "plan with plan_extend(problem, cuda::target())");
-    validate_extend(pr, t, DeviceKind::kCuda);
-    for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.cu_seqlens_q, "cu_seqlens_q"}, {&t.out, "out"},
-                              {&t.lse, "lse"}, {&t.sinks, "sinks"}}) {
-      cuda_common::require_device_memory(*view, ctx, name);
-    }
-    require_cache_on_device(t.cache, ctx);
-    validate_workspace(workspace, plan.bounds.workspace_bytes, DeviceKind::kCuda);
-    if (plan.bounds.workspace_bytes > 0) cuda_common::require_device_memory(workspace.data, ctx, "workspace");
-    cuda_prefill_hopper::launch_hopper_extend(plan, t, workspace, stream);
-    return;
+  } else {
+    check_partition(plan.target, plan.partition, packed, pr.head_dim, pr.kv_dtype, ctx, "plan_extend");
   }
-  const std::int64_t packed = pr.group_size() * pr.max_q_len;
-  check_partition(plan.target, plan.partition, packed, pr.head_dim, pr.kv_dtype, ctx, "plan_extend");
   validate_extend(pr, t, DeviceKind::kCuda);
   for (auto [view, name] : {std::pair{&t.q, "q"}, {&t.cu_seqlens_q, "cu_seqlens_q"}, {&t.out, "out"}, {&t.lse, "lse"},
                             {&t.sinks, "sinks"}}) {
     cuda_common::require_device_memory(*view, ctx, name);
   }
   require_cache_on_device(t.cache, ctx);
+  if (on_hopper) {
+    validate_workspace(workspace, plan.bounds.workspace_bytes, DeviceKind::kCuda);
+    if (plan.bounds.workspace_bytes > 0) cuda_common::require_device_memory(workspace.data, ctx, "workspace");
+    cuda_prefill_hopper::launch_hopper_extend(plan, t, workspace, stream);
+    return;
+  }
   const WorkPartition& w = plan.partition;
   DecodeParams p = base_params(pr.batch, pr.num_heads, pr.kv_heads, pr.head_dim, pr.kv_len, packed, pr.kv_dtype,
                                pr.options, pr.effective_scale(), w);
