@@ -1,11 +1,13 @@
 // Extend (chunked prefill over a paged cache) benchmark, one command:
-//   attnkit_extend_bench [--reps N] [--quick] > out.json      (a table on stderr)
+//   attnkit_extend_bench [--reps N] [--quick] [--page N] [--point B,PREFIX,CHUNK] [--no-decode]
+//       > out.json      (a table on stderr)
 // Each point: `batch` sequences of `prefix` cached keys plus a chunk of `chunk` new rows (32 query /
-// 8 KV heads, head_dim 128, bf16, pages of 16 dealt in a random order), timed in the same run as
+// 8 KV heads, head_dim 128, bf16, pages of 16 (--page) dealt in a random order), timed in the same run as
 // planned (the Hopper prefill kernel on page boxes for chunks of 128+ rows), on the kernel the plan
 // did not pick (plan_extend with a family), and as our contiguous causal prefill of the same rows
 // and keys (cuda::prefill, [batch, heads, keys, D]; the pages' cost is the planned time against
-// it). A mixed point (one chunk beside decode rows) checks the planner's rule that keeps such
+// it; --no-decode leaves the decode kernel out where the plan did not pick it). --point runs one
+// point (for a profiler). A mixed point (one chunk beside decode rows) checks the planner's rule that keeps such
 // batches on the decode kernel. The cuBLAS bf16 GEMM ceiling is measured in the same run; rates are
 // the matrix FLOPs of the visible (row, key) pairs (4 x heads x pairs x head_dim) per second.
 // Protocol (DESIGN.md, bench/cuda/device_support.cuh): warm-up, 256 MiB L2 flush before every
@@ -49,7 +51,12 @@ struct Point {
   bool mixed = false;
 };
 
-constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kPage = 16;
+constexpr std::int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128;
+
+struct ExtendOptions {
+  std::int64_t page = 16;
+  bool decode_kernel = true;  // time the decode kernel where the plan did not pick it
+};
 constexpr DType kDtype = DType::kBF16;
 
 json timing_json(const Timing& t, double flops, double gemm) {
@@ -57,9 +64,10 @@ json timing_json(const Timing& t, double flops, double gemm) {
           {"tflops", flops / t.median_s / 1e12}, {"pct_of_gemm", 100.0 * flops / t.median_s / gemm}};
 }
 
-json run_point(const Point& pt, const Options& options, double gemm, void* flush, cudaStream_t stream) {
+json run_point(const Point& pt, const Options& options, const ExtendOptions& eo, double gemm, void* flush,
+               cudaStream_t stream) {
   const Target target = cuda::target();
-  const std::int64_t B = pt.batch, H = kHeads, G = kKvHeads, D = kHeadDim, P = kPage;
+  const std::int64_t B = pt.batch, H = kHeads, G = kKvHeads, D = kHeadDim, P = eo.page;
   const std::int64_t len = pt.prefix + pt.chunk, pages_per_seq = (len + P - 1) / P, pages = B * pages_per_seq;
   std::vector<std::int32_t> q_lens(static_cast<std::size_t>(B)), lengths(q_lens.size()), cu(q_lens.size() + 1, 0);
   double pairs = 0;  // visible (row, key) pairs: the matrix work, exact for mixed batches too
@@ -123,6 +131,7 @@ json run_point(const Point& pt, const Options& options, double gemm, void* flush
                                    std::pair<std::string, const ExtendPlan*>{"extend_decode_kernel", &on_decode},
                                    std::pair<std::string, const ExtendPlan*>{"extend_hopper_kernel", &on_hopper}}) {
     if (name != "extend" && plan->partition.family == planned.partition.family) continue;  // timed as "extend"
+    if (name == "extend_decode_kernel" && !eo.decode_kernel) continue;
     Buffer ws(plan->bounds.workspace_bytes);
     const Workspace w{ws.data, plan->bounds.workspace_bytes, dev};
     const Timing tm = time_events(options, stream, flush, [&] { cuda::extend(*plan, t, w, stream); });
@@ -164,14 +173,28 @@ int main(int argc, char** argv) {
   using namespace attnkit;
   using namespace attnkit::bench;
   Options options;
+  ExtendOptions eo;
   bool quick = false;
+  std::vector<Point> only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       options.repetitions = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--page") == 0 && i + 1 < argc) {
+      eo.page = std::atoll(argv[++i]);
+    } else if (std::strcmp(argv[i], "--no-decode") == 0) {
+      eo.decode_kernel = false;
+    } else if (std::strcmp(argv[i], "--point") == 0 && i + 1 < argc) {
+      long long b = 0, prefix = 0, chunk = 0;
+      if (std::sscanf(argv[++i], "%lld,%lld,%lld", &b, &prefix, &chunk) != 3 || b < 1 || prefix < 0 || chunk < 1) {
+        std::fprintf(stderr, "--point takes BATCH,PREFIX,CHUNK (e.g. 1,16384,2048)\n");
+        return 2;
+      }
+      only.push_back({b, prefix, chunk});
     } else {
-      std::fprintf(stderr, "usage: attnkit_extend_bench [--reps N] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: attnkit_extend_bench [--reps N] [--quick] [--page N] [--point B,PREFIX,CHUNK] [--no-decode]\n");
       return 2;
     }
   }
@@ -180,6 +203,11 @@ int main(int argc, char** argv) {
                                  {8, 4096, 512}, {1, 16384, 2048, PageLayout::kNHD},
                                  {64, 4096, 512, PageLayout::kHND, true}};
     if (quick) points = {{1, 4096, 512}, {1, 4096, 128}};
+    if (!only.empty()) points = only;
+    if (eo.page < 1) {
+      std::fprintf(stderr, "--page takes a positive page size\n");
+      return 2;
+    }
     void* flush = nullptr;
     device::check(cudaMalloc(&flush, device::kFlushBytes), "extend bench", "flush buffer");
     cudaStream_t stream;
@@ -191,10 +219,11 @@ int main(int argc, char** argv) {
                  "point", "planned family (splits)", "planned_ms", "decode_ms", "hopper_ms", "prefill_ms", "TFLOP/s",
                  "vs_pref");
     for (const Point& p : points) {
-      const json row = run_point(p, options, gemm, flush, stream);
+      const json row = run_point(p, options, eo, gemm, flush, stream);
       out["points"].push_back(row);
       const std::string name = "b" + std::to_string(p.batch) + " prefix " + std::to_string(p.prefix) + " chunk " +
-                               std::to_string(p.chunk) + (p.mixed ? " (+decode rows)" : "") + " " + to_string(p.layout);
+                               std::to_string(p.chunk) + (p.mixed ? " (+decode rows)" : "") + " " + to_string(p.layout) +
+                               (eo.page != 16 ? " page " + std::to_string(eo.page) : "");
       auto ms = [&](const char* key) { return row.contains(key) ? row[key]["median_s"].get<double>() : 0.0; };
       const double e = ms("extend"), c = ms("contiguous_prefill");
       const bool on_hopper = row["family"] == to_string(KernelFamily::kWarpSpecializedWgmma);

@@ -47,7 +47,7 @@ void launch_hopper_extend(const ExtendPlan& plan, const ExtendTensors& t, Worksp
     fail(kContext, "the plan's dtypes or options have no Hopper extend kernel",
          "plan again with plan_extend (it picks this family for f16 / bf16 pools, q of the pool's dtype, no soft-cap)");
   const HopperConfig* hc = find_hopper_config(pr.head_dim, part.tile_size, part.rows_per_block);
-  const int box_rows = hopper_page_box_rows(pr.cache.page_size);
+  const int box_rows = hc != nullptr ? hopper_page_box_rows(pr.cache.page_size, hc->keys_per_tile) : 0;
   if (!(hc != nullptr && hopper_pages_fit(pr.cache.page_size, hc->keys_per_tile) && part.packed_heads <= 1))
     fail(kContext, "the plan's tiles do not match a compiled Hopper extend kernel (head_dim=" +
                        std::to_string(pr.head_dim) + ", pages of " + std::to_string(pr.cache.page_size) + ")",

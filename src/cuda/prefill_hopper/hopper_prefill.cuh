@@ -523,12 +523,21 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
             const auto* src = static_cast<const std::uint16_t*>(pages.v_pool) + c_page * pages.v_page_stride +
                               kvh * pages.v_head_stride + c_slot * pages.v_row_stride;
             unsigned char* dst = s_v + stage * kVSlotBytes + from * box_bytes;
-            constexpr int kUnitsPerRow = D / 8;  // 16-byte units
-            for (int i = lane; i < pages.box_rows * kUnitsPerRow; i += 32) {
+            constexpr int kUnitsPerRow = D / 8;  // 16-byte units; a box's units are a multiple of 64
+            auto unit_dst = [&](int i) {
+              const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
+              return reinterpret_cast<uint4*>(dst + (u / 8) * kKvChunkBytes + r * 128 + (((u % 8) ^ (r % 8)) * 16));
+            };
+            auto unit_src = [&](int i) {
               const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
               uint4 v = make_uint4(0, 0, 0, 0);
               if (r < c_rows) v = *reinterpret_cast<const uint4*>(src + r * pages.v_row_stride + u * 8);
-              *reinterpret_cast<uint4*>(dst + (u / 8) * kKvChunkBytes + r * 128 + (((u % 8) ^ (r % 8)) * 16)) = v;
+              return v;
+            };
+            for (int i = lane; i < pages.box_rows * kUnitsPerRow; i += 64) {  // two loads in flight per lane
+              const uint4 a = unit_src(i), b = unit_src(i + 32);
+              *unit_dst(i) = a;
+              *unit_dst(i + 32) = b;
             }
             fence_proxy_async_shared();  // the stores before wgmma's reads through the barrier
             __syncwarp();
