@@ -4,7 +4,8 @@
 # them (built there, every Python test); the whole gpu suite (the long-chunk sinks case, the no-LSE
 # Hopper extend variants, the out-alignment check and the two launcher refactors among them);
 # memcheck / racecheck / synccheck on the small Hopper extend cases; `attnkit check --backend cuda
-# --op paged` (long-chunk rows); then the extend benchmark with its mixed point, alone on the GPU.
+# --op paged` (long-chunk rows); then the page-size sweep (box count against the extend's time); the extend benchmark with its mixed
+# point, alone on the GPU.
 # Logs under $OUT; summaries on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,15 @@ done
 timeout 60 $B/attnkit check --backend cuda --op paged > "$OUT/check_paged.txt" 2>&1
 echo "check paged rc=$?"; tail -4 "$OUT/check_paged.txt"
 wait $py; echo "python rc=$? ($(( $(date +%s) - start )) s)"; tail -3 "$OUT/python.log"
+# Where the Hopper extend's 17% goes: box count. Pages of 16 / 32 / 64 / 128 give 8 / 4 / 2 / 1
+# boxes per 128-key tile, the same work otherwise; contiguous prefill beside each, two rounds.
+for r in 1 2; do
+  for pg in 16 32 64 128; do
+    timeout 40 $B/bench/attnkit_extend_bench --reps 20 --no-decode --page $pg --point 1,16384,2048 --point 1,0,2048 \
+      > "$OUT/pages_${pg}_$r.json" 2> "$OUT/pages_${pg}_$r.txt"
+    grep -E "^b" "$OUT/pages_${pg}_$r.txt"
+  done
+done
 left=$(( 580 - ($(date +%s) - start) ))
 if (( left > 40 )); then
   timeout $left $B/bench/attnkit_extend_bench --reps 20 > "$OUT/extend_bench.json" 2> "$OUT/extend_bench.txt"
