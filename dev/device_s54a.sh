@@ -33,13 +33,17 @@ done
 timeout 60 $B/attnkit check --backend cuda --op paged > "$OUT/check_paged.txt" 2>&1
 echo "check paged rc=$?"; tail -4 "$OUT/check_paged.txt"
 wait $py; echo "python rc=$? ($(( $(date +%s) - start )) s)"; tail -3 "$OUT/python.log"
-# Where the Hopper extend's 17% goes: box count. Pages of 16 / 32 / 64 / 128 give 8 / 4 / 2 / 1
-# boxes per 128-key tile, the same work otherwise; contiguous prefill beside each, two rounds.
+# Where the Hopper extend's 17% goes: box count, and the producer's warps. Pages of 16 / 32 / 128
+# give 8 / 4 / 1 boxes per 128-key tile, the same work otherwise; the boxes issued by one producer
+# warp (session 53's) or spread over four (ATTNKIT_EXP_PRODUCER_WARPS); contiguous prefill beside
+# each; two rounds.
 for r in 1 2; do
-  for pg in 16 32 64 128; do
-    timeout 40 $B/bench/attnkit_extend_bench --reps 20 --no-decode --page $pg --point 1,16384,2048 --point 1,0,2048 \
-      > "$OUT/pages_${pg}_$r.json" 2> "$OUT/pages_${pg}_$r.txt"
-    grep -E "^b" "$OUT/pages_${pg}_$r.txt"
+  for pg in 16 32 128; do
+    for pw in 1 4; do
+      ATTNKIT_EXP_PRODUCER_WARPS=$pw timeout 40 $B/bench/attnkit_extend_bench --reps 20 --no-decode --page $pg \
+        --point 1,16384,2048 --point 1,0,2048 > "$OUT/pages_${pg}_w${pw}_$r.json" 2> "$OUT/pages_${pg}_w${pw}_$r.txt"
+      grep -E "^b" "$OUT/pages_${pg}_w${pw}_$r.txt" | sed "s/^/w$pw /"
+    done
   done
 done
 left=$(( 580 - ($(date +%s) - start) ))

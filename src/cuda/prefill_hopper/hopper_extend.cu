@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -105,6 +106,11 @@ void launch_hopper_extend(const ExtendPlan& plan, const ExtendTensors& t, Worksp
   pages.table_stride = t.cache.page_table.strides[0];
   pages.num_pages = static_cast<int>(pr.cache.num_pages);
   pages.box_rows = box_rows;
+  // EXPERIMENT (session 54, removed once measured): the producer's warp count from the environment.
+  if (const char* e = std::getenv("ATTNKIT_EXP_PRODUCER_WARPS")) {
+    const int n = std::atoi(e);
+    if (n == 1 || n == 2 || n == 4) pages.producer_warps = n;
+  }
   pages.page_size = cuda_common::FastDivider(static_cast<std::uint32_t>(pr.cache.page_size));
   const TensorView v_hnd = pool_as_hnd(t.cache.v_pages, pr.cache.layout);
   pages.v_pool = v_hnd.data;

@@ -49,6 +49,7 @@ struct HopperPages {
   std::int64_t table_stride = 0;
   int num_pages = 0;
   int box_rows = 16;
+  int producer_warps = 4;  // warps of the producer warpgroup that issue boxes (1, 2 or 4)
   cuda_common::FastDivider page_size;
   const void* v_pool = nullptr;  // elements: page, head, row strides (head_dim contiguous)
   std::int64_t v_page_stride = 0, v_head_stride = 0, v_row_stride = 0;
