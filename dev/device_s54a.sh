@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 54's first device call: what session 53 added after its last call. Build the gpu tests,
+# Session 54's first device call (run by the next session with a device; session 54 got none):
+# dev/pending/hopper-extend-producer.patch, and what session 53 added after its last call. Build the gpu tests,
 # the CLI and attnkit_extend_bench there (-j16); the Python package with its CUDA backend beside
 # them (built there, every Python test); the whole gpu suite (the long-chunk sinks case, the no-LSE
 # Hopper extend variants, the out-alignment check and the two launcher refactors among them);
@@ -13,6 +14,12 @@ OUT=${OUT:-/tmp/attnkit-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 B=build/device
 start=$(date +%s)
+# The pending producer change (dev/pending/README.md), applied to this copy when absent.
+if ! grep -q producer_warps src/cuda/prefill_hopper/page_boxes.hpp; then
+  git apply dev/pending/hopper-extend-producer.patch 2>/dev/null || patch -p1 < dev/pending/hopper-extend-producer.patch ||
+    { echo "pending patch did not apply"; exit 1; }
+  echo "applied dev/pending/hopper-extend-producer.patch"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNKIT_CUDA=ON -DATTNKIT_CUDA_ARCHS=90a \
   -DCMAKE_PREFIX_PATH="$PWD/.deps/devprefix" > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }

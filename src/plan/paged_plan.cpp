@@ -313,7 +313,7 @@ bool partition_hopper_extend(const ExtendProblem& e, const PrefillProblem& pre, 
   const bool half = e.kv_dtype == DType::kF16 || e.kv_dtype == DType::kBF16;
   if (!(target.cc_major == 9 && target.cc_minor == 0 && half && e.q_dtype == e.kv_dtype &&
         (e.out_dtype == e.kv_dtype || e.out_dtype == DType::kF32) && e.options.softcap == 0.0f &&
-        e.max_q_len >= kHopperExtendMinRows && e.cache.page_size % 8 == 0 &&
+        e.max_q_len >= kHopperExtendMinRows && hop::hopper_page_box_rows(e.cache.page_size) > 0 &&
         (e.head_dim == 64 || e.head_dim == 128 || e.head_dim == 256)))
     return false;
   if (!asked && e.total_q_bound() < e.batch * (kHopperExtendMinRows / 2)) {
@@ -331,10 +331,10 @@ bool partition_hopper_extend(const ExtendProblem& e, const PrefillProblem& pre, 
   if (!(hop::hopper_pages_fit(e.cache.page_size, hopper.tile_size) && hopper.packed_heads <= 1)) return false;
   p = hopper;
   reasons.insert(reasons.end(), why.begin(), why.end());
-  const int box = hop::hopper_page_box_rows(e.cache.page_size, p.tile_size);
   reasons.push_back("cuda extend: chunks of up to " + std::to_string(e.max_q_len) +
                     " rows on the Hopper prefill kernel; each K / V tile of " + std::to_string(p.tile_size) +
-                    " keys is loaded as " + std::to_string(p.tile_size / box) + " TMA boxes of " + std::to_string(box) +
+                    " keys is loaded as " + std::to_string(p.tile_size / hop::hopper_page_box_rows(e.cache.page_size)) +
+                    " TMA boxes of " + std::to_string(hop::hopper_page_box_rows(e.cache.page_size)) +
                     " keys inside a page, one producer lane each; query tiles past a sequence's q_len_b exit at once");
   return true;
 }

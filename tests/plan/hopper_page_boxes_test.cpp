@@ -12,18 +12,12 @@ namespace attnkit::cuda_prefill_hopper {
 namespace {
 
 TEST(HopperPageBoxes, BoxRowsAndWhichPagesFit) {
-  // The largest run that divides both the page and the tile, in whole 8-key swizzle atoms.
-  EXPECT_EQ(hopper_page_box_rows(16, 128), 16);
-  EXPECT_EQ(hopper_page_box_rows(32, 128), 32);
-  EXPECT_EQ(hopper_page_box_rows(64, 128), 64);
-  EXPECT_EQ(hopper_page_box_rows(256, 128), 128);  // one box per tile
-  EXPECT_EQ(hopper_page_box_rows(48, 128), 16);
-  EXPECT_EQ(hopper_page_box_rows(256, 80), 16);    // d256's 80-key tiles
-  EXPECT_EQ(hopper_page_box_rows(8, 128), 8);
-  EXPECT_EQ(hopper_page_box_rows(24, 128), 8);
-  EXPECT_EQ(hopper_page_box_rows(12, 128), 0);     // runs of 4: no swizzle atom
-  EXPECT_EQ(hopper_page_box_rows(1, 128), 0);
-  EXPECT_EQ(hopper_page_box_rows(0, 128), 0);
+  EXPECT_EQ(hopper_page_box_rows(16), 16);
+  EXPECT_EQ(hopper_page_box_rows(256), 16);
+  EXPECT_EQ(hopper_page_box_rows(8), 8);
+  EXPECT_EQ(hopper_page_box_rows(24), 8);
+  EXPECT_EQ(hopper_page_box_rows(12), 0);
+  EXPECT_EQ(hopper_page_box_rows(1), 0);
   EXPECT_TRUE(hopper_pages_fit(16, 128));   // 8 boxes
   EXPECT_TRUE(hopper_pages_fit(8, 128));    // 16 boxes
   EXPECT_TRUE(hopper_pages_fit(16, 80));    // d256's 80-key tiles: 5 boxes
@@ -34,12 +28,12 @@ TEST(HopperPageBoxes, BoxRowsAndWhichPagesFit) {
 
 TEST(HopperPageBoxes, BoxesCoverEachSequencesKeysInsideTheirPages) {
   std::mt19937 rng(7);
-  for (int page_size : {8, 16, 24, 32, 48, 64, 128, 256, 384}) {
+  for (int page_size : {8, 16, 24, 32, 48, 64, 256}) {
     for (int tile : {64, 80, 128}) {
       if (!hopper_pages_fit(page_size, tile)) continue;
       HopperPages pages;
       pages.num_pages = 500;
-      pages.box_rows = hopper_page_box_rows(page_size, tile);
+      pages.box_rows = hopper_page_box_rows(page_size);
       pages.page_size = cuda_common::FastDivider(static_cast<std::uint32_t>(page_size));
       for (int kv_len : {0, 1, 7, 8, 15, 16, 17, tile - 1, tile, tile + 1, 1000, 4093}) {
         const int table_len = (kv_len + page_size - 1) / page_size + 2;

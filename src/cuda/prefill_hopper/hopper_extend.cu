@@ -6,7 +6,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "attnkit/error.hpp"
@@ -48,7 +47,7 @@ void launch_hopper_extend(const ExtendPlan& plan, const ExtendTensors& t, Worksp
     fail(kContext, "the plan's dtypes or options have no Hopper extend kernel",
          "plan again with plan_extend (it picks this family for f16 / bf16 pools, q of the pool's dtype, no soft-cap)");
   const HopperConfig* hc = find_hopper_config(pr.head_dim, part.tile_size, part.rows_per_block);
-  const int box_rows = hc != nullptr ? hopper_page_box_rows(pr.cache.page_size, hc->keys_per_tile) : 0;
+  const int box_rows = hopper_page_box_rows(pr.cache.page_size);
   if (!(hc != nullptr && hopper_pages_fit(pr.cache.page_size, hc->keys_per_tile) && part.packed_heads <= 1))
     fail(kContext, "the plan's tiles do not match a compiled Hopper extend kernel (head_dim=" +
                        std::to_string(pr.head_dim) + ", pages of " + std::to_string(pr.cache.page_size) + ")",
@@ -106,11 +105,6 @@ void launch_hopper_extend(const ExtendPlan& plan, const ExtendTensors& t, Worksp
   pages.table_stride = t.cache.page_table.strides[0];
   pages.num_pages = static_cast<int>(pr.cache.num_pages);
   pages.box_rows = box_rows;
-  // EXPERIMENT (session 54, removed once measured): the producer's warp count from the environment.
-  if (const char* e = std::getenv("ATTNKIT_EXP_PRODUCER_WARPS")) {
-    const int n = std::atoi(e);
-    if (n == 1 || n == 2 || n == 4) pages.producer_warps = n;
-  }
   pages.page_size = cuda_common::FastDivider(static_cast<std::uint32_t>(pr.cache.page_size));
   const TensorView v_hnd = pool_as_hnd(t.cache.v_pages, pr.cache.layout);
   pages.v_pool = v_hnd.data;

@@ -28,9 +28,8 @@
 //          barriers, so each one's softmax runs under the others' matrix work; inside a
 //          warpgroup S of tile j+1 and P V of tile j are issued together (its softmax of tile j+1
 //          follows both: see the key loop).
-//          Paged instances (extend over a page pool, hopper_extend.cu): the producer is the
-//          warpgroup's warps, a lane per page box of each K / V tile (page_boxes.hpp); everything
-//          else is the same.
+//          Paged instances (extend over a page pool, hopper_extend.cu): the producer is warp 0, a
+//          lane per page box of each K / V tile (page_boxes.hpp); everything else is the same.
 //          GQA: head h reads KV head h / group_size. Where a group's queries fit one tile (the
 //          plan's packed_heads, 16-bit inputs), the tile holds the group's heads x q_len rows (one
 //          Q box of q_len rows x group heads) and its work tile is the KV head's.
@@ -467,24 +466,17 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
   if (warpgroup == 0) {
     regs_decrease<kProducerRegisters>();
     if constexpr (Paged) {
-      // ---- producer (paged pools): warps 0 .. producer_warps - 1 of warpgroup 0, a lane per page
-      // box of each K / V tile (box b: warp b % producer_warps). Spread over the warps, the boxes'
-      // lookups and TMA issues (a waterfall loop per box) share every scheduler's slots instead of
-      // taking one scheduler's from the consumer warps beside it. Warp 0's lane 0 loads Q and
-      // arms K's full barrier; V's is armed by the warp that copies the cut box, if any, else warp 0.
-      const HopperPages& pages = hp.pages;
-      const int warps = pages.producer_warps;
-      if (threadIdx.x >= 32 * warps) return;
-      const int pwarp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-      if (threadIdx.x == 0) {
+      // ---- producer (paged pools): warp 0, a lane per page box of each K / V tile ------------
+      if (threadIdx.x >= 32) return;
+      const int lane = static_cast<int>(threadIdx.x);
+      if (lane == 0) {
         tma_prefetch_descriptor(&hp.q_map);
         tma_prefetch_descriptor(&hp.k_map);
         tma_prefetch_descriptor(&hp.v_map);
       }
+      const HopperPages& pages = hp.pages;
       const int boxes = Bc / pages.box_rows;
-      const int box = pwarp + warps * lane;  // this lane's box of every tile
       const std::uint32_t box_bytes = static_cast<std::uint32_t>(pages.box_rows) * 128u;  // one chunk's rows
-      const std::uint32_t box_off = static_cast<std::uint32_t>(box) * box_bytes;
       std::uint32_t q_iter = 0, kv_iter = 0;
       for (int step = 0; step < steps; ++step) {
         const TileCoord t = block_tile(step);
@@ -492,7 +484,7 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
         const WorkTile w = work_tile<Bc, Br>(hp, t);
         if (!w.active || w.tile_lo >= w.tile_hi) continue;
         const int kvh = w.h / p.group_size;
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
           mbar_wait(q_empty, (q_iter & 1) ^ 1);
           mbar_arrive_expect_tx(q_full, hp.q_tile_bytes);
 #pragma unroll
@@ -507,55 +499,43 @@ __global__ void __launch_bounds__(threads_per_block(Consumers), 1)
           const int stage = kv_iter % Stages;
           const std::uint32_t phase = (kv_iter / Stages) & 1;
           PageBox pb{pages.num_pages, 0, 0};
-          if (box < boxes) pb = page_box(pages, j * Bc, box, w.e.kv_len, [&](int i) { return table_row[i]; });
+          if (lane < boxes) pb = page_box(pages, j * Bc, lane, w.e.kv_len, [&](int i) { return table_row[i]; });
+          const std::uint32_t box_off = static_cast<std::uint32_t>(lane) * box_bytes;
           mbar_wait(&k_empty[stage], phase ^ 1);
-          if (threadIdx.x == 0) mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
-          if (box < boxes) {  // a cut box's stale keys are masked, so K takes it whole
+          if (lane == 0) mbar_arrive_expect_tx(&k_full[stage], kTileBytes);
+          __syncwarp();
+          if (lane < boxes) {  // a cut box's stale keys are masked, so K takes it whole
 #pragma unroll
             for (int c = 0; c < Chunks; ++c) {
               tma_load_4d(s_k + stage * kTileBytes + c * kKvChunkBytes + box_off, &hp.k_map, &k_full[stage],
                           c * kChunkElems, pb.slot, kvh, pb.page);
             }
           }
-          // The box the sequence's end cuts, if any (at most one per tile; every warp knows which
-          // from the length): its warp copies V's rows by hand, the stale ones as zeros, and arms
-          // the barrier after the copy. A cut box whose page entry is corrupt reads zeros by TMA.
-          const int into = w.e.kv_len - j * Bc;
-          const int cut_box = into > 0 && into < Bc && into % pages.box_rows != 0 ? into / pages.box_rows : -1;
-          const int arming_warp = cut_box >= 0 ? cut_box % warps : 0;
           mbar_wait(&v_empty[stage], phase ^ 1);
-          const bool copy = box == cut_box && pb.rows > 0;  // false for a corrupt entry (rows 0)
-          if (pwarp == arming_warp) {
-            const unsigned copy_lanes = __ballot_sync(0xffffffffu, copy);
-            if (copy_lanes != 0) {
-              const int from = __ffs(copy_lanes) - 1;
-              const int c_page = __shfl_sync(0xffffffffu, pb.page, from), c_slot = __shfl_sync(0xffffffffu, pb.slot, from);
-              const int c_rows = __shfl_sync(0xffffffffu, pb.rows, from);
-              const auto* src = static_cast<const std::uint16_t*>(pages.v_pool) + c_page * pages.v_page_stride +
-                                kvh * pages.v_head_stride + c_slot * pages.v_row_stride;
-              unsigned char* dst = s_v + stage * kVSlotBytes + cut_box * box_bytes;
-              constexpr int kUnitsPerRow = D / 8;  // 16-byte units; a box's units are a multiple of 64
-              auto unit_dst = [&](int i) {
-                const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
-                return reinterpret_cast<uint4*>(dst + (u / 8) * kKvChunkBytes + r * 128 + (((u % 8) ^ (r % 8)) * 16));
-              };
-              auto unit_src = [&](int i) {
-                const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
-                uint4 v = make_uint4(0, 0, 0, 0);
-                if (r < c_rows) v = *reinterpret_cast<const uint4*>(src + r * pages.v_row_stride + u * 8);
-                return v;
-              };
-              for (int i = lane; i < pages.box_rows * kUnitsPerRow; i += 64) {  // two loads in flight per lane
-                const uint4 a = unit_src(i), b = unit_src(i + 32);
-                *unit_dst(i) = a;
-                *unit_dst(i + 32) = b;
-              }
-              fence_proxy_async_shared();  // the stores before wgmma's reads through the barrier
-              __syncwarp();
+          // The box the sequence's end cuts (at most one per tile): V's rows copied by hand, the
+          // stale ones as zeros, by the whole warp.
+          const bool cut = lane < boxes && pb.rows > 0 && pb.rows < pages.box_rows;
+          const unsigned cut_lanes = __ballot_sync(0xffffffffu, cut);
+          if (cut_lanes != 0) {
+            const int from = __ffs(cut_lanes) - 1;
+            const int c_page = __shfl_sync(0xffffffffu, pb.page, from), c_slot = __shfl_sync(0xffffffffu, pb.slot, from);
+            const int c_rows = __shfl_sync(0xffffffffu, pb.rows, from);
+            const auto* src = static_cast<const std::uint16_t*>(pages.v_pool) + c_page * pages.v_page_stride +
+                              kvh * pages.v_head_stride + c_slot * pages.v_row_stride;
+            unsigned char* dst = s_v + stage * kVSlotBytes + from * box_bytes;
+            constexpr int kUnitsPerRow = D / 8;  // 16-byte units
+            for (int i = lane; i < pages.box_rows * kUnitsPerRow; i += 32) {
+              const int r = i / kUnitsPerRow, u = i % kUnitsPerRow;
+              uint4 v = make_uint4(0, 0, 0, 0);
+              if (r < c_rows) v = *reinterpret_cast<const uint4*>(src + r * pages.v_row_stride + u * 8);
+              *reinterpret_cast<uint4*>(dst + (u / 8) * kKvChunkBytes + r * 128 + (((u % 8) ^ (r % 8)) * 16)) = v;
             }
-            if (lane == 0) mbar_arrive_expect_tx(&v_full[stage], kTileBytes - (copy_lanes != 0 ? box_bytes * Chunks : 0u));
+            fence_proxy_async_shared();  // the stores before wgmma's reads through the barrier
+            __syncwarp();
           }
-          if (box < boxes && !copy) {
+          if (lane == 0) mbar_arrive_expect_tx(&v_full[stage], kTileBytes - (cut_lanes != 0 ? box_bytes * Chunks : 0u));
+          __syncwarp();
+          if (lane < boxes && !cut) {
 #pragma unroll
             for (int c = 0; c < Chunks; ++c) {
               tma_load_4d(s_v + stage * kVSlotBytes + c * kKvChunkBytes + box_off, &hp.v_map, &v_full[stage],

@@ -3,11 +3,11 @@
 // pages fit (hopper_pages_fit), the launcher sizes the pool's TMA boxes, the kernel's producer warp
 // walks them (hopper_prefill.cuh), the host tests check the arithmetic.
 //
-// A tile of Bc keys is Bc / box_rows boxes of box_rows consecutive keys, one per producer lane:
-// box_rows is the largest run that divides both the page size and the tile (so a box never crosses
-// a page: pages of 16 give 16-key boxes, pages of 128+ one box per 128-key tile), and a multiple of
-// 8, so a box's destination starts on a 1024-byte swizzle atom and the boxes land exactly as one
-// contiguous tile's box would.
+// A tile of Bc keys is Bc / box_rows boxes of box_rows consecutive keys (16, or 8 for pages of an
+// odd multiple of 8), one per producer lane. box_rows divides the page size and the tile, so a box
+// starts at a multiple of box_rows and never crosses a page; its destination starts at a multiple of
+// 8 rows of the tile, i.e. on a 1024-byte swizzle atom, so the boxes land exactly as one contiguous
+// tile's box would.
 #pragma once
 #include <cstdint>
 
@@ -21,23 +21,15 @@
 
 namespace attnkit::cuda_prefill_hopper {
 
-// Rows per TMA box of a page pool for tiles of keys_per_tile keys, or 0: no box fits (the largest
-// common run is not a multiple of 8 keys).
-constexpr int hopper_page_box_rows(std::int64_t page_size, std::int64_t keys_per_tile) {
-  if (page_size <= 0 || keys_per_tile <= 0) return 0;
-  std::int64_t a = page_size, b = keys_per_tile;
-  while (b != 0) {  // gcd
-    const std::int64_t r = a % b;
-    a = b;
-    b = r;
-  }
-  return a % 8 == 0 && a <= 256 ? static_cast<int>(a) : 0;
+// Rows per TMA box of a page pool, or 0: no box fits (pages that are not a multiple of 8 keys).
+constexpr int hopper_page_box_rows(std::int64_t page_size) {
+  return page_size % 16 == 0 ? 16 : page_size % 8 == 0 ? 8 : 0;
 }
 
 // Whether the producer warp can cut a tile of keys_per_tile keys into page boxes: a lane per box.
 constexpr bool hopper_pages_fit(std::int64_t page_size, std::int64_t keys_per_tile) {
-  const int box = hopper_page_box_rows(page_size, keys_per_tile);
-  return box > 0 && keys_per_tile / box <= 32;
+  const int box = hopper_page_box_rows(page_size);
+  return box > 0 && keys_per_tile % box == 0 && keys_per_tile / box <= 32;
 }
 
 // The kernel's view of the pool: the page table, the pool's page count (a box of an absent page
@@ -49,7 +41,6 @@ struct HopperPages {
   std::int64_t table_stride = 0;
   int num_pages = 0;
   int box_rows = 16;
-  int producer_warps = 4;  // warps of the producer warpgroup that issue boxes (1, 2 or 4)
   cuda_common::FastDivider page_size;
   const void* v_pool = nullptr;  // elements: page, head, row strides (head_dim contiguous)
   std::int64_t v_page_stride = 0, v_head_stride = 0, v_row_stride = 0;
