@@ -1,8 +1,12 @@
 // libFuzzer target: the CPU kernels (scalar online, and the fast families on every instruction
 // set this CPU has) on tiny random problems against the float64 golden, with the tolerances of
-// DESIGN.md. The fuzzer picks the shape, options, family, threads, ISA, layout (padded strides),
-// lengths, left padding, magnitudes, attention sinks and the seed of the values; outputs are poisoned with NaN
-// first, so an element left unwritten is a finding too.
+// DESIGN.md: decode, prefill, and over a page pool paged decode and extend. The fuzzer picks the
+// shape, options, family, threads, ISA, layout (padded strides; HND / NHD pages of any size, dealt
+// in any order, a shared prefix), lengths, left padding, query rows per sequence, magnitudes,
+// attention sinks and the seed of the values; outputs are poisoned with NaN first, so an element
+// left unwritten is a finding too, and so are the pool's unowned slots, so a stale key that
+// reached the softmax is one.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -56,11 +60,12 @@ void poison(Padded& t) {
   for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, std::nanf(""));
 }
 
-// DESIGN.md parity by the coarsest storage dtype of the call; NaN never passes.
-void check(const Padded& actual, const std::vector<double>& golden, DType coarsest, const std::string& what) {
+// DESIGN.md parity by the coarsest storage dtype of the call; NaN never passes. `get(i)`: output i.
+template <class Get>
+void check_values(Get get, const std::vector<double>& golden, DType coarsest, const std::string& what) {
   double err2 = 0, ref2 = 0, max_abs = 0;
   for (std::size_t i = 0; i < golden.size(); ++i) {
-    const double a = actual.get(static_cast<std::int64_t>(i));
+    const double a = get(i);
     if (std::isnan(a)) finding(what + ": NaN at output " + std::to_string(i));
     const double d = std::abs(a - golden[i]);
     max_abs = std::max(max_abs, d);
@@ -72,6 +77,12 @@ void check(const Padded& actual, const std::vector<double>& golden, DType coarse
                   : coarsest == DType::kF16 ? rel <= 2e-3
                                             : rel <= 1e-2;
   if (!ok) finding(what + ": max_abs=" + std::to_string(max_abs) + " rel_l2=" + std::to_string(rel));
+}
+void check(const Padded& actual, const std::vector<double>& golden, DType coarsest, const std::string& what) {
+  check_values([&](std::size_t i) { return actual.get(static_cast<std::int64_t>(i)); }, golden, coarsest, what);
+}
+void check_host(const HostTensor& actual, const std::vector<double>& golden, DType coarsest, const std::string& what) {
+  check_values([&](std::size_t i) { return actual.get(i); }, golden, coarsest, what);
 }
 
 void check_lse(const HostTensor& lse, const std::vector<double>& golden, const std::string& what) {
@@ -218,17 +229,175 @@ void fuzz_prefill(FuzzedDataProvider& in) {
   check_lse(lse, golden.lse, what);
 }
 
+// A page pool of `batch` sequences of random lengths (1..90 keys of capacity), pages of 1-64 keys
+// dealt in a random order, sometimes a prefix of whole pages shared by every sequence (prefix
+// caching); table entries past a sequence's pages are garbage, and every slot no sequence owns is
+// NaN.
+struct FuzzPool {
+  PagedCacheSpec spec;
+  HostTensor k, v, table, lengths;
+  std::int64_t kv_len = 0;  // the longest length
+
+  FuzzPool(FuzzedDataProvider& in, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim, DType dtype,
+           std::mt19937_64& rng, float stddev) {
+    static constexpr std::int64_t kPages[] = {1, 2, 3, 4, 5, 8, 12, 16, 24, 32, 64};
+    spec.page_size = in.PickValueInArray(kPages);
+    spec.layout = in.ConsumeBool() ? PageLayout::kNHD : PageLayout::kHND;
+    const std::int64_t capacity = in.ConsumeIntegralInRange<std::int64_t>(1, 90);
+    spec.max_pages_per_seq = (capacity + spec.page_size - 1) / spec.page_size;
+    lengths = HostTensor(DType::kI32, {batch});
+    for (std::int64_t b = 0; b < batch; ++b) {
+      lengths.i32()[b] = in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(capacity));
+      kv_len = std::max<std::int64_t>(kv_len, lengths.i32()[b]);
+    }
+    kv_len = std::max<std::int64_t>(kv_len, 1);
+    // A shared prefix: whole pages every sequence holds, the same pages in every row.
+    std::int64_t shared = 0;
+    if (batch > 1 && in.ConsumeBool()) {
+      std::int64_t shortest = capacity;
+      for (std::int64_t b = 0; b < batch; ++b) shortest = std::min<std::int64_t>(shortest, lengths.i32()[b]);
+      shared = shortest / spec.page_size;
+    }
+    const std::int64_t spare = in.ConsumeIntegralInRange<std::int64_t>(0, 3);
+    spec.num_pages = shared + batch * (spec.max_pages_per_seq - shared) + spare;
+    std::vector<std::int32_t> order(static_cast<std::size_t>(spec.num_pages));
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+    std::shuffle(order.begin(), order.end(), rng);
+    table = HostTensor(DType::kI32, {batch, spec.max_pages_per_seq});
+    std::size_t next = static_cast<std::size_t>(shared);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t used = (lengths.i32()[b] + spec.page_size - 1) / spec.page_size;
+      for (std::int64_t i = 0; i < spec.max_pages_per_seq; ++i) {
+        std::int32_t& e = table.i32()[b * spec.max_pages_per_seq + i];
+        if (i < shared) e = order[static_cast<std::size_t>(i)];
+        else if (i < used) e = order[next++];
+        else e = static_cast<std::int32_t>(rng() % 2 ? -1 : rng() % 1000);  // never read
+      }
+    }
+    const std::int64_t P = spec.num_pages, S = spec.page_size;
+    k = spec.layout == PageLayout::kHND ? HostTensor(dtype, {P, kv_heads, S, head_dim}) : HostTensor(dtype, {P, S, kv_heads, head_dim});
+    v = spec.layout == PageLayout::kHND ? HostTensor(dtype, {P, kv_heads, S, head_dim}) : HostTensor(dtype, {P, S, kv_heads, head_dim});
+    testing::poison(k);
+    testing::poison(v);
+    // Owned slots get values (a shared page is written by each sequence, with the same draws' shape).
+    std::normal_distribution<float> kd(0.0f, stddev), vd(0.0f, 1.0f);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t pos = 0; pos < lengths.i32()[b]; ++pos) {
+        const std::int64_t page = table.i32()[b * spec.max_pages_per_seq + pos / spec.page_size], slot = pos % spec.page_size;
+        for (std::int64_t h = 0; h < kv_heads; ++h) {
+          const std::int64_t row = spec.layout == PageLayout::kHND ? (page * kv_heads + h) * spec.page_size + slot
+                                                                   : (page * spec.page_size + slot) * kv_heads + h;
+          for (std::int64_t d = 0; d < head_dim; ++d) {
+            k.set(static_cast<std::size_t>(row * head_dim + d), kd(rng));
+            v.set(static_cast<std::size_t>(row * head_dim + d), vd(rng));
+          }
+        }
+      }
+    }
+  }
+  PagedKvCache cache() { return {k.view, v.view, table.view, lengths.view}; }
+};
+
+void fuzz_paged_decode(FuzzedDataProvider& in) {
+  PagedDecodeProblem p;
+  p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.kv_heads = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.num_heads = p.kv_heads * in.ConsumeIntegralInRange<std::int64_t>(1, 5);
+  p.head_dim = 8 * in.ConsumeIntegralInRange<std::int64_t>(1, 12);
+  p.kv_dtype = storage(in);
+  p.q_dtype = storage(in);
+  p.out_dtype = storage(in);
+  p.options = options(in);
+  const int threads = in.ConsumeIntegralInRange<int>(1, 3);
+  const float stddev = magnitude(in);
+  std::mt19937_64 rng(in.ConsumeIntegral<std::uint64_t>());
+  FuzzPool pool(in, p.batch, p.kv_heads, p.head_dim, p.kv_dtype, rng, stddev);
+  p.cache = pool.spec;
+  p.kv_len = pool.kv_len;
+  PagedDecodePlan plan = plan_paged_decode(p, cpu_target(threads));
+  // Gathering plans: sometimes chunks of one to three tiles (the merge of several chunks per task).
+  if (plan.gather_keys > 0 && in.ConsumeBool())
+    plan.gather_keys = plan.partition.tile_size * in.ConsumeIntegralInRange<std::uint32_t>(1, 3);
+  select_isa(in);
+  const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
+  HostTensor q(p.q_dtype, {B, H, D}), out(p.out_dtype, {B, H, D}), lse(DType::kF32, {B, H}), sinks(DType::kF32, {H});
+  testing::fill_normal(q, rng, stddev);
+  testing::poison(out);
+  testing::poison(lse);
+  PagedDecodeTensors t{q.view, pool.cache(), out.view, lse.view, maybe_sinks(in, sinks, rng)};
+  std::vector<std::uint8_t> workspace(plan.bounds.workspace_bytes);
+  cpu::paged_decode(plan, t, Workspace{workspace.data(), workspace.size()});
+  const reference::Result golden = reference::paged_decode(p, t);
+  const std::string what = "paged decode " + to_string(p.cache.layout) + " page " + std::to_string(p.cache.page_size) +
+                           " gather " + std::to_string(plan.gather_keys) + (t.sinks.empty() ? "" : " sinks");
+  check_host(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
+  check_lse(lse, golden.lse, what);
+}
+
+void fuzz_extend(FuzzedDataProvider& in) {
+  ExtendProblem p;
+  p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.kv_heads = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
+  p.num_heads = p.kv_heads * in.ConsumeIntegralInRange<std::int64_t>(1, 4);
+  p.head_dim = 8 * in.ConsumeIntegralInRange<std::int64_t>(1, 12);
+  p.kv_dtype = p.q_dtype = storage(in);
+  p.out_dtype = storage(in);
+  p.options = options(in);
+  const int threads = in.ConsumeIntegralInRange<int>(1, 3);
+  const float stddev = magnitude(in);
+  std::mt19937_64 rng(in.ConsumeIntegral<std::uint64_t>());
+  FuzzPool pool(in, p.batch, p.kv_heads, p.head_dim, p.kv_dtype, rng, stddev);
+  // Each sequence's new rows are the last q_len_b of its keys (0 = an idle slot).
+  const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
+  HostTensor cu(DType::kI32, {B + 1});
+  cu.i32()[0] = 0;
+  std::int64_t longest = 1;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int32_t q_len = in.ConsumeIntegralInRange<std::int32_t>(0, pool.lengths.i32()[b]);
+    cu.i32()[b + 1] = cu.i32()[b] + q_len;
+    longest = std::max<std::int64_t>(longest, q_len);
+  }
+  const std::int64_t rows = cu.i32()[B], pad = in.ConsumeIntegralInRange<std::int64_t>(0, 3);
+  p.cache = pool.spec;
+  p.kv_len = pool.kv_len;
+  p.max_q_len = longest;
+  p.max_total_q = std::max<std::int64_t>(rows + pad, 1);
+  ExtendPlan plan = plan_extend(p, cpu_target(threads));
+  if (plan.gather_keys > 0 && in.ConsumeBool())
+    plan.gather_keys = plan.partition.tile_size * in.ConsumeIntegralInRange<std::uint32_t>(1, 3);
+  select_isa(in);
+  HostTensor q(p.q_dtype, {rows + pad, H, D}), out(p.out_dtype, {rows + pad, H, D}), lse(DType::kF32, {rows + pad, H});
+  HostTensor sinks(DType::kF32, {H});
+  testing::fill_normal(q, rng, stddev);
+  testing::poison(out);
+  testing::poison(lse);
+  ExtendTensors t{q.view, cu.view, pool.cache(), out.view, lse.view, maybe_sinks(in, sinks, rng)};
+  std::vector<std::uint8_t> workspace(plan.bounds.workspace_bytes);
+  cpu::extend(plan, t, Workspace{workspace.data(), workspace.size()});
+  const reference::Result golden = reference::extend(p, t);
+  const std::string what = "extend " + to_string(p.cache.layout) + " page " + std::to_string(p.cache.page_size) +
+                           " rows " + std::to_string(rows) + " gather " + std::to_string(plan.gather_keys) +
+                           (t.sinks.empty() ? "" : " sinks");
+  check_host(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
+  check_lse(lse, golden.lse, what);
+  for (std::size_t i = golden.out.size(); i < out.numel(); ++i) {
+    if (!std::isnan(out.get(i))) finding(what + ": padding row element " + std::to_string(i) + " was written");
+  }
+}
+
 }  // namespace
 }  // namespace attnkit::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace attnkit::fuzz;
   FuzzedDataProvider in(data, size);
-  // Every problem here is valid: an Error is a finding as much as a wrong answer.
-  if (in.ConsumeBool()) {
-    fuzz_decode(in);
-  } else {
-    fuzz_prefill(in);
+  // Every problem here is valid: an Error is a finding as much as a wrong answer. One byte picks
+  // the call; its low bit keeps older corpus inputs' decode (odd) / prefill (even) meaning half the time.
+  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0: fuzz_prefill(in); break;
+    case 1: fuzz_decode(in); break;
+    case 2: fuzz_paged_decode(in); break;
+    default: fuzz_extend(in); break;
   }
   return 0;
 }

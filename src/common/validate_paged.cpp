@@ -34,7 +34,10 @@ void check(const char* ctx, const std::string& name, const TensorView& t, const 
            DType dtype, DeviceKind device, bool optional = false) {
   if (optional && t.empty()) return;
   const std::string want = std::string(dtype_name(dtype)) + shape_string(shape);
-  if (t.data == nullptr)
+  // A tensor of no elements may come without memory (torch.empty(0, ...) has a null data pointer):
+  // extend's q and out when every sequence of the step is idle.
+  const bool no_elements = std::find(shape.begin(), shape.end(), std::int64_t{0}) != shape.end();
+  if (t.data == nullptr && !no_elements)
     fail(ctx, name + " has a null data pointer", "pass a " + want + " tensor with allocated memory");
   if (!(reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0))
     fail(ctx,
@@ -207,7 +210,7 @@ void validate_extend(const ExtendProblem& p, const ExtendTensors& t, DeviceKind 
   const char* ctx = "extend";
   validate_kv_scales(p.kv_dtype, t.kv_scales, ctx);
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
-  if (!(t.q.rank == 3 && t.q.data != nullptr))
+  if (t.q.rank != 3)
     fail(ctx, "q is " + t.q.describe() + ", expected [rows, num_heads, head_dim]",
          "pack the new query tokens of every sequence along dimension 0 of a rank-3 tensor");
   const std::int64_t rows = t.q.shape[0];
