@@ -196,6 +196,7 @@ TEST(Extend, AnIdleStepTakesRowlessTensorsWithoutMemory) {
   const std::vector<std::uint8_t> k_before = c.k_pages.bytes, v_before = c.v_pages.bytes;
   OwnedWorkspace ws(plan.bounds.workspace_bytes);
   EXPECT_NO_THROW(cpu::extend(plan, {rowless, cu.view, c.cache(), rowless, {}}, ws.get()));
+  EXPECT_TRUE(reference::extend(problem, {rowless, cu.view, c.cache(), rowless, {}}).out.empty());
   EXPECT_TRUE(c.k_pages.bytes == k_before && c.v_pages.bytes == v_before);
 
   cu.i32()[1] = cu.i32()[2] = 1;  // one row of sequence 0
