@@ -229,6 +229,19 @@ void fuzz_prefill(FuzzedDataProvider& in) {
   check_lse(lse, golden.lse, what);
 }
 
+// A pool's dtype: the storage dtypes, or e4m3 (then with per-tensor scales, and q / out of a
+// storage dtype).
+DType pool_dtype(FuzzedDataProvider& in) {
+  static constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3};
+  return in.PickValueInArray(kTypes);
+}
+KvScales pool_scales(FuzzedDataProvider& in, DType dtype) {
+  if (!is_fp8(dtype)) return {};
+  return {in.ConsumeFloatingPointInRange<float>(0.01f, 4.0f), in.ConsumeFloatingPointInRange<float>(0.01f, 4.0f)};
+}
+// e4m3 bytes are exact in f16, so an e4m3 pool is held to f16's parity (or to q's / out's coarser one).
+DType parity_dtype(DType q, DType kv, DType out) { return coarsest(q, is_fp8(kv) ? DType::kF16 : kv, out); }
+
 // A page pool of `batch` sequences of random lengths (1..90 keys of capacity), pages of 1-64 keys
 // dealt in a random order, sometimes a prefix of whole pages shared by every sequence (prefix
 // caching); table entries past a sequence's pages are garbage, and every slot no sequence owns is
@@ -304,7 +317,7 @@ void fuzz_paged_decode(FuzzedDataProvider& in) {
   p.kv_heads = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
   p.num_heads = p.kv_heads * in.ConsumeIntegralInRange<std::int64_t>(1, 5);
   p.head_dim = 8 * in.ConsumeIntegralInRange<std::int64_t>(1, 12);
-  p.kv_dtype = storage(in);
+  p.kv_dtype = pool_dtype(in);
   p.q_dtype = storage(in);
   p.out_dtype = storage(in);
   p.options = options(in);
@@ -325,12 +338,14 @@ void fuzz_paged_decode(FuzzedDataProvider& in) {
   testing::poison(out);
   testing::poison(lse);
   PagedDecodeTensors t{q.view, pool.cache(), out.view, lse.view, maybe_sinks(in, sinks, rng)};
+  t.kv_scales = pool_scales(in, p.kv_dtype);
   std::vector<std::uint8_t> workspace(plan.bounds.workspace_bytes);
   cpu::paged_decode(plan, t, Workspace{workspace.data(), workspace.size()});
   const reference::Result golden = reference::paged_decode(p, t);
-  const std::string what = "paged decode " + to_string(p.cache.layout) + " page " + std::to_string(p.cache.page_size) +
-                           " gather " + std::to_string(plan.gather_keys) + (t.sinks.empty() ? "" : " sinks");
-  check_host(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
+  const std::string what = "paged decode " + std::string(dtype_name(p.kv_dtype)) + " " + to_string(p.cache.layout) +
+                           " page " + std::to_string(p.cache.page_size) + " gather " + std::to_string(plan.gather_keys) +
+                           (t.sinks.empty() ? "" : " sinks");
+  check_host(out, golden.out, parity_dtype(p.q_dtype, p.kv_dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
 }
 
@@ -340,7 +355,8 @@ void fuzz_extend(FuzzedDataProvider& in) {
   p.kv_heads = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
   p.num_heads = p.kv_heads * in.ConsumeIntegralInRange<std::int64_t>(1, 4);
   p.head_dim = 8 * in.ConsumeIntegralInRange<std::int64_t>(1, 12);
-  p.kv_dtype = p.q_dtype = storage(in);
+  p.kv_dtype = pool_dtype(in);
+  p.q_dtype = is_fp8(p.kv_dtype) ? storage(in) : p.kv_dtype;
   p.out_dtype = storage(in);
   p.options = options(in);
   const int threads = in.ConsumeIntegralInRange<int>(1, 3);
@@ -357,7 +373,9 @@ void fuzz_extend(FuzzedDataProvider& in) {
     cu.i32()[b + 1] = cu.i32()[b] + q_len;
     longest = std::max<std::int64_t>(longest, q_len);
   }
-  const std::int64_t rows = cu.i32()[B], pad = in.ConsumeIntegralInRange<std::int64_t>(0, 3);
+  const std::int64_t rows = cu.i32()[B];
+  // Padding rows past the batch's (they must stay untouched), within the plan's batch * max_q_len.
+  const std::int64_t pad = std::min<std::int64_t>(in.ConsumeIntegralInRange<std::int64_t>(0, 3), B * longest - rows);
   p.cache = pool.spec;
   p.kv_len = pool.kv_len;
   p.max_q_len = longest;
@@ -372,13 +390,14 @@ void fuzz_extend(FuzzedDataProvider& in) {
   testing::poison(out);
   testing::poison(lse);
   ExtendTensors t{q.view, cu.view, pool.cache(), out.view, lse.view, maybe_sinks(in, sinks, rng)};
+  t.kv_scales = pool_scales(in, p.kv_dtype);
   std::vector<std::uint8_t> workspace(plan.bounds.workspace_bytes);
   cpu::extend(plan, t, Workspace{workspace.data(), workspace.size()});
   const reference::Result golden = reference::extend(p, t);
-  const std::string what = "extend " + to_string(p.cache.layout) + " page " + std::to_string(p.cache.page_size) +
-                           " rows " + std::to_string(rows) + " gather " + std::to_string(plan.gather_keys) +
-                           (t.sinks.empty() ? "" : " sinks");
-  check_host(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
+  const std::string what = "extend " + std::string(dtype_name(p.kv_dtype)) + " " + to_string(p.cache.layout) +
+                           " page " + std::to_string(p.cache.page_size) + " rows " + std::to_string(rows) + " gather " +
+                           std::to_string(plan.gather_keys) + (t.sinks.empty() ? "" : " sinks");
+  check_host(out, golden.out, parity_dtype(p.q_dtype, p.kv_dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
   for (std::size_t i = golden.out.size(); i < out.numel(); ++i) {
     if (!std::isnan(out.get(i))) finding(what + ": padding row element " + std::to_string(i) + " was written");
