@@ -77,10 +77,11 @@ TensorView view_of_array(const Array& array, const char* name, bool bytes_as_e4m
   if (!(reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) == 0))
     fail(name, "the data pointer is not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements",
          "pass an array from an aligned allocation (a copy is one: numpy x.copy(), torch x.clone())");
-  // A zero-element array may carry a null pointer; the views use null for "not given".
+  // A zero-element array may carry a null pointer; the views use null for "not given", so it gets
+  // a marker, aligned for every dtype (the validation checks element alignment).
   if (v.data == nullptr && v.numel() == 0) {
-    static char empty_marker;
-    v.data = &empty_marker;
+    alignas(16) static unsigned char empty_marker[16];
+    v.data = empty_marker;
   }
   return v;
 }

@@ -200,6 +200,29 @@ def test_extend_with_one_row_per_sequence_equals_paged_decode(rng):
     check_close(extended, decoded.astype(np.float64), "f32")
 
 
+def test_an_idle_extend_step_takes_rowless_arrays(rng):
+    """A step whose every sequence is idle (cu_seqlens_q all 0) passes q of no rows, which numpy
+    gives zero strides and torch a null data pointer: accepted, nothing written (both were
+    rejected, as misaligned and as not contiguous)."""
+    layout, page_size, h, kvh, d = "NHD", 16, 4, 2, 16
+    lengths = [40, 20]
+    cache = filled_cache(rng, layout, page_size, kvh, d, lengths, "f32")
+    plan = attnkit.plan_extend(batch=2, num_heads=h, kv_heads=kvh, head_dim=d, num_pages=cache.num_pages,
+                               page_size=page_size, max_pages_per_seq=cache.width, layout=layout, kv_dtype="f32",
+                               max_q_len=4)
+    k_before, v_before = cache.k_pages.copy(), cache.v_pages.copy()
+    out, lse = attnkit.extend(plan, np.empty((0, h, d), np.float32), [0, 0, 0], cache.k_pages, cache.v_pages,
+                              cache.table, lengths, return_lse=True)
+    assert out.shape == (0, h, d) and lse.shape == (0, h)
+    np.testing.assert_array_equal(cache.k_pages, k_before)
+    np.testing.assert_array_equal(cache.v_pages, v_before)
+    torch = pytest.importorskip("torch")
+    out = attnkit.extend(plan, torch.empty(0, h, d), torch.zeros(3, dtype=torch.int32), torch.from_numpy(cache.k_pages),
+                         torch.from_numpy(cache.v_pages), torch.from_numpy(cache.table),
+                         torch.tensor(lengths, dtype=torch.int32))
+    assert tuple(out.shape) == (0, h, d)
+
+
 def test_paged_decode_and_extend_fold_attention_sinks(rng):
     """sinks= (gpt-oss): each head's logit joins every row's softmax with no value; against numpy's
     float64 softmax with the sink column (an empty sequence: zeros and LSE = the sink)."""

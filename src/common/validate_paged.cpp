@@ -59,7 +59,7 @@ void check(const char* ctx, const std::string& name, const TensorView& t, const 
     fail(ctx, name + " lives on " + device_name(t.device) + " but the kernel runs on " + device_name(device),
          "copy " + name + " to " + device_name(device) + " memory or call the " + device_name(t.device) + " backend");
   const int rank = t.rank;
-  if (!(rank == 0 || t.strides[rank - 1] == 1 || t.shape[rank - 1] <= 1))
+  if (!(rank == 0 || t.strides[rank - 1] == 1 || t.shape[rank - 1] <= 1 || no_elements))
     fail(ctx, name + " is not contiguous in its last dimension", "make the last dimension of " + name + " contiguous");
   std::int64_t span = 0;
   for (int i = 0; i < rank; ++i) {

@@ -19,8 +19,10 @@ DeviceMemory device_of_memory(const void* data, const std::string& context, cons
 // Error with a Fix unless `data` is device memory of the current device (or managed memory).
 // Null / empty = skipped.
 void require_device_memory(const void* data, const std::string& context, const std::string& name);
+// A view of no elements is never read or written (an idle extend step's q / out, whose pointer may
+// be null or, from Python, a host marker), so only views with elements are checked.
 inline void require_device_memory(const TensorView& t, const std::string& context, const std::string& name) {
-  if (!t.empty()) require_device_memory(t.data, context, name);
+  if (!t.empty() && t.numel() > 0) require_device_memory(t.data, context, name);
 }
 
 // Error with a Fix unless the base pointer and every stride except the last (in bytes) are
