@@ -418,6 +418,29 @@ def test_paged_append_then_extend_on_cuda_matches_float64(seed, prefix, q_lens, 
         check_close(out[lo:hi].float().cpu().numpy(), expected.cpu().numpy(), "bf16")
 
 
+# A step whose sequences are all idle: q of no rows (torch gives it a null data pointer) on either
+# kernel family; nothing is launched or written.
+@pytest.mark.parametrize("max_q_len", [4, 256])
+def test_an_idle_extend_step_on_cuda_takes_rowless_tensors(seed, max_q_len):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    batch, heads, kv_heads, head_dim, page_size, kv_len = 2, 8, 2, 64, 16, 512
+    lengths = [300, 20]
+    width = kv_len // page_size
+    k_pages, v_pages, table, _, _, num_pages = paged_pool(g, batch, kv_heads, head_dim, page_size, lengths, width,
+                                                          torch.bfloat16)
+    k_before, v_before = k_pages.clone(), v_pages.clone()
+    plan = attnkit.plan_extend(batch=batch, num_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                               num_pages=num_pages, max_q_len=max_q_len, page_size=page_size,
+                               max_pages_per_seq=width, kv_len=kv_len, kv_dtype="bf16", backend="cuda")
+    q = torch.empty(0, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    out, lse = attnkit.extend(plan, q, torch.zeros(batch + 1, dtype=torch.int32, device="cuda"), k_pages, v_pages,
+                              table, torch.tensor(lengths, dtype=torch.int32, device="cuda"), return_lse=True)
+    torch.cuda.synchronize()
+    assert tuple(out.shape) == (0, heads, head_dim) and tuple(lse.shape) == (0, heads)
+    assert torch.equal(k_pages.view(torch.int16), k_before.view(torch.int16))  # bitwise: the pools hold NaN
+    assert torch.equal(v_pages.view(torch.int16), v_before.view(torch.int16))
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_tensors_of_a_device_that_is_not_current_are_rejected():
     """Capsules skip Tensor.__dlpack__'s device check; the library's check answers instead, and
