@@ -227,6 +227,34 @@ void fuzz_prefill(FuzzedDataProvider& in) {
   const std::string what = std::string("prefill ") + (scalar ? "scalar" : "fast") + (t.sinks.empty() ? "" : " sinks");
   check(out, golden.out, coarsest(p.dtype, p.dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
+
+  // Then, for some inputs (read last, so older corpus inputs keep their meaning), the same plan on
+  // a ragged batch: sequences of 0..q_len rows and 0..kv_len keys packed along the rows (causal:
+  // rows <= keys per sequence), the problem's q_len / kv_len as the bounds.
+  if (!in.ConsumeBool()) return;
+  HostTensor cu_q(DType::kI32, {B + 1}), cu_k(DType::kI32, {B + 1});
+  cu_q.i32()[0] = cu_k.i32()[0] = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto keys = in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(p.kv_len));
+    const auto rows = in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(p.causal ? std::min<std::int64_t>(keys, p.q_len) : p.q_len));
+    cu_q.i32()[b + 1] = cu_q.i32()[b] + rows;
+    cu_k.i32()[b + 1] = cu_k.i32()[b] + keys;
+  }
+  const std::int64_t total_q = cu_q.i32()[B], total_k = cu_k.i32()[B];
+  HostTensor rq(p.dtype, {1, H, total_q, D}), rk(p.dtype, {1, G, total_k, D}), rv(p.dtype, {1, G, total_k, D});
+  HostTensor rout(p.out_dtype, {1, H, total_q, D}), rlse(DType::kF32, {1, H, total_q});
+  testing::fill_normal(rq, rng, stddev);
+  testing::fill_normal(rk, rng, stddev);
+  testing::fill_normal(rv, rng);
+  testing::poison(rout);
+  testing::poison(rlse);
+  PrefillTensors rt{rq.view, rk.view, rv.view, rout.view, rlse.view, cu_q.view, cu_k.view};
+  rt.sinks = t.sinks;
+  cpu::prefill(plan, rt, Workspace{workspace.data(), workspace.size()});
+  const reference::Result rgolden = reference::prefill(p, rt);
+  const std::string rwhat = what + " ragged (" + std::to_string(total_q) + " rows, " + std::to_string(total_k) + " keys)";
+  check_host(rout, rgolden.out, coarsest(p.dtype, p.dtype, p.out_dtype), rwhat);
+  check_lse(rlse, rgolden.lse, rwhat);
 }
 
 // A pool's dtype: the storage dtypes, or e4m3 (then with per-tensor scales, and q / out of a

@@ -4,6 +4,7 @@
 // cu_seqlens) are read only when they live on the host.
 #include "attnkit/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -45,7 +46,10 @@ template <class DTypeOk>
 void check_tensor(const char* context, const TensorView& t, const Expect& e, DTypeOk dtype_ok,
                   const std::string& dtype_text, DeviceKind device) {
   const std::string name = e.name;
-  if (t.data == nullptr)
+  // A tensor of no elements may come without memory (torch.empty(0, ...) has a null data pointer):
+  // a ragged batch whose sequences are all empty.
+  const bool shape_empty = std::find(e.shape.begin(), e.shape.end(), std::int64_t{0}) != e.shape.end();
+  if (t.data == nullptr && !shape_empty)
     fail(context, name + " has a null data pointer",
          "pass a " + dtype_text + shape_string(e.shape) + " tensor with allocated memory");
   const int rank = static_cast<int>(e.shape.size());
@@ -71,7 +75,7 @@ void check_tensor(const char* context, const TensorView& t, const Expect& e, DTy
   if (t.device != device)
     fail(context, name + " lives on " + device_name(t.device) + " but the kernel runs on " + device_name(device),
          "copy " + name + " to " + device_name(device) + " memory or call the " + device_name(t.device) + " backend");
-  if (!(rank == 0 || t.strides[rank - 1] == 1))
+  if (!(rank == 0 || t.strides[rank - 1] == 1 || t.numel() == 0))
     fail(context, name + " has stride " + std::to_string(rank ? t.strides[rank - 1] : 0) + " in its last dimension",
          "make the last dimension of " + name + " contiguous (stride 1), e.g. with .contiguous()");
   std::int64_t span = 0;

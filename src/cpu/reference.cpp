@@ -33,8 +33,9 @@ std::int64_t read_i32(const TensorView& t, std::int64_t i) {
   return static_cast<const std::int32_t*>(t.data)[i * t.strides[0]];
 }
 
+// A tensor of no elements may come without memory (a ragged batch of empty sequences).
 void require_host_input(const char* context, const char* name, const TensorView& t, int rank) {
-  if (!(t.data != nullptr && t.device == DeviceKind::kCpu))
+  if (!((t.data != nullptr || (t.rank == rank && t.numel() == 0)) && t.device == DeviceKind::kCpu))
     fail(context, std::string(name) + " is not a host tensor (" + t.describe() + ")",
          "copy the inputs to host memory before calling the reference");
   if (t.rank != rank)

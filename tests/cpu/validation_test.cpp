@@ -106,6 +106,31 @@ TEST(Validation, PrefillRejectsBadInput) {
   expect_rejected([&] { cpu::prefill(plan, dense); }, {&dout}, "k has shape");
 }
 
+// A ragged prefill whose sequences are all empty has no rows and no keys; its tensors may come
+// without memory (torch.empty(0, ...) has a null data pointer): accepted on every family, nothing
+// written. With rows to compute a null q is still rejected.
+TEST(Validation, PrefillOfEmptySequencesTakesRowlessTensorsWithoutMemory) {
+  const PrefillProblem p = prefill_problem(2, 4, 2, 16, 8, 8, true);
+  HostTensor cu(DType::kI32, {3});
+  cu.i32()[0] = cu.i32()[1] = cu.i32()[2] = 0;
+  const TensorView q = TensorView::contiguous(nullptr, DType::kF32, {1, 4, 0, 16});
+  const TensorView kv = TensorView::contiguous(nullptr, DType::kF32, {1, 2, 0, 16});
+  for (const PrefillPlan& plan : {plan_prefill(p, cpu_target(2)), plan_prefill(p, cpu_target(2), KernelFamily::kScalarOnline)}) {
+    std::vector<std::uint8_t> ws(plan.evidence.workspace_bytes);
+    EXPECT_NO_THROW(cpu::prefill(plan, {q, kv, kv, q, {}, cu.view, cu.view}, Workspace{ws.data(), ws.size()}))
+        << to_string(plan.partition.family);
+    EXPECT_TRUE(reference::prefill(p, {q, kv, kv, q, {}, cu.view, cu.view}).out.empty());
+  }
+  HostTensor cu_one(DType::kI32, {3}), k(DType::kF32, {1, 2, 1, 16}), out(DType::kF32, {1, 4, 1, 16});
+  cu_one.i32()[0] = 0;
+  cu_one.i32()[1] = cu_one.i32()[2] = 1;
+  const PrefillPlan plan = plan_prefill(p, cpu_target(2));
+  expect_rejected([&] {
+    cpu::prefill(plan, {TensorView::contiguous(nullptr, DType::kF32, {1, 4, 1, 16}), k.view, k.view, out.view, {},
+                        cu_one.view, cu_one.view}, {});
+  }, {&out}, "null data pointer");
+}
+
 TEST(Validation, AppendRejectsBadInputBeforeWritingAnything) {
   HostTensor kc(DType::kF16, {2, 2, 8, 16}), vc(DType::kF16, {2, 2, 8, 16});
   HostTensor kn(DType::kF16, {2, 2, 16}), vn(DType::kF16, {2, 2, 16}), pos(DType::kI32, {2});
