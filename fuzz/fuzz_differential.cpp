@@ -149,6 +149,112 @@ TensorView maybe_sinks(FuzzedDataProvider& in, HostTensor& sinks, std::mt19937_6
   return sinks.view;
 }
 
+// The decode of `t` in two key ranges, [0, m_b) and [m_b, length_b) (lengths, then key_starts), their
+// (out, LSE) merged by merge_states, against the same golden: cascade attention's recipe.
+void split_and_merge(FuzzedDataProvider& in, const DecodeProblem& p, const DecodePlan& plan, const DecodeTensors& t,
+                     const reference::Result& golden, std::vector<std::uint8_t>& workspace, const std::string& what) {
+  const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
+  const auto* lengths = static_cast<const std::int32_t*>(t.lengths.data);
+  HostTensor split_lengths(DType::kI32, {B}), split_starts(DType::kI32, {B});
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int32_t m = in.ConsumeIntegralInRange<std::int32_t>(0, lengths[b]);
+    split_lengths.i32()[b] = m;
+    split_starts.i32()[b] = m;
+  }
+  HostTensor partial(p.out_dtype, {2, B, H, D}), partial_lse(DType::kF32, {2, B, H});
+  testing::poison(partial);
+  testing::poison(partial_lse);
+  const std::size_t part = static_cast<std::size_t>(B * H * D) * dtype_size(p.out_dtype);
+  for (int s = 0; s < 2; ++s) {
+    DecodeTensors st = t;
+    st.out = TensorView::contiguous(partial.bytes.data() + s * part, p.out_dtype, {B, H, D});
+    st.lse = TensorView::contiguous(partial_lse.bytes.data() + s * B * H * 4, DType::kF32, {B, H});
+    if (s == 0) st.lengths = split_lengths.view;
+    else st.key_starts = split_starts.view;
+    cpu::decode(plan, st, Workspace{workspace.data(), workspace.size()});
+  }
+  HostTensor merged(DType::kF32, {B * H, D}), merged_lse(DType::kF32, {B * H});
+  testing::poison(merged);
+  testing::poison(merged_lse);
+  const TensorView partial_rows = TensorView::contiguous(partial.bytes.data(), p.out_dtype, {2, B * H, D});
+  const TensorView partial_lse_rows = TensorView::contiguous(partial_lse.bytes.data(), DType::kF32, {2, B * H});
+  cpu::merge_states({partial_rows, partial_lse_rows, merged.view, merged_lse.view});
+  check_host(merged, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what + " split in two and merged");
+  check_lse(merged_lse, golden.lse, what + " split in two and merged");
+}
+
+// Seed 000's fused step on the decode's plan and caches: RoPE of q and of a new key row, append it
+// and a new value row at positions[b] (< kv_len), attend over positions[b] + 1 keys; against the
+// golden of reference::rope, the rows written into copies of the caches, and reference::decode.
+// Every cache element but the new rows stays as it was.
+void fused_step(FuzzedDataProvider& in, const DecodeProblem& p, const DecodePlan& plan, const DecodeTensors& t,
+                Padded& k, Padded& v, std::mt19937_64& rng, std::vector<std::uint8_t>& workspace, const std::string& what) {
+  const std::int64_t B = p.batch, H = p.num_heads, G = p.kv_heads, D = p.head_dim, S = p.max_seq;
+  RopeSpec rope;
+  rope.style = in.ConsumeBool() ? RopeStyle::kInterleaved : RopeStyle::kHalf;
+  rope.theta = in.ConsumeFloatingPointInRange<float>(100.0f, 1e6f);
+  HostTensor positions(DType::kI32, {B}), lengths(DType::kI32, {B});
+  for (std::int64_t b = 0; b < B; ++b) {
+    positions.i32()[b] = in.ConsumeIntegralInRange<std::int32_t>(0, static_cast<std::int32_t>(p.kv_len - 1));
+    lengths.i32()[b] = positions.i32()[b] + 1;
+  }
+  HostTensor k_new(p.kv_dtype, {B, G, D}), v_new(p.kv_dtype, {B, G, D}), out(p.out_dtype, {B, H, D}), lse(DType::kF32, {B, H});
+  testing::fill_normal(k_new, rng);
+  testing::fill_normal(v_new, rng);
+  testing::poison(out);
+  testing::poison(lse);
+  // The golden's inputs first (the call writes the caches): q rotated in double and stored in q's
+  // dtype (the fused step is the separate calls, whose RoPE writes q in place); the caches with the
+  // rotated key row (rounded to the cache dtype) and the value row at the position.
+  HostTensor q_rot(p.q_dtype, {B, H, D}), k_gold(p.kv_dtype, {B, G, S, D}), v_gold(p.kv_dtype, {B, G, S, D});
+  std::vector<double> row(static_cast<std::size_t>(D));
+  auto cache_index = [&](std::int64_t b, std::int64_t g, std::int64_t s, std::int64_t d) { return ((b * G + g) * S + s) * D + d; };
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t g = 0; g < G; ++g) {
+      for (std::int64_t s = 0; s < S; ++s) {
+        for (std::int64_t d = 0; d < D; ++d) {
+          const std::int64_t i = cache_index(b, g, s, d);
+          k_gold.set(static_cast<std::size_t>(i), k.get(i));
+          v_gold.set(static_cast<std::size_t>(i), v.get(i));
+        }
+      }
+      for (std::int64_t d = 0; d < D; ++d) row[static_cast<std::size_t>(d)] = k_new.get(static_cast<std::size_t>((b * G + g) * D + d));
+      reference::rope(row.data(), D, positions.i32()[b], rope);
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::size_t i = static_cast<std::size_t>(cache_index(b, g, positions.i32()[b], d));
+        k_gold.set(i, static_cast<float>(row[static_cast<std::size_t>(d)]));
+        v_gold.set(i, v_new.get(static_cast<std::size_t>((b * G + g) * D + d)));
+      }
+    }
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (std::int64_t d = 0; d < D; ++d) row[static_cast<std::size_t>(d)] = load_as_float(t.q.data, t.q.dtype, static_cast<std::size_t>((b * t.q.strides[0]) + h * t.q.strides[1] + d));
+      reference::rope(row.data(), D, positions.i32()[b], rope);
+      for (std::int64_t d = 0; d < D; ++d) q_rot.set(static_cast<std::size_t>((b * H + h) * D + d), static_cast<float>(row[static_cast<std::size_t>(d)]));
+    }
+  }
+  const reference::Result golden =
+      reference::decode(p, {q_rot.view, k_gold.view, v_gold.view, lengths.view, out.view, lse.view, t.sinks});
+  const std::vector<std::uint8_t> k_before = k.bytes, v_before = v.bytes;
+  cpu::fused_rope_append_decode(plan, {t.q, k_new.view, v_new.view, k.view, v.view, positions.view, out.view, lse.view, t.sinks},
+                                rope, Workspace{workspace.data(), workspace.size()});
+  const std::string fwhat = what + " fused (" + to_string(rope.style) + ")";
+  check_host(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), fwhat);
+  check_lse(lse, golden.lse, fwhat);
+  // Only the new rows changed.
+  std::vector<std::uint8_t> k_expect = k_before, v_expect = v_before;
+  const std::size_t es = dtype_size(p.kv_dtype);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t g = 0; g < G; ++g) {
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::size_t at = k.offset(cache_index(b, g, positions.i32()[b], d)) * es;
+        std::copy_n(k.bytes.begin() + static_cast<std::ptrdiff_t>(at), es, k_expect.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy_n(v.bytes.begin() + static_cast<std::ptrdiff_t>(at), es, v_expect.begin() + static_cast<std::ptrdiff_t>(at));
+      }
+    }
+  }
+  if (k.bytes != k_expect || v.bytes != v_expect) finding(fwhat + ": a cache element other than the new rows changed");
+}
+
 void fuzz_decode(FuzzedDataProvider& in) {
   DecodeProblem p;
   p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
@@ -194,38 +300,13 @@ void fuzz_decode(FuzzedDataProvider& in) {
   check(out, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what);
   check_lse(lse, golden.lse, what);
 
-  // Then, for some inputs (read last, so older corpus inputs keep their meaning): the same decode
-  // in two key ranges, [0, m_b) and [m_b, length_b) (lengths, then key_starts), their (out, LSE)
-  // merged by merge_states, against the same golden: cascade attention's recipe. Only where the
-  // ranges cannot see different things (no window, no sinks, no left padding of its own).
-  if (!in.ConsumeBool() || p.options.window > 0 || !t.sinks.empty() || !t.key_starts.empty()) return;
-  HostTensor split_lengths(DType::kI32, {B}), split_starts(DType::kI32, {B});
-  for (std::int64_t b = 0; b < B; ++b) {
-    const std::int32_t m = in.ConsumeIntegralInRange<std::int32_t>(0, lengths.i32()[b]);
-    split_lengths.i32()[b] = m;
-    split_starts.i32()[b] = m;
-  }
-  HostTensor partial(p.out_dtype, {2, B, H, D}), partial_lse(DType::kF32, {2, B, H});
-  testing::poison(partial);
-  testing::poison(partial_lse);
-  const std::size_t part = static_cast<std::size_t>(B * H * D) * dtype_size(p.out_dtype);
-  for (int s = 0; s < 2; ++s) {
-    DecodeTensors st = t;
-    st.out = TensorView::contiguous(partial.bytes.data() + s * part, p.out_dtype, {B, H, D});
-    st.lse = TensorView::contiguous(partial_lse.bytes.data() + s * B * H * 4, DType::kF32, {B, H});
-    if (s == 0) st.lengths = split_lengths.view;
-    else st.key_starts = split_starts.view;
-    cpu::decode(plan, st, Workspace{workspace.data(), workspace.size()});
-  }
-  HostTensor merged(DType::kF32, {B * H, D}), merged_lse(DType::kF32, {B * H});
-  testing::poison(merged);
-  testing::poison(merged_lse);
-  TensorView partial_rows = partial.view, partial_lse_rows = partial_lse.view;
-  partial_rows = TensorView::contiguous(partial.bytes.data(), p.out_dtype, {2, B * H, D});
-  partial_lse_rows = TensorView::contiguous(partial_lse.bytes.data(), DType::kF32, {2, B * H});
-  cpu::merge_states({partial_rows, partial_lse_rows, merged.view, merged_lse.view});
-  check_host(merged, golden.out, coarsest(p.q_dtype, p.kv_dtype, p.out_dtype), what + " split in two and merged");
-  check_lse(merged_lse, golden.lse, what + " split in two and merged");
+  // Then, for some inputs (read last, so older corpus inputs keep their meaning): the same decode in
+  // two key ranges merged (where the ranges cannot see different things: no window, no sinks, no
+  // left padding of its own), and seed 000's fused step on the same plan.
+  const bool split = in.ConsumeBool();
+  if (split && p.options.window == 0 && t.sinks.empty() && t.key_starts.empty())
+    split_and_merge(in, p, plan, t, golden, workspace, what);
+  if (in.ConsumeBool() && t.key_starts.empty()) fused_step(in, p, plan, t, k, v, rng, workspace, what);
 }
 
 void fuzz_prefill(FuzzedDataProvider& in) {
