@@ -149,6 +149,46 @@ TensorView maybe_sinks(FuzzedDataProvider& in, HostTensor& sinks, std::mt19937_6
   return sinks.view;
 }
 
+// A cache's or pool's dtype: the storage dtypes, or e4m3 (then with per-tensor scales, and q / out
+// of a storage dtype).
+DType pool_dtype(FuzzedDataProvider& in) {
+  static constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3};
+  return in.PickValueInArray(kTypes);
+}
+KvScales pool_scales(FuzzedDataProvider& in, DType dtype) {
+  if (!is_fp8(dtype)) return {};
+  return {in.ConsumeFloatingPointInRange<float>(0.01f, 4.0f), in.ConsumeFloatingPointInRange<float>(0.01f, 4.0f)};
+}
+// e4m3 bytes are exact in f16, so an e4m3 pool is held to f16's parity (or to q's / out's coarser one).
+DType parity_dtype(DType q, DType kv, DType out) { return coarsest(q, is_fp8(kv) ? DType::kF16 : kv, out); }
+
+// The same decode (shape, options, lengths, left padding, sinks, family, threads) over an e4m3
+// copy of the caches with per-tensor scales (a plan of its own), against the golden of those bytes.
+void e4m3_cache(FuzzedDataProvider& in, const DecodeProblem& p, bool scalar, int threads, const DecodeTensors& t,
+                const Padded& k, const Padded& v, const std::string& what) {
+  DecodeProblem pe = p;
+  pe.kv_dtype = DType::kE4M3;
+  const DecodePlan plan = scalar ? plan_decode(pe, cpu_target(threads), KernelFamily::kScalarOnline)
+                                 : plan_decode(pe, cpu_target(threads));
+  const KvScales scales = pool_scales(in, DType::kE4M3);
+  HostTensor k8(DType::kE4M3, {p.batch, p.kv_heads, p.max_seq, p.head_dim}), v8(DType::kE4M3, {p.batch, p.kv_heads, p.max_seq, p.head_dim});
+  for (std::size_t i = 0; i < k8.numel(); ++i) {
+    k8.set(i, k.get(static_cast<std::int64_t>(i)) / scales.k);
+    v8.set(i, v.get(static_cast<std::int64_t>(i)) / scales.v);
+  }
+  HostTensor out(p.out_dtype, {p.batch, p.num_heads, p.head_dim}), lse(DType::kF32, {p.batch, p.num_heads});
+  testing::poison(out);
+  testing::poison(lse);
+  DecodeTensors te = t;
+  te.k_cache = k8.view, te.v_cache = v8.view, te.out = out.view, te.lse = lse.view, te.kv_scales = scales;
+  std::vector<std::uint8_t> workspace(plan.evidence.workspace_bytes);
+  cpu::decode(plan, te, Workspace{workspace.data(), workspace.size()});
+  const reference::Result golden = reference::decode(pe, te);
+  const std::string ewhat = what + " e4m3 cache";
+  check_host(out, golden.out, parity_dtype(p.q_dtype, pe.kv_dtype, p.out_dtype), ewhat);
+  check_lse(lse, golden.lse, ewhat);
+}
+
 // The decode of `t` in two key ranges, [0, m_b) and [m_b, length_b) (lengths, then key_starts), their
 // (out, LSE) merged by merge_states, against the same golden: cascade attention's recipe.
 void split_and_merge(FuzzedDataProvider& in, const DecodeProblem& p, const DecodePlan& plan, const DecodeTensors& t,
@@ -306,6 +346,7 @@ void fuzz_decode(FuzzedDataProvider& in) {
   const bool split = in.ConsumeBool();
   if (split && p.options.window == 0 && t.sinks.empty() && t.key_starts.empty())
     split_and_merge(in, p, plan, t, golden, workspace, what);
+  if (in.ConsumeBool()) e4m3_cache(in, p, scalar, threads, t, k, v, what);
   if (in.ConsumeBool() && t.key_starts.empty()) fused_step(in, p, plan, t, k, v, rng, workspace, what);
 }
 
@@ -376,19 +417,6 @@ void fuzz_prefill(FuzzedDataProvider& in) {
   check_host(rout, rgolden.out, coarsest(p.dtype, p.dtype, p.out_dtype), rwhat);
   check_lse(rlse, rgolden.lse, rwhat);
 }
-
-// A pool's dtype: the storage dtypes, or e4m3 (then with per-tensor scales, and q / out of a
-// storage dtype).
-DType pool_dtype(FuzzedDataProvider& in) {
-  static constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kE4M3};
-  return in.PickValueInArray(kTypes);
-}
-KvScales pool_scales(FuzzedDataProvider& in, DType dtype) {
-  if (!is_fp8(dtype)) return {};
-  return {in.ConsumeFloatingPointInRange<float>(0.01f, 4.0f), in.ConsumeFloatingPointInRange<float>(0.01f, 4.0f)};
-}
-// e4m3 bytes are exact in f16, so an e4m3 pool is held to f16's parity (or to q's / out's coarser one).
-DType parity_dtype(DType q, DType kv, DType out) { return coarsest(q, is_fp8(kv) ? DType::kF16 : kv, out); }
 
 // A page pool of `batch` sequences of random lengths (1..90 keys of capacity), pages of 1-64 keys
 // dealt in a random order, sometimes a prefix of whole pages shared by every sequence (prefix
