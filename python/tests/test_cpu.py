@@ -155,6 +155,22 @@ def test_prefill_ragged_batch(rng):
         check_close(out[:, :, qs], mine, "f32", f"sequence {i} vs numpy")
 
 
+def test_prefill_ragged_batch_of_empty_sequences(rng):
+    """Every sequence empty: q / k / v of no rows (numpy gives them zero strides, torch a null data
+    pointer) are accepted, on the call and the golden, and give rowless outputs."""
+    h, kvh, d = 4, 2, 16
+    plan = attnkit.plan_prefill(batch=2, num_heads=h, kv_heads=kvh, head_dim=d, q_len=8, kv_len=8, dtype="f32")
+    cu = np.zeros(3, np.int32)
+    q, kv = np.empty((1, h, 0, d), np.float32), np.empty((1, kvh, 0, d), np.float32)
+    assert attnkit.prefill(plan, q, kv, kv, cu_seqlens_q=cu, cu_seqlens_k=cu).shape == (1, h, 0, d)
+    golden, _ = attnkit.reference_prefill(plan, q, kv, kv, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    assert golden.shape == (1, h, 0, d)
+    torch = pytest.importorskip("torch")
+    out = attnkit.prefill(plan, torch.empty(1, h, 0, d), torch.empty(1, kvh, 0, d), torch.empty(1, kvh, 0, d),
+                          cu_seqlens_q=torch.zeros(3, dtype=torch.int32), cu_seqlens_k=torch.zeros(3, dtype=torch.int32))
+    assert tuple(out.shape) == (1, h, 0, d)
+
+
 # ---------------------------------------------------------------- KV ops
 
 def test_append_kv_writes_only_the_positions(rng):
