@@ -487,6 +487,12 @@ struct FuzzPool {
   PagedKvCache cache() { return {k.view, v.view, table.view, lengths.view}; }
 };
 
+// Gathering plans (gather_keys > 0): sometimes chunks of one to three tiles, so each task merges
+// the states of several chunks.
+void cut_gather(FuzzedDataProvider& in, std::uint32_t& gather_keys, std::uint32_t tile) {
+  if (gather_keys > 0 && in.ConsumeBool()) gather_keys = tile * in.ConsumeIntegralInRange<std::uint32_t>(1, 3);
+}
+
 void fuzz_paged_decode(FuzzedDataProvider& in) {
   PagedDecodeProblem p;
   p.batch = in.ConsumeIntegralInRange<std::int64_t>(1, 3);
@@ -504,9 +510,7 @@ void fuzz_paged_decode(FuzzedDataProvider& in) {
   p.cache = pool.spec;
   p.kv_len = pool.kv_len;
   PagedDecodePlan plan = plan_paged_decode(p, cpu_target(threads));
-  // Gathering plans: sometimes chunks of one to three tiles (the merge of several chunks per task).
-  if (plan.gather_keys > 0 && in.ConsumeBool())
-    plan.gather_keys = plan.partition.tile_size * in.ConsumeIntegralInRange<std::uint32_t>(1, 3);
+  cut_gather(in, plan.gather_keys, plan.partition.tile_size);
   select_isa(in);
   const std::int64_t B = p.batch, H = p.num_heads, D = p.head_dim;
   HostTensor q(p.q_dtype, {B, H, D}), out(p.out_dtype, {B, H, D}), lse(DType::kF32, {B, H}), sinks(DType::kF32, {H});
@@ -557,8 +561,7 @@ void fuzz_extend(FuzzedDataProvider& in) {
   p.max_q_len = longest;
   p.max_total_q = std::max<std::int64_t>(rows + pad, 1);
   ExtendPlan plan = plan_extend(p, cpu_target(threads));
-  if (plan.gather_keys > 0 && in.ConsumeBool())
-    plan.gather_keys = plan.partition.tile_size * in.ConsumeIntegralInRange<std::uint32_t>(1, 3);
+  cut_gather(in, plan.gather_keys, plan.partition.tile_size);
   select_isa(in);
   HostTensor q(p.q_dtype, {rows + pad, H, D}), out(p.out_dtype, {rows + pad, H, D}), lse(DType::kF32, {rows + pad, H});
   HostTensor sinks(DType::kF32, {H});

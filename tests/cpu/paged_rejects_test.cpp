@@ -100,6 +100,33 @@ TEST(PagedRejects, ExtendOffsetErrorsLeaveEverythingUnchanged) {
   EXPECT_TRUE(std::isnan(out.get(static_cast<std::size_t>(6 * 4 * 16))));  // row 6 is past the offsets
 }
 
+// A step whose every sequence is idle (q_len_b = 0) has no query rows, and its q / out may come
+// without memory (torch.empty(0, ...) has a null data pointer): accepted, nothing read or written.
+// With rows to compute, a null q is still rejected. (Found by the differential fuzzer's extend.)
+TEST(PagedRejects, AnIdleExtendStepTakesRowlessTensorsWithoutMemory) {
+  std::mt19937_64 rng(fresh_seed());
+  PagedCase c(small_setup(), rng);
+  const PagedSetup& s = c.setup;
+  ExtendProblem problem = extend_problem(c, 4, 40);
+  problem.max_total_q = 8;
+  const ExtendPlan plan = plan_extend(problem, cpu_target(2));
+  HostTensor cu(DType::kI32, {3});
+  cu.i32()[0] = cu.i32()[1] = cu.i32()[2] = 0;
+  const TensorView rowless = TensorView::contiguous(nullptr, s.dtype, {0, s.heads, s.head_dim});
+  const std::vector<std::uint8_t> k_before = c.k_pages.bytes, v_before = c.v_pages.bytes;
+  OwnedWorkspace ws(plan.bounds.workspace_bytes);
+  EXPECT_NO_THROW(cpu::extend(plan, {rowless, cu.view, c.cache(), rowless, {}}, ws.get()));
+  EXPECT_TRUE(reference::extend(problem, {rowless, cu.view, c.cache(), rowless, {}}).out.empty());
+  EXPECT_TRUE(c.k_pages.bytes == k_before && c.v_pages.bytes == v_before);
+
+  cu.i32()[1] = cu.i32()[2] = 1;  // one row of sequence 0
+  HostTensor out(s.dtype, {1, s.heads, s.head_dim});
+  poison(out);
+  const TensorView null_q = TensorView::contiguous(nullptr, s.dtype, {1, s.heads, s.head_dim});
+  expect_rejected([&] { cpu::extend(plan, {null_q, cu.view, c.cache(), out.view, {}}, ws.get()); }, "null data pointer",
+                  {&c.k_pages, &c.v_pages, &out}, "a null q with a row to compute");
+}
+
 TEST(PagedRejects, AppendErrorsLeaveThePoolsUnchanged) {
   std::mt19937_64 rng(fresh_seed());
   PagedSetup s = small_setup();
